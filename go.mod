@@ -1,0 +1,19 @@
+module github.com/cdp-throttle/cdp-throttle
+
+go 1.26.8
+
+require (
+	github.com/rs/zerolog v1.35.1
+	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/net v0.62.0
+)
+
+require (
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)

@@ -1,0 +1,341 @@
+// Package limiter spaces out top-level navigations to the same host with an
+// adaptive, per-host pressure rule: near-zero delay for an idle host, a delay
+// that grows while the host keeps being hit, more when it answers 429, 503 or
+// 5xx, Retry-After honoured, and a slow return to zero when it is left alone.
+//
+// The rule is a generic cell rate algorithm (GCRA) whose emission interval
+// grows with a per-host pressure counter. Each host keeps tat, the time its
+// booked slots run out; a navigation at now may start at
+// max(now, tat-tau) and pushes tat on by the current spacing. tau, the burst
+// allowance, lets an idle host run a few navigations ahead before anything
+// waits.
+//
+// The package knows nothing of CDP or websockets: callers turn a URL into a
+// bucket with Key, book a slot with Reserve (or Wait) and report the answer
+// with Observe. Time always comes in from outside, so the schedule can be
+// replayed on a simulated clock.
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"time"
+)
+
+// The rule's constants, with the names and values of the design the limiter
+// reproduces. Every duration is a multiple of AdaptiveInterval, so the rule
+// reads in base intervals:
+//
+//	spacing  = AdaptiveInterval × (1 + pressure/RampBursts), at most MaxIntervals of them
+//	cooldown = CooldownIntervals × AdaptiveInterval: elapsed time that forgives one unit
+//
+// One navigation adds one unit and one cooldown removes one, so a host hit
+// back to back settles where the spacing equals the cooldown: 100 ms, ten
+// navigations a second, whatever the burst.
+const (
+	// AdaptiveInterval is the base interval in adaptive mode.
+	AdaptiveInterval = 20 * time.Millisecond
+	// RampBursts is how many units of pressure add one base interval to the spacing.
+	RampBursts = 10
+	// CooldownIntervals is how many base intervals of elapsed time forgive one
+	// unit of pressure (100 ms); it sets the sustained rate.
+	CooldownIntervals = 5
+	// MaxIntervals caps the spacing, in base intervals (1200 ms).
+	MaxIntervals = 60
+	// OverloadIntervals is the spacing, in base intervals, that a 429 or 503
+	// adds at once (OverloadIntervals × RampBursts = 50 units of pressure).
+	OverloadIntervals = 5
+	// FailureIntervals is the spacing, in base intervals, that another 5xx or
+	// no answer at all adds at once (10 units of pressure).
+	FailureIntervals = 1
+	// RetryAfterMax is the longest Retry-After honoured.
+	RetryAfterMax = 60 * time.Second
+	// DefaultBurst is how many navigations an idle host absorbs at once.
+	DefaultBurst = 10
+)
+
+// Derived from the constants above.
+const (
+	cooldown         = CooldownIntervals * AdaptiveInterval
+	maxSpacing       = MaxIntervals * AdaptiveInterval
+	maxPressure      = (MaxIntervals - 1) * RampBursts // the pressure at which the spacing reaches maxSpacing
+	overloadPressure = OverloadIntervals * RampBursts
+	failurePressure  = FailureIntervals * RampBursts
+)
+
+// Mode selects how the spacing is chosen.
+type Mode int
+
+const (
+	// Adaptive spaces navigations by pressure, starting near zero (the default).
+	Adaptive Mode = iota
+	// Fixed spaces navigations by Config.Interval, with no ramp and no feedback.
+	Fixed
+	// Off never delays nor tracks anything.
+	Off
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Adaptive:
+		return "adaptive"
+	case Fixed:
+		return "fixed"
+	case Off:
+		return "off"
+	}
+	return "unknown"
+}
+
+// Config configures a Limiter. The zero Config is the adaptive limiter with
+// the default burst.
+type Config struct {
+	// Mode is Adaptive, Fixed or Off.
+	Mode Mode
+	// Interval is the spacing in Fixed mode; it is ignored in the other modes.
+	// A Fixed limiter with an Interval ≤ 0 behaves as Off.
+	Interval time.Duration
+	// Burst is how many navigations an idle host absorbs before any waits.
+	// Zero means DefaultBurst; negative values act as 1.
+	Burst int
+}
+
+// Outcome is the answer a throttled navigation got, as Observe reads it.
+// The zero Outcome (an aborted navigation, for one) changes nothing.
+type Outcome struct {
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// RetryAfter is the answer's Retry-After header as sent, "" when absent.
+	RetryAfter string
+	// NoAnswer reports that the request got no answer at all: the connection
+	// was refused, reset or closed, or it timed out.
+	NoAnswer bool
+}
+
+// Reservation is a slot booked by Reserve.
+type Reservation struct {
+	// Start is when the navigation may go; it is never before the now given to Reserve.
+	Start time.Time
+	// Spacing is how far this booking pushed the host's schedule.
+	Spacing time.Duration
+	// Pressure is the host's pressure once the booking is made.
+	Pressure int
+	// Tracked is false when nothing was booked: the limiter is off or the
+	// host is exempt.
+	Tracked bool
+}
+
+// Limiter books navigation slots per host. It is safe for concurrent use by
+// many goroutines. Each host has its own lock and hosts are found through
+// read-only maps, so navigations to different hosts share no memory that is
+// written and run in parallel; no lock covers more than one shard of hosts.
+// Create it with New.
+type Limiter struct {
+	mode  Mode
+	base  time.Duration // spacing unit: AdaptiveInterval, or Config.Interval when fixed
+	tau   int64         // burst allowance in ns: (burst-1) × base
+	epoch time.Time     // origin of the int64 nanosecond clock kept per host
+	seed  maphash.Seed
+	_     [64]byte // keep the read-mostly fields above off the first shard's lines
+	shard [shardCount]shard
+}
+
+// host is one host's schedule. Times are nanoseconds since Limiter.epoch.
+type host struct {
+	tat      int64 // when the host's booked slots run out
+	clock    int64 // up to when elapsed time has been credited against pressure
+	pressure int32
+	gone     bool // the record was forgotten by its shard: look the host up again
+}
+
+// New returns a limiter for cfg.
+func New(cfg Config) *Limiter {
+	l := &Limiter{mode: cfg.Mode, base: AdaptiveInterval, epoch: time.Now(), seed: maphash.MakeSeed()}
+	if l.mode == Fixed {
+		l.base = cfg.Interval
+		if l.base <= 0 {
+			l.mode = Off
+		}
+	}
+	burst := cfg.Burst
+	switch {
+	case burst == 0:
+		burst = DefaultBurst
+	case burst < 1:
+		burst = 1
+	}
+	l.tau = int64(burst-1) * int64(l.base)
+	for i := range l.shard {
+		l.shard[i].init()
+	}
+	return l
+}
+
+// Mode reports the limiter's mode.
+func (l *Limiter) Mode() Mode { return l.mode }
+
+// Interval reports the base interval: the spacing in Fixed mode, the unit of
+// the adaptive ramp otherwise.
+func (l *Limiter) Interval() time.Duration { return l.base }
+
+// Burst reports how many navigations an idle host absorbs at once.
+func (l *Limiter) Burst() int { return int(l.tau/int64(l.base)) + 1 }
+
+// Reserve books the next slot of host for a navigation wanted at now and
+// returns it; the navigation may go at the reservation's Start. host is a
+// bucket as returned by Key. Exempt hosts and an Off limiter get now and
+// leave no state behind.
+func (l *Limiter) Reserve(hostname string, now time.Time) Reservation {
+	if l.mode == Off || Exempt(hostname) {
+		return Reservation{Start: now}
+	}
+	t := l.nanos(now)
+	s := l.shardFor(hostname)
+	rec := s.lock(hostname, t)
+	if rec == nil { // s.mu is held
+		h := host{tat: t + int64(l.base), clock: t}
+		if l.mode == Adaptive {
+			h.pressure = 1
+		}
+		s.insert(hostname, h, t)
+		s.mu.Unlock()
+		return Reservation{Start: now, Spacing: l.base, Pressure: int(h.pressure), Tracked: true}
+	}
+	h := &rec.host
+	h.drain(t)
+	spacing := l.spacing(h.pressure)
+	start := max(t, h.tat-l.tau)
+	h.tat = max(h.tat, start) + int64(spacing)
+	if l.mode == Adaptive {
+		h.pressure = min(h.pressure+1, maxPressure)
+	}
+	pressure := int(h.pressure)
+	rec.mu.Unlock()
+	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Tracked: true}
+}
+
+// Observe feeds the answer to a navigation of host, received at now, back
+// into the host's pressure: a 429 or 503 adds 50 units and may carry a
+// Retry-After that pushes the next slot, another 5xx or no answer at all adds
+// 10, anything else nothing. Only an adaptive limiter listens.
+func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
+	if l.mode != Adaptive || Exempt(hostname) {
+		return
+	}
+	var add int32
+	var wait time.Duration
+	var hasWait bool
+	switch {
+	case o.Status == 429 || o.Status == 503:
+		add = overloadPressure
+		wait, hasWait = ParseRetryAfter(o.RetryAfter)
+	case o.Status >= 500 && o.Status <= 599, o.NoAnswer:
+		add = failurePressure
+	default:
+		return
+	}
+	t := l.nanos(now)
+	s := l.shardFor(hostname)
+	rec := s.lock(hostname, t)
+	h := host{tat: t, clock: t}
+	if rec != nil {
+		h = rec.host
+		h.drain(t)
+	}
+	h.pressure = min(h.pressure+add, maxPressure)
+	if hasWait {
+		// The wait is measured from the answer and the burst allowance must
+		// not shorten it: the next start, max(now, tat-tau), lands at t+wait.
+		h.tat = max(h.tat, t+int64(wait)+l.tau)
+	}
+	if rec != nil {
+		rec.host = h
+		rec.mu.Unlock()
+		return
+	}
+	s.insert(hostname, h, t) // s.mu is held
+	s.mu.Unlock()
+}
+
+// Wait books a slot for host as Reserve does at time.Now and blocks until the
+// slot starts or ctx is done, returning ctx's error in that case. A cancelled
+// wait keeps its slot booked: the host's schedule never runs ahead of what
+// was promised to navigations already waiting.
+func (l *Limiter) Wait(ctx context.Context, hostname string) (Reservation, error) {
+	now := time.Now()
+	r := l.Reserve(hostname, now)
+	d := r.Start.Sub(now)
+	if d <= 0 {
+		return r, nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
+// Len reports how many hosts the limiter remembers.
+func (l *Limiter) Len() int {
+	n := 0
+	for i := range l.shard {
+		n += l.shard[i].len()
+	}
+	return n
+}
+
+// Sweep forgets every host that is idle at now, one whose booked slots have
+// run out and whose pressure has fully drained, and reports how many it
+// forgot. Forgetting loses nothing: such a host is booked exactly as a host
+// never seen. The limiter also sweeps a shard by itself whenever it has
+// doubled since its last sweep, so calling Sweep is optional; it only gives
+// memory back sooner after a crawl has moved on.
+func (l *Limiter) Sweep(now time.Time) int {
+	t := l.nanos(now)
+	n := 0
+	for i := range l.shard {
+		s := &l.shard[i]
+		s.mu.Lock()
+		n += s.rebuild(t)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (l *Limiter) nanos(now time.Time) int64 { return int64(now.Sub(l.epoch)) }
+
+func (l *Limiter) shardFor(hostname string) *shard {
+	return &l.shard[maphash.String(l.seed, hostname)&(shardCount-1)]
+}
+
+// spacing is how far a booking at pressure p pushes the schedule.
+func (l *Limiter) spacing(p int32) time.Duration {
+	if l.mode != Adaptive {
+		return l.base
+	}
+	return min(l.base*time.Duration(1+p/RampBursts), maxSpacing)
+}
+
+// drain credits the time elapsed since h.clock against h.pressure, one unit
+// per whole cooldown; the clock moves by whole cooldowns only, so a host
+// touched often loses nothing to rounding.
+func (h *host) drain(t int64) {
+	steps := (t - h.clock) / int64(cooldown)
+	if steps >= int64(h.pressure) {
+		h.pressure = 0
+		h.clock = max(h.clock, t)
+		return
+	}
+	if steps > 0 {
+		h.pressure -= int32(steps)
+		h.clock += steps * int64(cooldown)
+	}
+}
+
+// idle reports whether h is indistinguishable at t from a host never seen.
+func (h *host) idle(t int64) bool {
+	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown)
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// writeReport prints, for the start times of each phase's navigations to one
+// host, the tables of the seed: when each enforced gap first appears (phase
+// 1), a line per phase with span, rate and gap percentiles, and the gaps at
+// the start of each phase. quantum is the unit gaps are read in when telling
+// an enforced gap from page-load noise.
+func writeReport(w io.Writer, mode string, quantum time.Duration, phases [][]time.Duration) {
+	if len(phases) == 0 || len(phases[0]) == 0 {
+		return
+	}
+	writeFirstAt(w, quantum, phases[0])
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-9s %5s %5s %9s %6s %8s %8s %8s\n", "mode", "phase", "reqs", "span (s)", "req/s", "gap p50", "gap p95", "gap max")
+	for i, starts := range phases {
+		name := mode
+		if i > 0 {
+			name = ""
+		}
+		s := phaseStats(starts)
+		fmt.Fprintf(w, "%-9s %5d %5d %9.2f %6.1f %8.1f %8.1f %8.1f\n", name, i+1, len(starts), s.span.Seconds(), s.rate, msf(s.p50), msf(s.p95), msf(s.max))
+	}
+	fmt.Fprintln(w)
+	writeStartGaps(w, phases)
+}
+
+type stats struct {
+	span          time.Duration
+	rate          float64 // navigations per second after the first
+	p50, p95, max time.Duration
+}
+
+func phaseStats(starts []time.Duration) stats {
+	var s stats
+	if len(starts) < 2 {
+		return s
+	}
+	gaps := make([]time.Duration, 0, len(starts)-1)
+	for i := 1; i < len(starts); i++ {
+		gaps = append(gaps, starts[i]-starts[i-1])
+	}
+	slices.Sort(gaps)
+	s.span = starts[len(starts)-1] - starts[0]
+	if s.span > 0 {
+		s.rate = float64(len(gaps)) / s.span.Seconds()
+	}
+	s.p50, s.p95, s.max = percentile(gaps, 0.50), percentile(gaps, 0.95), gaps[len(gaps)-1]
+	return s
+}
+
+// percentile is the nearest-rank percentile of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// writeFirstAt prints at which navigation each enforced gap first appears
+// and how long after the first navigation. A gap is read in whole quanta;
+// the first row is the run of navigations that went at load speed.
+func writeFirstAt(w io.Writer, quantum time.Duration, starts []time.Duration) {
+	fmt.Fprintf(w, "%-13s %-20s %s\n", "enforced gap", "first at navigation", "after")
+	level := func(i int) time.Duration {
+		q := math.Round(float64(starts[i]-starts[i-1]) / float64(quantum))
+		return time.Duration(q) * quantum
+	}
+	free := 1
+	for free < len(starts) && level(free) == 0 {
+		free++
+	}
+	first := "1"
+	if free > 1 {
+		first = "1 to " + strconv.Itoa(free)
+	}
+	fmt.Fprintf(w, "%-13s %-20s %s\n", "0ms", first, "0s")
+	var top time.Duration
+	for i := free; i < len(starts); i++ {
+		if l := level(i); l > top {
+			top = l
+			fmt.Fprintf(w, "%-13s %-20d %.2fs\n", strconv.FormatInt(l.Milliseconds(), 10)+"ms", i+1, (starts[i] - starts[0]).Seconds())
+		}
+	}
+}
+
+// writeStartGaps prints the gaps before navigations 2 to 14 of each phase.
+func writeStartGaps(w io.Writer, phases [][]time.Duration) {
+	const last = 14
+	var head strings.Builder
+	fmt.Fprintf(&head, "%-14s", "nav")
+	for n := 2; n <= min(last, len(phases[0])); n++ {
+		fmt.Fprintf(&head, " %6d", n)
+	}
+	fmt.Fprintln(w, head.String())
+	for p, starts := range phases {
+		var row strings.Builder
+		fmt.Fprintf(&row, "%-14s", fmt.Sprintf("gap (ms) ph %d", p+1))
+		for n := 2; n <= min(last, len(starts)); n++ {
+			fmt.Fprintf(&row, " %6.1f", msf(starts[n-1]-starts[n-2]))
+		}
+		fmt.Fprintln(w, row.String())
+	}
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

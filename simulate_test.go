@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// runCLI runs the command line and returns what it printed.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = run(context.Background(), append([]string{"cdp-throttle"}, args...), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "simulate", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s:\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// The seed's numbers, which the golden files must keep showing.
+func TestSimulateSeedTables(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		contains []string
+	}{
+		{"load0.txt", []string{"--load", "0ms"}, []string{
+			"0ms           1 to 10              0s\n",
+			"20ms          11                   0.02s\n",
+			"40ms          12                   0.06s\n",
+			"60ms          27                   0.68s\n",
+			"80ms          52                   2.20s\n",
+			"100ms         100                  6.06s\n",
+			"adaptive      1   400     36.06   11.1    100.0    100.0    100.0\n",
+		}},
+		{"load4.5-phases2.txt", []string{"--load", "4.5ms", "--phases", "2"}, []string{
+			"adaptive      1   400     36.06",
+			"              2   400     36.06",
+			"gap (ms) ph 1     4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5   15.0   40.0   40.0\n",
+			"gap (ms) ph 2     4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5    4.5   15.0   40.0   40.0\n",
+		}},
+		{"fixed100.txt", []string{"--http-nav-delay", "100"}, []string{
+			"fixed100      1   400     39.00   10.2    100.0    100.0    100.0\n",
+		}},
+		{"burst1.txt", []string{"--http-nav-burst", "1"}, []string{
+			"100ms         102",
+			"adaptive      1   400     36.06   11.1    100.0    100.0    100.0\n",
+		}},
+		{"off.txt", []string{"--http-nav-delay", "0"}, []string{
+			"0ms           1 to 400",
+			"off           1   400      1.80",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.contains {
+				if !strings.Contains(out, c) {
+					t.Errorf("output lacks %q:\n%s", c, out)
+				}
+			}
+			golden(t, tt.name, out)
+		})
+	}
+}
+
+func TestSimulateCSV(t *testing.T) {
+	out, _, err := runCLI(t, "simulate", "--csv", "--phases", "2", "--navigations", "30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if lines[0] != "phase,nav,start_ms,gap_ms,wait_ms,spacing_ms,pressure" {
+		t.Fatalf("header: got %q", lines[0])
+	}
+	if len(lines) != 61 {
+		t.Fatalf("rows: got %d, want 60 and a header", len(lines)-1)
+	}
+	// Navigation 12 of phase 1 waited 10.5 ms (requested at 49.5, went at 60).
+	if lines[12] != "1,12,60.000,15.000,10.500,40.000,12" {
+		t.Errorf("row of navigation 12: got %q", lines[12])
+	}
+	golden(t, "csv-30x2.csv", out)
+}
+
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "--http-nav-delay", "-5"}, `--http-nav-delay "-5"`},
+		{[]string{"simulate", "--http-nav-delay", "fast"}, `--http-nav-delay "fast"`},
+		{[]string{"simulate", "--http-nav-delay", "100ms"}, `--http-nav-delay "100ms"`},
+		{[]string{"simulate", "--http-nav-burst", "-1"}, `--http-nav-burst "-1"`},
+		{[]string{"simulate", "--http-nav-burst", "ten"}, `--http-nav-burst "ten"`},
+		{[]string{"simulate", "--navigations", "0"}, "--navigations 0"},
+		{[]string{"simulate", "--load", "soon"}, "soon"},
+		{[]string{"simulate", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"--http-nav-delay", "x"}, `--http-nav-delay "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, errOut, err := runCLI(t, tt.args...)
+			var ue usageError
+			if err == nil || !errorsAs(err, &ue) {
+				t.Fatalf("got error %v, want a usage error", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.want) || strings.Contains(msg, "\n") {
+				t.Errorf("got %q, want one line naming %q", msg, tt.want)
+			}
+			if out != "" || errOut != "" {
+				t.Errorf("printed %q / %q, want nothing but the error", out, errOut)
+			}
+		})
+	}
+}
+
+func TestLimiterFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("CDP_THROTTLE_HTTP_NAV_DELAY", "100")
+	t.Setenv("CDP_THROTTLE_HTTP_NAV_BURST", "1")
+	out, _, err := runCLI(t, "simulate", "--navigations", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "fixed100      1     3      0.20") {
+		t.Errorf("environment not applied:\n%s", out)
+	}
+	t.Setenv("CDP_THROTTLE_HTTP_NAV_DELAY", "-1")
+	if _, _, err := runCLI(t, "simulate"); err == nil || !strings.Contains(err.Error(), "--http-nav-delay") {
+		t.Errorf("bad environment value: got %v, want an error naming --http-nav-delay", err)
+	}
+}
+
+func errorsAs(err error, target *usageError) bool { return errors.As(err, target) }
