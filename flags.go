@@ -38,11 +38,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		Flags:     append(relayFlags(), append(limiterFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
-			cfg, err := relayConfigFrom(c)
+			cfg, err := relayConfigFrom(c, stderr)
 			if err != nil {
 				return err
 			}
-			return runRelay(c.Context, cfg, stderr)
+			return runRelay(c.Context, cfg)
 		},
 		Commands: []*cli.Command{
 			{

@@ -3,17 +3,156 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
-type relayConfig struct{}
+const (
+	defaultListen   = "127.0.0.1:9322"
+	defaultUpstream = "http://127.0.0.1:9222"
+)
 
-func relayFlags() []cli.Flag { return nil }
+// relayConfig is what the relay runs with.
+type relayConfig struct {
+	listen       string
+	upstream     string
+	upstreamSet  bool // --upstream was given, not defaulted
+	limiter      limiter.Config
+	intercept    relay.Intercept
+	allowOrigins []string
+	maxMessage   int64
+	startTimeout time.Duration
+	browserCmd   []string // after --: a browser the relay starts and stops
+	log          zerolog.Logger
+}
 
-func relayConfigFrom(c *cli.Context) (relayConfig, error) { return relayConfig{}, nil }
+func relayFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Value: defaultListen, Usage: "address the relay serves", EnvVars: env("LISTEN")},
+		&cli.StringFlag{Name: "upstream", Value: defaultUpstream, Usage: "browser CDP endpoint: http://host:port or a ws:// URL", EnvVars: env("UPSTREAM")},
+		&cli.StringFlag{Name: "intercept", Value: "auto", Usage: "how navigations are caught: auto, fetch (browser-level Fetch) or navigate (hold Page.navigate in client streams)", EnvVars: env("INTERCEPT")},
+		&cli.StringSliceFlag{Name: "allow-origin", Usage: "Origin a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
+		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
+		&cli.DurationFlag{Name: "start-timeout", Value: relay.DefaultStartTimeout, Usage: "how long to wait for the browser at start", EnvVars: env("START_TIMEOUT")},
+	}
+}
 
-func runRelay(ctx context.Context, cfg relayConfig, stderr io.Writer) error {
-	return errors.New("not yet")
+func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
+	var cfg relayConfig
+	var err error
+	if cfg.limiter, err = limiterConfigFrom(c); err != nil {
+		return cfg, err
+	}
+	if cfg.log, err = loggerFrom(c, stderr); err != nil {
+		return cfg, err
+	}
+	cfg.listen = c.String("listen")
+	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
+		return cfg, usagef("--listen %q: want host:port", cfg.listen)
+	}
+	cfg.upstream, cfg.upstreamSet = c.String("upstream"), c.IsSet("upstream")
+	if !strings.Contains(cfg.upstream, "://") {
+		return cfg, usagef("--upstream %q: want http://host:port or a ws:// URL", cfg.upstream)
+	}
+	if cfg.intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
+		return cfg, usagef("--intercept %q: want auto, fetch or navigate", c.String("intercept"))
+	}
+	cfg.allowOrigins = c.StringSlice("allow-origin")
+	if cfg.maxMessage = c.Int64("max-message-size"); cfg.maxMessage < 1<<10 {
+		return cfg, usagef("--max-message-size %d: want at least 1024 bytes", cfg.maxMessage)
+	}
+	if cfg.startTimeout = c.Duration("start-timeout"); cfg.startTimeout <= 0 {
+		return cfg, usagef("--start-timeout %v: want a duration > 0", cfg.startTimeout)
+	}
+	cfg.browserCmd = c.Args().Slice()
+	if len(cfg.browserCmd) > 0 && !cfg.upstreamSet {
+		cfg.upstream = upstreamOf(cfg.browserCmd, cfg.upstream)
+	}
+	return cfg, nil
+}
+
+// runRelay serves the relay until ctx ends.
+func runRelay(ctx context.Context, cfg relayConfig) error {
+	log := cfg.log
+	lim := limiter.New(cfg.limiter)
+	log.Info().Str("mode", modeName(cfg.limiter)).Int("burst", lim.Burst()).
+		Str("listen", cfg.listen).Str("upstream", cfg.upstream).Msg("cdp-throttle starting")
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	defer ln.Close()
+
+	var browser *launched
+	if len(cfg.browserCmd) > 0 {
+		if browser, err = launch(cfg.browserCmd, log); err != nil {
+			return err
+		}
+		defer browser.stop()
+	}
+
+	p := &relay.Proxy{
+		Upstream:       cfg.upstream,
+		Limiter:        lim,
+		Intercept:      cfg.intercept,
+		Log:            &log,
+		MaxMessageSize: cfg.maxMessage,
+		StartTimeout:   cfg.startTimeout,
+		AllowOrigins:   cfg.allowOrigins,
+	}
+	startCtx, cancelStart := context.WithCancelCause(ctx)
+	defer cancelStart(nil)
+	if browser != nil {
+		go func() {
+			select {
+			case <-browser.exited:
+				cancelStart(browser.exitError())
+			case <-startCtx.Done():
+			}
+		}()
+	}
+	if err := p.Start(startCtx); err != nil {
+		if cause := context.Cause(startCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		if ctx.Err() != nil {
+			return nil // interrupted while waiting
+		}
+		return err
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info().Str("listen", "http://"+ln.Addr().String()).Msg("relay ready")
+
+	var exited <-chan struct{}
+	if browser != nil {
+		exited = browser.exited
+	}
+	select {
+	case <-ctx.Done():
+		log.Info().Msg("shutting down")
+	case err = <-serveErr:
+	case <-exited:
+		err = browser.exitError()
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdownCtx)
+	p.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
 }

@@ -1,0 +1,142 @@
+package cdp
+
+// The events and commands below are decoded with encoding/json, which is
+// lenient the way the relay must be with messages it only looks at:
+// unknown members, repeated names (the last wins) and invalid UTF-8 are
+// fine; the browser is the judge of those.
+
+import (
+	"strings"
+
+	"encoding/json"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// Navigate is what the relay reads of Page.navigate and
+// Target.createTarget params.
+type Navigate struct {
+	URL     string `json:"url"`
+	FrameID string `json:"frameId"`
+}
+
+// NavigateParams reads the url (and frameId) of a Page.navigate or
+// Target.createTarget command.
+func NavigateParams(params []byte) (Navigate, bool) {
+	var p Navigate
+	if json.Unmarshal(params, &p) != nil || p.URL == "" {
+		return p, false
+	}
+	return p, true
+}
+
+// AttachedTarget reads the session and target id of Target.attachedToTarget.
+func AttachedTarget(params []byte) (session, target string, ok bool) {
+	var p struct {
+		SessionID  string `json:"sessionId"`
+		TargetInfo struct {
+			TargetID string `json:"targetId"`
+		} `json:"targetInfo"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.SessionID == "" {
+		return "", "", false
+	}
+	return p.SessionID, p.TargetInfo.TargetID, true
+}
+
+// DetachedSession reads the session of Target.detachedFromTarget.
+func DetachedSession(params []byte) (string, bool) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.SessionID == "" {
+		return "", false
+	}
+	return p.SessionID, true
+}
+
+// Request is what the relay reads of Network.requestWillBeSent.
+type Request struct {
+	RequestID string
+	FrameID   string
+	Type      string
+	URL       string
+	// Redirect is the answer of the previous hop when this request follows
+	// a redirect, nil otherwise.
+	Redirect *limiter.Outcome
+}
+
+// RequestWillBeSent reads a Network.requestWillBeSent event.
+func RequestWillBeSent(params []byte) (Request, bool) {
+	var p struct {
+		RequestID string `json:"requestId"`
+		FrameID   string `json:"frameId"`
+		Type      string `json:"type"`
+		Request   struct {
+			URL string `json:"url"`
+		} `json:"request"`
+		RedirectResponse *response `json:"redirectResponse"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+		return Request{}, false
+	}
+	r := Request{RequestID: p.RequestID, FrameID: p.FrameID, Type: p.Type, URL: p.Request.URL}
+	if p.RedirectResponse != nil {
+		o := p.RedirectResponse.outcome()
+		r.Redirect = &o
+	}
+	return r, true
+}
+
+type response struct {
+	Status  float64           `json:"status"`
+	Headers map[string]string `json:"headers"`
+}
+
+func (r *response) outcome() limiter.Outcome {
+	o := limiter.Outcome{Status: int(r.Status)}
+	for k, v := range r.Headers {
+		if strings.EqualFold(k, "Retry-After") {
+			// Lightpanda joins repeated headers with newlines; the first counts.
+			o.RetryAfter, _, _ = strings.Cut(v, "\n")
+		}
+	}
+	return o
+}
+
+// Answer is how a document request ended, from Network.responseReceived or
+// Network.loadingFailed.
+type Answer struct {
+	RequestID string
+	Outcome   limiter.Outcome
+}
+
+// DocumentAnswer reads Network.responseReceived (of a document) or
+// Network.loadingFailed. A cancelled load has the zero Outcome.
+func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
+	var p struct {
+		RequestID string    `json:"requestId"`
+		Type      string    `json:"type"`
+		Response  *response `json:"response"`
+		ErrorText string    `json:"errorText"`
+		Canceled  bool      `json:"canceled"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+		return Answer{}, false
+	}
+	a := Answer{RequestID: p.RequestID}
+	switch string(method) {
+	case "Network.responseReceived":
+		if p.Response == nil || p.Type != "Document" {
+			return a, false
+		}
+		a.Outcome = p.Response.outcome()
+	case "Network.loadingFailed":
+		if !p.Canceled {
+			a.Outcome.NoAnswer = NoAnswer(p.ErrorText)
+		}
+	default:
+		return a, false
+	}
+	return a, true
+}

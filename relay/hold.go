@@ -1,0 +1,112 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// holder books navigations in the limiter and holds them until their slot,
+// either through its own browser connection (Fetch) or, as a fallback, in
+// each client's stream (navHold).
+type holder struct {
+	p        *Proxy
+	inStream atomic.Bool // navigations are held in the client streams
+	conn     atomic.Pointer[fetchConn]
+}
+
+func (h *holder) inStreamMode() bool { return h.inStream.Load() }
+
+// fallback switches to holding navigations in the client streams and says
+// once what that cannot see.
+func (h *holder) fallback(browser, why string) {
+	h.inStream.Store(true)
+	h.p.log.Warn().Str("browser", browser).Str("why", why).
+		Msg("holding navigations in the client stream: only Page.navigate, Page.reload and Target.createTarget " +
+			"are held; link clicks, form submissions, script navigations, redirects and popups go unheld, " +
+			"and answers are read only from the Network events a client enabled itself")
+}
+
+// start opens the relay's own browser connection with Fetch interception
+// and keeps it open, reconnecting when it drops, until bg ends. The first
+// connection must succeed within ctx.
+func (h *holder) start(ctx, bg context.Context, wg *sync.WaitGroup) error {
+	fc, err := h.connect(ctx)
+	if err != nil {
+		return err
+	}
+	h.conn.Store(fc)
+	h.p.log.Info().Msg("holding top-level navigations through the relay's own browser connection (Fetch)")
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.supervise(bg, fc)
+	}()
+	return nil
+}
+
+// supervise keeps a Fetch connection up until bg ends.
+func (h *holder) supervise(bg context.Context, fc *fetchConn) {
+	for {
+		fc.keepalive(bg, h.p.PingInterval, h.p.WriteTimeout)
+		h.conn.Store(nil)
+		if bg.Err() != nil {
+			return
+		}
+		h.p.log.Warn().Msg("lost the relay's browser connection: navigations pass unheld until it is back")
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			select {
+			case <-bg.Done():
+				return
+			case <-time.After(backoff):
+			}
+			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+			next, err := h.connect(ctx)
+			cancel()
+			if err == nil {
+				fc = next
+				h.conn.Store(fc)
+				h.p.log.Info().Msg("relay's browser connection is back: holding navigations again")
+				break
+			}
+			h.p.log.Debug().Err(err).Msg("browser still unreachable")
+		}
+	}
+}
+
+// book reserves host's next slot for a navigation wanted now and returns
+// how long it must wait, logging the first delay of each host.
+func (h *holder) book(host string, log *zerolog.Logger) time.Duration {
+	l := h.p.Limiter
+	now := time.Now()
+	r := l.Reserve(host, now)
+	d := r.Start.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	if h.p.warned.first(host) {
+		ev := h.p.log.Warn()
+		if l.Mode() == limiter.Fixed {
+			ev = h.p.log.Debug()
+		}
+		ev.Str("host", host).Dur("delay", d).Str("mode", l.Mode().String()).
+			Str("tip", "use --http-nav-delay 0 to disable").
+			Msg("spacing out navigations to this host")
+	}
+	log.Debug().Str("host", host).Dur("delay", d).Int("pressure", r.Pressure).Dur("spacing", r.Spacing).Msg("navigation held")
+	return d
+}
+
+// observe feeds the answer to a navigation of host back to the limiter.
+func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
+	h.p.Limiter.Observe(host, o, time.Now())
+	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
+		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
+			Str("retry_after", o.RetryAfter).Msg("host pushed back")
+	}
+}

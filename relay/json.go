@@ -1,0 +1,195 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gorilla/websocket"
+)
+
+// ServeHTTP serves the browser's HTTP endpoints, with every URL in them
+// pointing at the relay, and relays websockets.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if websocket.IsWebSocketUpgrade(r) {
+		p.serveWebsocket(w, r)
+		return
+	}
+	path := r.URL.Path
+	switch {
+	case path == "/json/version" || path == "/json/version/":
+		p.serveJSON(w, r, http.MethodGet, "/json/version", rewriteObject)
+	case path == "/json" || path == "/json/" || path == "/json/list" || path == "/json/list/":
+		p.serveJSON(w, r, http.MethodGet, "/json/list", rewriteList)
+	case path == "/json/new" || path == "/json/new/":
+		if r.Method != http.MethodPut && r.Method != http.MethodGet {
+			http.Error(w, "Using unsafe HTTP verb "+r.Method+" to invoke /json/new. This action supports only PUT verb.", http.StatusMethodNotAllowed)
+			return
+		}
+		// Chrome wants PUT; older clients still GET.
+		p.serveJSON(w, r, http.MethodPut, "/json/new", rewriteObject)
+	case strings.HasPrefix(path, "/json/activate/"), strings.HasPrefix(path, "/json/close/"):
+		p.serveJSON(w, r, http.MethodGet, path, nil)
+	case path == "/json/protocol" || path == "/json/protocol/":
+		p.serveJSON(w, r, http.MethodGet, "/json/protocol", nil)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// rewriter turns the browser's JSON into the relay's, given the relay's
+// host as the client reached it.
+type rewriter func(body []byte, host string) ([]byte, error)
+
+func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path string, rw rewriter) {
+	body, resp, err := p.upstream.get(r.Context(), method, path, r.URL.RawQuery)
+	if err != nil && resp == nil {
+		p.log.Warn().Err(err).Str("path", path).Msg("browser HTTP endpoint unreachable")
+		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	if rw != nil && resp.StatusCode == http.StatusOK {
+		if out, err := rw(body, r.Host); err == nil {
+			body = out
+		} else {
+			p.log.Warn().Err(err).Str("path", path).Msg("browser answer not rewritten")
+		}
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(body)
+}
+
+// get asks the browser's HTTP side. It returns the response with an error
+// only when the status is not 200.
+func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]byte, *http.Response, error) {
+	u := *up.http
+	u.Path, u.RawQuery = path, rawQuery
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relay: %w", err)
+	}
+	resp, err := up.client.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relay: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("relay: reading %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, resp, fmt.Errorf("relay: %s %s: %s", method, path, resp.Status)
+	}
+	return body, resp, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// rewriteList rewrites each target of /json/list.
+func rewriteList(body []byte, host string) ([]byte, error) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	out.WriteString("[ ")
+	for i, item := range list {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		obj, err := rewriteObject(item, host)
+		if err != nil {
+			return nil, err
+		}
+		out.Write(obj)
+	}
+	out.WriteString(" ]\n")
+	return out.Bytes(), nil
+}
+
+// rewriteObject points webSocketDebuggerUrl and devtoolsFrontendUrl of one
+// JSON object at host, keeping every other member as the browser wrote it
+// and in its order.
+func rewriteObject(body []byte, host string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("relay: want a JSON object")
+	}
+	var out bytes.Buffer
+	out.WriteString("{\n")
+	for first := true; dec.More(); first = false {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		switch key {
+		case "webSocketDebuggerUrl":
+			val = rewriteString(val, func(s string) string { return rewriteWSURL(s, host) })
+		case "devtoolsFrontendUrl":
+			val = rewriteString(val, func(s string) string { return rewriteFrontendURL(s, host) })
+		}
+		if !first {
+			out.WriteString(",\n")
+		}
+		k, _ := json.Marshal(key)
+		out.WriteString("   ")
+		out.Write(k)
+		out.WriteString(": ")
+		out.Write(val)
+	}
+	out.WriteString("\n}\n")
+	return out.Bytes(), nil
+}
+
+func rewriteString(val json.RawMessage, f func(string) string) json.RawMessage {
+	var s string
+	if json.Unmarshal(val, &s) != nil {
+		return val
+	}
+	out, err := json.Marshal(f(s))
+	if err != nil {
+		return val
+	}
+	return out
+}
+
+// rewriteWSURL points a ws:// URL at host, keeping its path and query.
+func rewriteWSURL(s, host string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return s
+	}
+	u.Host = host
+	return u.String()
+}
+
+// rewriteFrontendURL points the ws= (or wss=) parameter of a DevTools
+// frontend URL at host, leaving the rest of the URL as the browser wrote it.
+func rewriteFrontendURL(s, host string) string {
+	for _, key := range []string{"?ws=", "&ws=", "?wss=", "&wss="} {
+		i := strings.Index(s, key)
+		if i < 0 {
+			continue
+		}
+		start := i + len(key)
+		end := strings.IndexAny(s[start:], "/&#")
+		if end < 0 || s[start+end] != '/' {
+			continue
+		}
+		return s[:start] + host + s[start+end:]
+	}
+	return s
+}

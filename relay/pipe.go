@@ -1,0 +1,345 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+)
+
+// conn is one side of a relayed connection.
+type conn struct {
+	c    *websocket.Conn
+	side string // "client" or "browser", for logs
+	// toBrowser is set on the browser side: the browser takes text frames only.
+	toBrowser bool
+	wmu       sync.Mutex // serialises data frames; control frames need no lock
+}
+
+// writeMessage writes one whole message within timeout.
+func (c *conn) writeMessage(mt int, p []byte, timeout time.Duration) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.c.SetWriteDeadline(time.Now().Add(timeout))
+	return c.c.WriteMessage(mt, p)
+}
+
+// pair relays one client connection to its browser connection. Each side
+// has one reading goroutine (its pump) and writes are serialised by the
+// other side's wmu, so a held navigation can be written later without a
+// queue: the browser side's writer is whoever holds its wmu.
+type pair struct {
+	p       *Proxy
+	client  *conn
+	browser *conn
+	log     zerolog.Logger
+	path    string   // the websocket path the client asked for
+	hold    *navHold // nil unless navigations are held in the client stream
+
+	ctx    context.Context // cancelled when the pair ends: held navigations give up
+	cancel context.CancelFunc
+	ended  chan struct{} // closed once both pumps and the held navigations are done
+	held   sync.WaitGroup
+
+	closing atomic.Bool // the first close has been sent on both sides
+}
+
+var connSeq atomic.Uint64
+
+// serveWebsocket relays one client websocket to the browser.
+func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
+	log := p.log.With().Uint64("conn", connSeq.Add(1)).Str("path", r.URL.Path).Logger()
+	if !p.upgrader.CheckOrigin(r) {
+		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
+		return
+	}
+	target, err := p.upstream.pageWS(r.Context(), r.URL.Path)
+	if err != nil {
+		log.Warn().Err(err).Msg("browser endpoint unknown")
+		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	// Dial first: a browser that refuses is answered with its own status,
+	// before the client's connection is upgraded.
+	bc, resp, err := p.dialer.DialContext(r.Context(), target, nil)
+	if err != nil {
+		status, msg := http.StatusBadGateway, "cdp-throttle: browser refused the websocket: "+err.Error()
+		if resp != nil {
+			status = resp.StatusCode
+			if body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)); len(body) > 0 {
+				msg = string(body)
+			}
+		}
+		log.Warn().Err(err).Int("status", status).Msg("browser refused the websocket")
+		http.Error(w, msg, status)
+		return
+	}
+	cc, err := p.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		bc.Close()
+		log.Debug().Err(err).Msg("websocket upgrade failed")
+		return
+	}
+	pr := p.newPair(cc, bc, r.URL.Path, log)
+	if pr == nil {
+		return
+	}
+	log.Debug().Str("remote", r.RemoteAddr).Msg("client connected")
+	pr.run()
+}
+
+func (p *Proxy) newPair(cc, bc *websocket.Conn, path string, log zerolog.Logger) *pair {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr := &pair{
+		p:       p,
+		client:  &conn{c: cc, side: "client"},
+		browser: &conn{c: bc, side: "browser", toBrowser: true},
+		log:     log,
+		path:    path,
+		ctx:     ctx,
+		cancel:  cancel,
+		ended:   make(chan struct{}),
+	}
+	for _, c := range []*conn{pr.client, pr.browser} {
+		c.c.SetReadLimit(p.MaxMessageSize)
+		c.c.SetCloseHandler(func(int, string) error { return nil }) // the pumps pass closes on
+	}
+	// A client must answer pings; browsers are not asked to.
+	pongWait := 2*p.PingInterval + 10*time.Second
+	cc.SetReadDeadline(time.Now().Add(pongWait))
+	cc.SetPongHandler(func(string) error { return cc.SetReadDeadline(time.Now().Add(pongWait)) })
+	if p.holder != nil && p.holder.inStreamMode() {
+		pr.hold = newNavHold(pr)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		cancel()
+		cc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "relay shutting down"), time.Now().Add(time.Second))
+		cc.Close()
+		bc.Close()
+		return nil
+	}
+	p.pairs[pr] = struct{}{}
+	p.mu.Unlock()
+	return pr
+}
+
+// run relays until either side ends, passes the ending on to the other
+// side, and returns when both pumps and every held navigation are done.
+func (pr *pair) run() {
+	browserDone := make(chan struct{})
+	go func() {
+		pr.finish(pr.pump(pr.browser, pr.client))
+		close(browserDone)
+	}()
+	pr.finish(pr.pump(pr.client, pr.browser))
+	<-browserDone
+	pr.cancel()
+	pr.held.Wait()
+	pr.client.c.Close()
+	pr.browser.c.Close()
+	pr.p.mu.Lock()
+	delete(pr.p.pairs, pr)
+	pr.p.mu.Unlock()
+	close(pr.ended)
+}
+
+// pumpEnd is why a pump stopped.
+type pumpEnd struct {
+	from *conn // the side that was being read
+	to   *conn
+	err  error
+	// writeFailed is set when writing to the other side failed.
+	writeFailed bool
+}
+
+// closeGrace is how long the other side gets to answer a close.
+const closeGrace = 2 * time.Second
+
+// pump copies messages from src to dst until src ends or a write fails.
+func (pr *pair) pump(src, dst *conn) pumpEnd {
+	for {
+		mt, r, err := src.c.NextReader()
+		if err != nil {
+			return pumpEnd{from: src, to: dst, err: err}
+		}
+		if err := pr.relayMessage(src, dst, mt, r); err != nil {
+			var we writeError
+			if errors.As(err, &we) {
+				return pumpEnd{from: src, to: dst, err: we.err, writeFailed: true}
+			}
+			return pumpEnd{from: src, to: dst, err: err}
+		}
+	}
+}
+
+// writeError marks an error writing to the other side.
+type writeError struct{ err error }
+
+func (e writeError) Error() string { return e.err.Error() }
+
+// smallMessage is the size up to which a message is read whole before it is
+// written on; anything bigger is streamed through in pieces of this size.
+const smallMessage = 64 << 10
+
+var smallBufs = sync.Pool{New: func() any { b := make([]byte, smallMessage); return &b }}
+
+// relayMessage copies the message being read from src to dst. A message up
+// to smallMessage is read whole and written in one frame, as the browser
+// wrote it; a bigger one is streamed, so the relay never holds it whole.
+func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
+	bp := smallBufs.Get().(*[]byte)
+	defer smallBufs.Put(bp)
+	buf := *bp
+	n, err := io.ReadFull(r, buf)
+	switch err {
+	case io.EOF, io.ErrUnexpectedEOF: // the whole message is in buf[:n]
+		msg := buf[:n]
+		if dst.toBrowser {
+			// Chromium drops a connection on a binary frame; CDP is JSON text,
+			// and text the browser cannot parse it answers with an error.
+			mt = websocket.TextMessage
+		}
+		if pr.hold != nil {
+			if dst.toBrowser {
+				if pr.hold.fromClient(msg) {
+					return nil // held; written later by the hold
+				}
+			} else {
+				pr.hold.fromBrowser(msg)
+			}
+		}
+		if err := dst.writeMessage(mt, msg, pr.p.WriteTimeout); err != nil {
+			return writeError{err}
+		}
+		return nil
+	case nil: // bigger than buf: stream it
+	default:
+		return err
+	}
+	if dst.toBrowser {
+		mt = websocket.TextMessage
+	}
+	dst.wmu.Lock()
+	defer dst.wmu.Unlock()
+	dst.c.SetWriteDeadline(time.Now().Add(pr.p.WriteTimeout))
+	w, err := dst.c.NextWriter(mt)
+	if err != nil {
+		return writeError{err}
+	}
+	if _, err := w.Write(buf); err != nil {
+		return writeError{err}
+	}
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			// A big message may take longer than one timeout; what matters
+			// is that the peer keeps reading.
+			dst.c.SetWriteDeadline(time.Now().Add(pr.p.WriteTimeout))
+			if _, err := w.Write(buf[:n]); err != nil {
+				return writeError{err}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if err := w.Close(); err != nil {
+		return writeError{err}
+	}
+	return nil
+}
+
+// finish passes a pump's ending on: the side that closed or failed is
+// closed, and the other side gets the close code (or 1011/1001 when there
+// was none to pass on), then a little time to answer before its
+// connection is dropped.
+func (pr *pair) finish(e pumpEnd) {
+	if pr.closing.Swap(true) {
+		return
+	}
+	code, text := websocket.CloseNormalClosure, ""
+	var ce *websocket.CloseError
+	level := pr.log.Debug()
+	switch {
+	case errors.As(e.err, &ce):
+		code, text = ce.Code, ce.Text
+		if code == websocket.CloseAbnormalClosure || code == websocket.CloseTLSHandshake {
+			code, text = lostCode(e.from), e.from.side+" connection lost"
+		}
+	case e.writeFailed:
+		// The other side did not take a message in time (or is gone).
+		code, text = websocket.ClosePolicyViolation, e.to.side+" did not read in time"
+		level = pr.log.Warn()
+		e.from, e.to = e.to, e.from // the stalled side is the one closed without a word
+	case errors.Is(e.err, websocket.ErrReadLimit):
+		code, text = websocket.CloseMessageTooBig, "message over the read limit"
+		level = pr.log.Warn()
+	case isTimeout(e.err):
+		code, text = lostCode(e.from), e.from.side+" stopped answering pings"
+		level = pr.log.Warn()
+	default:
+		code, text = lostCode(e.from), e.from.side+" connection lost"
+	}
+	level.Str("from", e.from.side).Int("code", code).Str("reason", text).AnErr("err", quiet(e.err)).Msg("connection ending")
+	deadline := time.Now().Add(closeGrace)
+	msg := websocket.FormatCloseMessage(code, text)
+	if code == websocket.CloseNoStatusReceived {
+		msg = websocket.FormatCloseMessage(websocket.CloseNoStatusReceived, "")
+	}
+	// Answer the side that ended (a no-op when it is already gone), tell the
+	// other side, and bound how long its pump may wait for the answer.
+	_ = e.from.c.WriteControl(websocket.CloseMessage, msg, deadline)
+	_ = e.to.c.WriteControl(websocket.CloseMessage, msg, deadline)
+	e.from.c.SetReadDeadline(deadline)
+	e.to.c.SetReadDeadline(deadline)
+}
+
+// shutdown closes both sides with code and reason, as at relay shutdown.
+func (pr *pair) shutdown(code int, text string) {
+	if pr.closing.Swap(true) {
+		return
+	}
+	pr.log.Debug().Int("code", code).Str("reason", text).Msg("closing connection")
+	deadline := time.Now().Add(closeGrace)
+	msg := websocket.FormatCloseMessage(code, text)
+	_ = pr.client.c.WriteControl(websocket.CloseMessage, msg, deadline)
+	_ = pr.browser.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), deadline)
+	pr.client.c.SetReadDeadline(deadline)
+	pr.browser.c.SetReadDeadline(deadline)
+}
+
+// lostCode is the code the other side gets when side's connection was lost:
+// a client learns the browser failed (1011), a browser that its client went
+// away (1001).
+func lostCode(side *conn) int {
+	if side.toBrowser {
+		return websocket.CloseInternalServerErr
+	}
+	return websocket.CloseGoingAway
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// quiet drops the errors that are how connections normally end.
+func quiet(err error) error {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseGoingAway || ce.Code == websocket.CloseNoStatusReceived) {
+		return nil
+	}
+	return err
+}
