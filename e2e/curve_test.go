@@ -1,0 +1,191 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+func httpGet(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// backToBack navigates n times to host through the relay, issuing each
+// navigation the moment the server sees the one before: the seed's "back to
+// back" with the shortest load a real browser allows. Navigations rotate
+// over a few pages so none waits on a page still loading. It returns when
+// the server saw each request.
+func backToBack(t *testing.T, r *relayed, s *site, host string, n int) []time.Time {
+	t.Helper()
+	rc := dialRaw(t, browserWSVia(t, r))
+	const pages = 1
+	sessions := make([]string, pages)
+	for i := range sessions {
+		sessions[i], _ = rc.newPage()
+	}
+	prefix := fmt.Sprintf("/page/curve-%d", time.Now().UnixNano())
+	arrivals := make([]time.Time, 0, n)
+	var mu sync.Mutex
+	next := make(chan int, n)
+	s.onHit(func(h hit) {
+		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
+			return
+		}
+		mu.Lock()
+		arrivals = append(arrivals, h.At)
+		k := len(arrivals)
+		mu.Unlock()
+		if k < n {
+			next <- k
+		} else {
+			close(next)
+		}
+	})
+	defer s.onHit(nil)
+	navigate := func(i int) {
+		rc.send(sessions[i%pages], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("%s/%d", prefix, i))})
+	}
+	navigate(0)
+	deadline := time.After(time.Duration(n)*1300*time.Millisecond + 10*time.Second)
+	for {
+		select {
+		case i, ok := <-next:
+			if !ok {
+				return arrivals
+			}
+			navigate(i)
+		case <-deadline:
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("only %d of %d navigations reached the server", len(arrivals), n)
+		}
+	}
+}
+
+type curveStats struct {
+	span          time.Duration
+	p50, p95, max time.Duration
+	gaps          []time.Duration
+}
+
+func statsOf(at []time.Time) curveStats {
+	var s curveStats
+	for i := 1; i < len(at); i++ {
+		s.gaps = append(s.gaps, at[i].Sub(at[i-1]))
+	}
+	sorted := slices.Sorted(slices.Values(s.gaps))
+	pct := func(p float64) time.Duration {
+		return sorted[min(len(sorted)-1, max(0, int(math.Ceil(p*float64(len(sorted))))-1))]
+	}
+	s.span = at[len(at)-1].Sub(at[0])
+	s.p50, s.p95, s.max = pct(0.5), pct(0.95), sorted[len(sorted)-1]
+	return s
+}
+
+// firstAt returns the navigation (1-based) at which the gap first reaches level.
+func firstAt(gaps []time.Duration, level time.Duration) int {
+	for i, g := range gaps {
+		if g >= level-level/10 {
+			return i + 2
+		}
+	}
+	return -1
+}
+
+func within(got, want, tol time.Duration) bool { return got >= want-tol && got <= want+tol }
+
+// TestSeedCurveAdaptive reproduces the seed's measurement through real
+// Chromium: 400 navigations back to back to one host span 36.06 s with a
+// 100 ms plateau, and after 8 s idle a second phase repeats the first.
+func TestSeedCurveAdaptive(t *testing.T) {
+	s := newSite(t)
+	r := startRelay(t, limiter.Config{})
+	const host = "curve.test"
+	var phases [][]time.Time
+	for phase := 1; phase <= 2; phase++ {
+		if phase == 2 {
+			time.Sleep(8 * time.Second)
+		}
+		at := backToBack(t, r, s, host, 400)
+		st := statsOf(at)
+		t.Logf("phase %d: span %.2fs, gap p50 %.1fms p95 %.1fms max %.1fms; first 20ms gap at %d, 40 at %d, 60 at %d, 80 at %d, 100 at %d",
+			phase, st.span.Seconds(), ms(st.p50), ms(st.p95), ms(st.max),
+			firstAt(st.gaps, 20*time.Millisecond), firstAt(st.gaps, 40*time.Millisecond), firstAt(st.gaps, 60*time.Millisecond),
+			firstAt(st.gaps, 80*time.Millisecond), firstAt(st.gaps, 100*time.Millisecond))
+		if !within(st.span, 36060*time.Millisecond, 600*time.Millisecond) {
+			t.Errorf("phase %d: 400 navigations span %v, want 36.06s ± 0.6s", phase, st.span)
+		}
+		if !within(st.p50, 100*time.Millisecond, 2*time.Millisecond) {
+			t.Errorf("phase %d: gap p50 %v, want 100ms ± 2ms", phase, st.p50)
+		}
+		// The burst: the first ten go at load speed (here a real page's
+		// navigation start, ~10-30 ms), never at the limiter's 20 ms and more
+		// per navigation that would add up past 300 ms.
+		if burst := at[9].Sub(at[0]); burst > 9*35*time.Millisecond {
+			t.Errorf("phase %d: the first 10 navigations took %v, want load speed (the burst)", phase, burst)
+		}
+		phases = append(phases, at)
+	}
+	warnings := strings.Count(r.logs.String(), `"level":"warn","host":"curve.test"`)
+	if warnings != 1 {
+		t.Errorf("warnings naming curve.test: got %d, want exactly 1\n%s", warnings, r.logs.String())
+	}
+}
+
+// TestFixedSpacing: fixed 100 ms with the default burst spans 19.0 s for 200.
+func TestFixedSpacing(t *testing.T) {
+	s := newSite(t)
+	r := startRelay(t, fixed(100*time.Millisecond, 10))
+	at := backToBack(t, r, s, "fixed.test", 200)
+	st := statsOf(at)
+	t.Logf("span %.2fs, gap p50 %.1fms p95 %.1fms max %.1fms", st.span.Seconds(), ms(st.p50), ms(st.p95), ms(st.max))
+	if !within(st.span, 19*time.Second, 300*time.Millisecond) {
+		t.Errorf("200 navigations at fixed 100ms span %v, want 19.0s", st.span)
+	}
+	// The schedule is absolute: navigation k goes no earlier than
+	// (k-10)×100 ms after the first (ten ride the burst). Single gaps jitter
+	// around 100 ms with the timers, never the schedule.
+	for k := 11; k <= len(at); k++ {
+		if got, want := at[k-1].Sub(at[0]), time.Duration(k-10)*100*time.Millisecond; got < want-5*time.Millisecond {
+			t.Errorf("navigation %d arrived %v after the first, want at least %v", k, got, want)
+		}
+	}
+}
+
+// TestOffAndExemptNeverSpaced: with the limiter off, or to an exempt host,
+// navigations go at load speed.
+func TestOffAndExemptNeverSpaced(t *testing.T) {
+	check := func(t *testing.T, r *relayed, s *site, host string) {
+		at := backToBack(t, r, s, host, 60)
+		st := statsOf(at)
+		t.Logf("%s: span %.2fs, gap p50 %.1fms max %.1fms", host, st.span.Seconds(), ms(st.p50), ms(st.max))
+		if st.span > 3*time.Second || st.p50 > 20*time.Millisecond {
+			t.Errorf("%s: 60 navigations span %v with gap p50 %v: spaced out, want load speed", host, st.span, st.p50)
+		}
+	}
+	t.Run("off", func(t *testing.T) {
+		s := newSite(t)
+		check(t, startRelay(t, limiter.Config{Mode: limiter.Off}), s, "off.test")
+	})
+	t.Run("exempt", func(t *testing.T) {
+		ex := newSiteAt(t, "127.0.0.1")
+		check(t, startRelay(t, fixed(300*time.Millisecond, 1)), ex, "127.0.0.1")
+	})
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,382 @@
+//go:build e2e
+
+// Package e2e drives real headless Chromium through the relay with real
+// clients (puppeteer-core, playwright-core, chromedp, raw websockets), and
+// measures what a web server on a non-exempt loopback address sees.
+//
+// Run with: go test -tags e2e ./e2e (after npm ci in e2e/).
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/relay"
+)
+
+var chromiumPath = flag.String("chromium", "", "Chromium binary (default: $CHROMIUM, else chromium on PATH)")
+
+// browser is the Chromium every test shares; tests keep to their own pages.
+var browser struct {
+	http string // http://127.0.0.1:PORT of its CDP endpoint
+	ws   string // its browser websocket URL
+}
+
+// siteIP is the non-exempt loopback address test sites listen on; Chromium
+// maps every *.test name to it, so each name is a host of its own.
+const siteIP = "127.0.0.2"
+
+// ChromiumFlags are the flags Chromium needs as root on a closed network.
+var ChromiumFlags = []string{
+	"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+	"--disable-background-networking", "--disable-component-update", "--disable-sync",
+	"--disable-dev-shm-usage", "--host-resolver-rules=MAP *.test " + siteIP,
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code, err := runWithChromium(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func findChromium() (string, error) {
+	for _, p := range []string{*chromiumPath, os.Getenv("CHROMIUM")} {
+		if p != "" {
+			return p, nil
+		}
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no Chromium found: install Debian's chromium package (apt-get install chromium) or pass -chromium PATH")
+}
+
+// startChromium starts a headless Chromium with a fresh profile and returns
+// its CDP endpoint and a function that stops it.
+func startChromium(extra ...string) (httpURL, wsURL string, stop func(), err error) {
+	bin, err := findChromium()
+	if err != nil {
+		return "", "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "cdp-throttle-e2e-chromium-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	args := append(slices.Clone(ChromiumFlags), "--user-data-dir="+dir, "--remote-debugging-port=0")
+	args = append(append(args, extra...), "about:blank")
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", "", nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	stop = func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	listening := regexp.MustCompile(`DevTools listening on (ws://([^/\s]+)/\S+)`)
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+				break
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case m := <-found:
+		return "http://" + m[2], m[1], stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", "", nil, errors.New("chromium did not print its DevTools endpoint within 30s")
+	}
+}
+
+func runWithChromium(m *testing.M) (int, error) {
+	httpURL, wsURL, stop, err := startChromium()
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	browser.http, browser.ws = httpURL, wsURL
+	return m.Run(), nil
+}
+
+// hit is one request a test site received.
+type hit struct {
+	At     time.Time
+	Host   string // without port
+	Method string
+	Path   string
+	Query  string
+}
+
+// site is a web server on siteIP that records every request. Each *.test
+// name is a separate host to the limiter.
+type site struct {
+	t    *testing.T
+	port string
+	srv  *http.Server
+
+	mu     sync.Mutex
+	hits   []hit                 // guarded by mu
+	notify func(hit)             // guarded by mu
+	routes map[string]http.HandlerFunc
+}
+
+func newSite(t *testing.T) *site { return newSiteAt(t, siteIP) }
+
+// newSiteAt serves a site on ip, e.g. 127.0.0.1 for an exempt one.
+func newSiteAt(t *testing.T, ip string) *site {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("listening on %s (a loopback address Linux serves): %v", ip, err)
+	}
+	s := &site{t: t, routes: map[string]http.HandlerFunc{}}
+	_, s.port, _ = net.SplitHostPort(ln.Addr().String())
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
+	go s.srv.Serve(ln)
+	t.Cleanup(func() { s.srv.Close() })
+	return s
+}
+
+// url returns the URL of path on host (a name ending in .test, or siteIP).
+func (s *site) url(host, path string) string {
+	return "http://" + host + ":" + s.port + path
+}
+
+// handle adds a route for path, served after the hit is recorded.
+func (s *site) handle(path string, h http.HandlerFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.routes[path] = h
+}
+
+// onHit calls f for every request, as it arrives.
+func (s *site) onHit(f func(hit)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notify = f
+}
+
+func (s *site) serve(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	h := hit{At: time.Now(), Host: host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+	s.mu.Lock()
+	s.hits = append(s.hits, h)
+	notify, route := s.notify, s.routes[r.URL.Path]
+	s.mu.Unlock()
+	if notify != nil {
+		notify(h)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if route != nil {
+		route(w, r)
+		return
+	}
+	defaultRoutes(w, r)
+}
+
+// hitsOf returns the recorded requests for which keep is true.
+func (s *site) hitsOf(keep func(hit) bool) []hit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []hit
+	for _, h := range s.hits {
+		if keep == nil || keep(h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// documents returns the top-level page loads of host: paths under /page.
+func (s *site) documents(host string) []hit {
+	return s.hitsOf(func(h hit) bool { return h.Host == host && strings.HasPrefix(h.Path, "/page") })
+}
+
+// defaultRoutes is the site's content. Every page is no-store and unique by
+// its query, so the browser always asks the server.
+func defaultRoutes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/page"):
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, "<!doctype html><title>%s</title><body><h1>%s</h1>", r.URL.RawQuery, r.URL.Path)
+		if q.Get("sub") != "" {
+			// Subresources of the page's own host: never held.
+			fmt.Fprintf(w, `<iframe src="/frame?%[1]s"></iframe><img src="/img?%[1]s"><script src="/script?%[1]s"></script>
+<script>fetch("/fetch?%[1]s"); var x = new XMLHttpRequest(); x.open("GET", "/xhr?%[1]s"); x.send();</script>`, r.URL.RawQuery)
+		}
+		if to := q.Get("link"); to != "" {
+			fmt.Fprintf(w, `<a id="link" href="%s">next</a>`, htmlEscape(to))
+		}
+		if to := q.Get("form"); to != "" {
+			fmt.Fprintf(w, `<form id="get" action="%[1]s" method="get"><input name="f" value="get"><button id="getbtn">get</button></form>
+<form id="post" action="%[1]s" method="post"><input name="f" value="post"><button id="postbtn">post</button></form>`, htmlEscape(to))
+		}
+		if to := q.Get("meta"); to != "" {
+			fmt.Fprintf(w, `<meta http-equiv="refresh" content="0; url=%s">`, htmlEscape(to))
+		}
+		if q.Get("unload") != "" {
+			// An unload handler keeps the page out of the back/forward
+			// cache, so going back asks the server again.
+			fmt.Fprint(w, `<script>addEventListener("unload", function () {});</script>`)
+		}
+		fmt.Fprint(w, "</body>")
+	case r.URL.Path == "/frame":
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<!doctype html><title>frame</title>frame")
+	case r.URL.Path == "/img":
+		w.Header().Set("Content-Type", "image/gif")
+		w.Write([]byte("GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"))
+	case r.URL.Path == "/script":
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprint(w, "window.scriptRan = true;")
+	case r.URL.Path == "/redirect":
+		code := http.StatusFound
+		fmt.Sscan(q.Get("code"), &code)
+		http.Redirect(w, r, q.Get("to"), code)
+	case r.URL.Path == "/status":
+		code := http.StatusOK
+		fmt.Sscan(q.Get("code"), &code)
+		if ra := q.Get("ra"); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "<!doctype html><title>%d</title>status %d", code, code)
+	default:
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "ok")
+	}
+}
+
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", `"`, "&quot;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// relayed is an in-process relay in front of the shared Chromium.
+type relayed struct {
+	url  string // http://127.0.0.1:PORT
+	host string // 127.0.0.1:PORT
+	p    *relay.Proxy
+	logs *syncBuffer
+}
+
+// startRelay serves a relay with a limiter of its own.
+func startRelay(t *testing.T, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
+	t.Helper()
+	return startRelayTo(t, browser.http, cfg, opts...)
+}
+
+func startRelayTo(t *testing.T, upstream string, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := zerolog.New(logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	p := &relay.Proxy{Upstream: upstream, Limiter: limiter.New(cfg), Log: &log}
+	for _, o := range opts {
+		o(p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("starting the relay: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		srv.Close()
+		p.Close()
+		if t.Failed() {
+			t.Logf("relay log:\n%s", logs.String())
+		}
+	})
+	return &relayed{url: "http://" + ln.Addr().String(), host: ln.Addr().String(), p: p, logs: logs}
+}
+
+// fixed is a fixed-interval limiter configuration.
+func fixed(interval time.Duration, burst int) limiter.Config {
+	return limiter.Config{Mode: limiter.Fixed, Interval: interval, Burst: burst}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runNode runs e2e/js/<script> with node and the given environment, and
+// returns its standard output. The script fails the test by exiting non-zero.
+func runNode(t *testing.T, timeout time.Duration, script string, env ...string) []byte {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
+		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("js", script))
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node %s: %v\nstderr:\n%s\nstdout:\n%s", script, err, stderr.String(), stdout.String())
+	}
+	if stderr.Len() > 0 {
+		t.Logf("node %s stderr:\n%s", script, stderr.String())
+	}
+	return stdout.Bytes()
+}

@@ -1,0 +1,182 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// rawClient is a bare CDP client over one websocket, the way any raw
+// websocket user would talk to the relay. It records every message it gets.
+type rawClient struct {
+	t  *testing.T
+	c  *websocket.Conn
+	wm sync.Mutex
+
+	mu       sync.Mutex
+	nextID   int64
+	waiting  map[int64]chan rawMessage
+	received []rawMessage
+	done     chan struct{}
+}
+
+type rawMessage struct {
+	ID        int64           `json:"id,omitempty"`
+	Method    string          `json:"method,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error,omitempty"`
+	SessionID string `json:"sessionId,omitempty"`
+}
+
+func dialRaw(t *testing.T, url string) *rawClient {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatalf("dialing %s: %v", url, err)
+	}
+	rc := &rawClient{t: t, c: c, waiting: map[int64]chan rawMessage{}, done: make(chan struct{})}
+	go rc.read()
+	t.Cleanup(func() { rc.close() })
+	return rc
+}
+
+func (rc *rawClient) close() {
+	rc.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	select {
+	case <-rc.done:
+	case <-time.After(2 * time.Second):
+	}
+	rc.c.Close()
+	<-rc.done
+}
+
+func (rc *rawClient) read() {
+	defer close(rc.done)
+	for {
+		_, data, err := rc.c.ReadMessage()
+		if err != nil {
+			return
+		}
+		var m rawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
+			rc.t.Errorf("unreadable message from the relay: %v: %.200s", err, data)
+			continue
+		}
+		rc.mu.Lock()
+		rc.received = append(rc.received, m)
+		ch := rc.waiting[m.ID]
+		delete(rc.waiting, m.ID)
+		rc.mu.Unlock()
+		if m.ID != 0 && ch != nil {
+			ch <- m
+		}
+	}
+}
+
+// send writes a command and returns a channel for its reply.
+func (rc *rawClient) send(session, method string, params any) (int64, <-chan rawMessage) {
+	rc.mu.Lock()
+	rc.nextID++
+	id := rc.nextID
+	ch := make(chan rawMessage, 1)
+	rc.waiting[id] = ch
+	rc.mu.Unlock()
+	msg := map[string]any{"id": id, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	if session != "" {
+		msg["sessionId"] = session
+	}
+	data, _ := json.Marshal(msg)
+	rc.wm.Lock()
+	err := rc.c.WriteMessage(websocket.TextMessage, data)
+	rc.wm.Unlock()
+	if err != nil {
+		rc.t.Errorf("sending %s: %v", method, err)
+	}
+	return id, ch
+}
+
+// call sends a command and waits for its result.
+func (rc *rawClient) call(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
+	_, ch := rc.send(session, method, params)
+	select {
+	case m := <-ch:
+		if m.Error != nil {
+			return nil, fmt.Errorf("%s: %s (%d)", method, m.Error.Message, m.Error.Code)
+		}
+		return m.Result, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+func (rc *rawClient) mustCall(session, method string, params any) json.RawMessage {
+	rc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := rc.call(ctx, session, method, params)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return res
+}
+
+// newPage creates a page in a fresh browser context and attaches to it,
+// returning the session and target ids. The context is disposed at cleanup.
+func (rc *rawClient) newPage() (session, targetID string) {
+	rc.t.Helper()
+	var bc struct {
+		BrowserContextID string `json:"browserContextId"`
+	}
+	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
+	var tg struct {
+		TargetID string `json:"targetId"`
+	}
+	json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID}), &tg)
+	var at struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
+	rc.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.BrowserContextID})
+	})
+	return at.SessionID, tg.TargetID
+}
+
+// messages returns what the client has received so far.
+func (rc *rawClient) messages() []rawMessage {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]rawMessage(nil), rc.received...)
+}
+
+// browserWSVia returns the browser websocket URL the relay advertises.
+func browserWSVia(t *testing.T, r *relayed) string {
+	t.Helper()
+	resp, err := httpGet(r.url + "/json/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		WS string `json:"webSocketDebuggerUrl"`
+	}
+	if err := json.Unmarshal(resp, &v); err != nil || v.WS == "" {
+		t.Fatalf("/json/version through the relay: %v: %s", err, resp)
+	}
+	return v.WS
+}
