@@ -30,6 +30,8 @@ type relayConfig struct {
 	limiter      limiter.Config
 	intercept    relay.Intercept
 	allowOrigins []string
+	allowHosts   []string
+	token        string
 	maxMessage   int64
 	startTimeout time.Duration
 	browserCmd   []string // after --: a browser the relay starts and stops
@@ -42,6 +44,9 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "upstream", Value: defaultUpstream, Usage: "browser CDP endpoint: http://host:port or a ws:// URL", EnvVars: env("UPSTREAM")},
 		&cli.StringFlag{Name: "intercept", Value: "auto", Usage: "how navigations are caught: auto, fetch (browser-level Fetch) or navigate (hold Page.navigate in client streams)", EnvVars: env("INTERCEPT")},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "Origin a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
+		&cli.StringSliceFlag{Name: "allow-host", Usage: "name a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
+		&cli.StringFlag{Name: "token", Usage: "require this token on every request (Authorization: Bearer TOKEN or ?token=TOKEN)", EnvVars: env("TOKEN")},
+		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 		&cli.DurationFlag{Name: "start-timeout", Value: relay.DefaultStartTimeout, Usage: "how long to wait for the browser at start", EnvVars: env("START_TIMEOUT")},
 	}
@@ -68,6 +73,12 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		return cfg, usagef("--intercept %q: want auto, fetch or navigate", c.String("intercept"))
 	}
 	cfg.allowOrigins = c.StringSlice("allow-origin")
+	cfg.allowHosts = c.StringSlice("allow-host")
+	cfg.token = c.String("token")
+	if !loopbackListen(cfg.listen) && cfg.token == "" && !c.Bool("insecure-listen") {
+		return cfg, usagef("--listen %s is reachable from other machines, and whoever reaches the relay drives the browser "+
+			"(runs scripts in its pages, reads its cookies and files): set --token, or --insecure-listen if the network is yours", cfg.listen)
+	}
 	if cfg.maxMessage = c.Int64("max-message-size"); cfg.maxMessage < 1<<10 {
 		return cfg, usagef("--max-message-size %d: want at least 1024 bytes", cfg.maxMessage)
 	}
@@ -110,6 +121,8 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 		MaxMessageSize: cfg.maxMessage,
 		StartTimeout:   cfg.startTimeout,
 		AllowOrigins:   cfg.allowOrigins,
+		AllowHosts:     cfg.allowHosts,
+		Token:          cfg.token,
 	}
 	startCtx, cancelStart := context.WithCancelCause(ctx)
 	defer cancelStart(nil)
@@ -155,4 +168,18 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 		err = nil
 	}
 	return err
+}
+
+// loopbackListen reports whether a listen address is reachable only from
+// this machine.
+func loopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

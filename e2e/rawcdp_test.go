@@ -25,14 +25,15 @@ type rawClient struct {
 	waiting  map[int64]chan rawMessage
 	received []rawMessage
 	done     chan struct{}
+	closeErr error // how the connection ended, once done is closed
 }
 
 type rawMessage struct {
-	ID        int64           `json:"id,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *struct {
+	ID     int64           `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"error,omitempty"`
@@ -66,6 +67,7 @@ func (rc *rawClient) read() {
 	for {
 		_, data, err := rc.c.ReadMessage()
 		if err != nil {
+			rc.closeErr = err
 			return
 		}
 		var m rawMessage
@@ -104,7 +106,11 @@ func (rc *rawClient) send(session, method string, params any) (int64, <-chan raw
 	err := rc.c.WriteMessage(websocket.TextMessage, data)
 	rc.wm.Unlock()
 	if err != nil {
-		rc.t.Errorf("sending %s: %v", method, err)
+		select {
+		case <-rc.done: // the connection is over; the call just fails
+		default:
+			rc.t.Errorf("sending %s: %v", method, err)
+		}
 	}
 	return id, ch
 }

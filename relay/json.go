@@ -16,6 +16,9 @@ import (
 // ServeHTTP serves the browser's HTTP endpoints, with every URL in them
 // pointing at the relay, and relays websockets.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.authorize(w, r) {
+		return
+	}
 	if websocket.IsWebSocketUpgrade(r) {
 		p.serveWebsocket(w, r)
 		return
@@ -43,8 +46,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // rewriter turns the browser's JSON into the relay's, given the relay's
-// host as the client reached it.
-type rewriter func(body []byte, host string) ([]byte, error)
+// host as the client reached it and a function that adds the token.
+type rewriter func(body []byte, host string, token func(string) string) ([]byte, error)
 
 func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path string, rw rewriter) {
 	body, resp, err := p.upstream.get(r.Context(), method, path, r.URL.RawQuery)
@@ -54,7 +57,7 @@ func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path s
 		return
 	}
 	if rw != nil && resp.StatusCode == http.StatusOK {
-		if out, err := rw(body, r.Host); err == nil {
+		if out, err := rw(body, r.Host, p.withToken); err == nil {
 			body = out
 		} else {
 			p.log.Warn().Err(err).Str("path", path).Msg("browser answer not rewritten")
@@ -94,7 +97,7 @@ func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]b
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // rewriteList rewrites each target of /json/list.
-func rewriteList(body []byte, host string) ([]byte, error) {
+func rewriteList(body []byte, host string, token func(string) string) ([]byte, error) {
 	var list []json.RawMessage
 	if err := json.Unmarshal(body, &list); err != nil {
 		return nil, err
@@ -105,7 +108,7 @@ func rewriteList(body []byte, host string) ([]byte, error) {
 		if i > 0 {
 			out.WriteString(", ")
 		}
-		obj, err := rewriteObject(item, host)
+		obj, err := rewriteObject(item, host, token)
 		if err != nil {
 			return nil, err
 		}
@@ -116,9 +119,9 @@ func rewriteList(body []byte, host string) ([]byte, error) {
 }
 
 // rewriteObject points webSocketDebuggerUrl and devtoolsFrontendUrl of one
-// JSON object at host, keeping every other member as the browser wrote it
+// JSON object at host (the websocket URL with the token), keeping every other member as the browser wrote it
 // and in its order.
-func rewriteObject(body []byte, host string) ([]byte, error) {
+func rewriteObject(body []byte, host string, token func(string) string) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, fmt.Errorf("relay: want a JSON object")
@@ -137,7 +140,7 @@ func rewriteObject(body []byte, host string) ([]byte, error) {
 		}
 		switch key {
 		case "webSocketDebuggerUrl":
-			val = rewriteString(val, func(s string) string { return rewriteWSURL(s, host) })
+			val = rewriteString(val, func(s string) string { return token(rewriteWSURL(s, host)) })
 		case "devtoolsFrontendUrl":
 			val = rewriteString(val, func(s string) string { return rewriteFrontendURL(s, host) })
 		}

@@ -103,6 +103,12 @@ type Proxy struct {
 	// upgrade without an Origin header, as automation clients send it, is
 	// always allowed.
 	AllowOrigins []string
+	// AllowHosts lists the names, besides IP literals and localhost, that a
+	// request's Host header may carry.
+	AllowHosts []string
+	// Token, when set, is required on every request, as "Authorization:
+	// Bearer TOKEN" or "?token=TOKEN"; the URLs the relay advertises carry it.
+	Token string
 
 	log      zerolog.Logger // set once by Start
 	upstream *upstream      // set once by Start

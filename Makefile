@@ -1,0 +1,62 @@
+# cdp-throttle — the two commands a new user needs are `make run` and `make test`.
+
+SHELL   := /bin/bash
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || echo /usr/bin/chromium)
+PORT    ?= 9222
+
+# Flags headless Chromium needs as root on a closed network.
+CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+	--disable-background-networking --disable-component-update --disable-sync \
+	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
+
+.PHONY: all build run test unit e2e deps chromium node-deps bench fuzz fmt vet clean
+
+all: build
+
+build:
+	$(GO) build -o cdp-throttle .
+
+# Start the relay on 127.0.0.1:9322 in front of a headless Chromium it launches.
+run: chromium build
+	./cdp-throttle $(ARGS) -- $(CHROMIUM) $(CHROMIUM_FLAGS)
+
+# Everything CI runs: formatting, vet, unit tests with -race, fuzz seeds,
+# and the end-to-end suite against real Chromium with real clients.
+test: deps fmt vet unit e2e
+
+fmt:
+	@out=$$(gofmt -l . | grep -v node_modules); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+e2e: deps
+	cd e2e && $(GO) test -tags e2e -count=1 -timeout 25m -v .
+
+deps: chromium node-deps
+
+# Debian's chromium package, unless a Chromium is already there.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+node-deps:
+	@[ -d e2e/node_modules/puppeteer-core ] && [ -d e2e/node_modules/playwright-core ] || (cd e2e && npm ci --no-audit --no-fund)
+
+bench:
+	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
+
+# Longer fuzzing than the seed runs in `make test`: FUZZTIME per target.
+FUZZTIME ?= 2m
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzKey -fuzztime $(FUZZTIME) ./limiter
+	$(GO) test -run XXX -fuzz FuzzScan -fuzztime $(FUZZTIME) ./cdp
+
+clean:
+	rm -f cdp-throttle demo.html

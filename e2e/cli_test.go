@@ -1,0 +1,231 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+var buildOnce sync.Once
+var binary, buildErr = "", error(nil)
+
+// buildBinary builds cdp-throttle the way the README says, once per run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cdp-throttle-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "cdp-throttle")
+		out, err := exec.Command("go", "build", "-o", binary, "..").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
+	}
+	return binary
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// logLines collects a process's JSON log lines and signals each message.
+type logLines struct {
+	mu    sync.Mutex
+	lines []map[string]any
+	raw   bytes.Buffer
+	seen  chan string
+}
+
+func (l *logLines) read(r *bufio.Scanner) {
+	for r.Scan() {
+		line := r.Bytes()
+		var m map[string]any
+		l.mu.Lock()
+		l.raw.Write(line)
+		l.raw.WriteByte('\n')
+		if json.Unmarshal(line, &m) == nil {
+			l.lines = append(l.lines, m)
+		}
+		l.mu.Unlock()
+		if msg, _ := m["message"].(string); msg != "" {
+			select {
+			case l.seen <- msg:
+			default:
+			}
+		}
+	}
+	close(l.seen)
+}
+
+func (l *logLines) waitFor(t *testing.T, message string, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		l.mu.Lock()
+		for _, m := range l.lines {
+			if m["message"] == message {
+				l.mu.Unlock()
+				return m
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case _, ok := <-l.seen:
+			if !ok {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				t.Fatalf("process ended before logging %q:\n%s", message, l.raw.String())
+			}
+		case <-deadline:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("no %q logged within %v:\n%s", message, within, l.raw.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestCommandLaunchesAndStopsBrowser runs the binary with a browser command
+// after --: it starts Chromium, waits for it, relays to it, and on SIGTERM
+// closes its clients with 1001, stops the browser and exits 0.
+func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
+	bin := buildBinary(t)
+	chromium, err := findChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + freePort(t)
+	cdpPort := freePort(t)
+	args := []string{"--listen", listen, "--http-nav-delay", "300", "--http-nav-burst", "1", "--log-format", "json", "--",
+		chromium}
+	args = append(append(args, ChromiumFlags...), "--user-data-dir="+t.TempDir(), "--remote-debugging-port="+cdpPort)
+	cmd := exec.Command(bin, args...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	logs := &logLines{seen: make(chan string, 64)}
+	go logs.read(bufio.NewScanner(stderr))
+
+	start := logs.waitFor(t, "cdp-throttle starting", 10*time.Second)
+	if start["mode"] != "fixed300" || start["burst"] != float64(1) || start["listen"] != listen || start["upstream"] != "http://127.0.0.1:"+cdpPort {
+		t.Errorf("startup line: got %v, want mode fixed300, burst 1, listen %s, upstream from the browser command", start, listen)
+	}
+	started := logs.waitFor(t, "browser started", 10*time.Second)
+	pid := int(started["pid"].(float64))
+	logs.waitFor(t, "relay ready", 40*time.Second)
+
+	// A client through the relay navigates twice; the second waits 300 ms.
+	s := newSite(t)
+	rc := dialRaw(t, browserWSVia(t, &relayed{url: "http://" + listen}))
+	session, _ := rc.newPage()
+	// A fresh page's first request takes longer to leave the browser; warm
+	// it on another host so the server sees the relay's spacing.
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page")})
+	for i := range 2 {
+		rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("cli.test", "/page?n="+strconv.Itoa(i))})
+	}
+	docs := s.documents("cli.test")
+	if len(docs) != 2 || docs[1].At.Sub(docs[0].At) < 250*time.Millisecond { // unheld: ~10 ms; a first request to a host leaves the browser a little later
+		t.Fatalf("through the launched browser: got %d documents %v, want 2, 300 ms apart", len(docs), docs)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, logs.raw.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("still running 15 s after SIGTERM")
+	}
+	<-rc.done
+	if !websocket.IsCloseError(rc.closeErr, websocket.CloseGoingAway) {
+		t.Errorf("client connection ended with %v, want close 1001 (going away)", rc.closeErr)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("browser pid %d still alive after the relay exited", pid)
+	}
+	if !slices.ContainsFunc(logs.lines, func(m map[string]any) bool { return m["message"] == "browser stopped" }) {
+		t.Errorf("no \"browser stopped\" in the log:\n%s", logs.raw.String())
+	}
+}
+
+// TestCommandUpstreamNeverUp: a browser that never answers is a clear error.
+func TestCommandUpstreamNeverUp(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:"+freePort(t), "--upstream", "http://127.0.0.1:"+freePort(t), "--start-timeout", "2s", "--log-format", "json")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit status 1\n%s", err, out)
+	}
+	last := lastLine(out)
+	if !strings.Contains(last, "did not answer") || !strings.Contains(last, "connection refused") {
+		t.Errorf("last line %q, want it to say the upstream did not answer and why", last)
+	}
+}
+
+// TestCommandBadFlags: bad input exits 2 with one line.
+func TestCommandBadFlags(t *testing.T) {
+	bin := buildBinary(t)
+	for _, args := range [][]string{
+		{"--http-nav-delay", "-1"},
+		{"--http-nav-delay", "soon"},
+		{"--http-nav-burst", "many"},
+		{"--listen", "nowhere"},
+		{"--upstream", "localhost:9222"},
+		{"--log-level", "loud"},
+		{"--intercept", "magic"},
+		{"--no-such-flag"},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("%v: got %v, want exit status 2\n%s", args, err, out)
+			continue
+		}
+		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "cdp-throttle: ") {
+			t.Errorf("%v: printed %q, want one line starting cdp-throttle:", args, out)
+		}
+	}
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
