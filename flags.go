@@ -33,7 +33,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "cdp-throttle",
 		Usage:     "a CDP relay that spaces out top-level navigations per host",
-		UsageText: "cdp-throttle [flags] [-- BROWSER COMMAND ...]\ncdp-throttle simulate [flags]",
+		UsageText: "cdp-throttle [flags] [-- BROWSER COMMAND ...]\ncdp-throttle simulate [flags]\ncdp-throttle demo [flags]",
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     append(relayFlags(), append(limiterFlags(), logFlags()...)...),
@@ -45,6 +45,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return runRelay(c.Context, cfg)
 		},
 		Commands: []*cli.Command{
+			{
+				Name:         "demo",
+				Usage:        "reproduce the seed's measurement against a real Chromium and chart it",
+				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--browser PATH] [--out demo.html]",
+				Flags:        demoFlags(),
+				OnUsageError: onUsage,
+				Action: func(c *cli.Context) error {
+					opts, err := demoOptionsFrom(c)
+					if err != nil {
+						return err
+					}
+					return runDemo(c.Context, opts, stdout, stderr)
+				},
+			},
 			{
 				Name:         "simulate",
 				Usage:        "replay the limiter on a simulated clock and print the schedule",

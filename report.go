@@ -10,28 +10,55 @@ import (
 	"time"
 )
 
-// writeReport prints, for the start times of each phase's navigations to one
-// host, the tables of the seed: when each enforced gap first appears (phase
-// 1), a line per phase with span, rate and gap percentiles, and the gaps at
-// the start of each phase. quantum is the unit gaps are read in when telling
-// an enforced gap from page-load noise.
-func writeReport(w io.Writer, mode string, quantum time.Duration, phases [][]time.Duration) {
-	if len(phases) == 0 || len(phases[0]) == 0 {
-		return
-	}
-	writeFirstAt(w, quantum, phases[0])
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-9s %5s %5s %9s %6s %8s %8s %8s\n", "mode", "phase", "reqs", "span (s)", "req/s", "gap p50", "gap p95", "gap max")
-	for i, starts := range phases {
-		name := mode
-		if i > 0 {
-			name = ""
+// modeRun is what one limiter mode did: for each phase, when each
+// navigation started (simulated) or reached the server (measured).
+type modeRun struct {
+	mode    string        // off, fixed100, adaptive
+	quantum time.Duration // the unit enforced gaps are read in: the limiter's base interval
+	phases  [][]time.Duration
+	// booked is when the limiter let phase 1's navigations go, which the
+	// first-at table is read from; nil when nothing was booked (off).
+	booked []booking
+}
+
+// booking is one navigation as the limiter let it go.
+type booking struct {
+	start  time.Duration // from the phase's first navigation
+	waited bool          // it was held: its gap is the limiter's, not the page load's
+}
+
+// writeReport prints the seed's tables for runs: when each enforced gap
+// first appears (phase 1 of each run), a line per phase with span, rate and
+// gap percentiles, and the gaps at the start of each phase.
+func writeReport(w io.Writer, runs ...modeRun) {
+	for _, r := range runs {
+		if len(r.phases) == 0 || len(r.phases[0]) == 0 {
+			return
 		}
-		s := phaseStats(starts)
-		fmt.Fprintf(w, "%-9s %5d %5d %9.2f %6.1f %8.1f %8.1f %8.1f\n", name, i+1, len(starts), s.span.Seconds(), s.rate, msf(s.p50), msf(s.p95), msf(s.max))
+	}
+	for _, r := range runs {
+		if len(r.booked) == 0 {
+			continue
+		}
+		if len(runs) > 1 {
+			fmt.Fprintf(w, "%s, as the limiter let navigations go:\n", r.mode)
+		}
+		writeFirstAt(w, r.quantum, r.booked)
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%-9s %5s %5s %9s %6s %8s %8s %8s\n", "mode", "phase", "reqs", "span (s)", "req/s", "gap p50", "gap p95", "gap max")
+	for _, r := range runs {
+		for i, starts := range r.phases {
+			name := r.mode
+			if i > 0 {
+				name = ""
+			}
+			s := phaseStats(starts)
+			fmt.Fprintf(w, "%-9s %5d %5d %9.2f %6.1f %8.1f %8.1f %8.1f\n", name, i+1, len(starts), s.span.Seconds(), s.rate, msf(s.p50), msf(s.p95), msf(s.max))
+		}
 	}
 	fmt.Fprintln(w)
-	writeStartGaps(w, phases)
+	writeStartGaps(w, runs)
 }
 
 type stats struct {
@@ -65,16 +92,20 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // writeFirstAt prints at which navigation each enforced gap first appears
-// and how long after the first navigation. A gap is read in whole quanta;
-// the first row is the run of navigations that went at load speed.
-func writeFirstAt(w io.Writer, quantum time.Duration, starts []time.Duration) {
+// and how long after the first navigation. Only a navigation the limiter
+// held has an enforced gap, read in whole quanta; the first row is the run
+// of navigations that went at load speed.
+func writeFirstAt(w io.Writer, quantum time.Duration, navs []booking) {
 	fmt.Fprintf(w, "%-13s %-20s %s\n", "enforced gap", "first at navigation", "after")
 	level := func(i int) time.Duration {
-		q := math.Round(float64(starts[i]-starts[i-1]) / float64(quantum))
+		if !navs[i].waited {
+			return 0
+		}
+		q := math.Round(float64(navs[i].start-navs[i-1].start) / float64(quantum))
 		return time.Duration(q) * quantum
 	}
 	free := 1
-	for free < len(starts) && level(free) == 0 {
+	for free < len(navs) && level(free) == 0 {
 		free++
 	}
 	first := "1"
@@ -83,30 +114,36 @@ func writeFirstAt(w io.Writer, quantum time.Duration, starts []time.Duration) {
 	}
 	fmt.Fprintf(w, "%-13s %-20s %s\n", "0ms", first, "0s")
 	var top time.Duration
-	for i := free; i < len(starts); i++ {
+	for i := free; i < len(navs); i++ {
 		if l := level(i); l > top {
 			top = l
-			fmt.Fprintf(w, "%-13s %-20d %.2fs\n", strconv.FormatInt(l.Milliseconds(), 10)+"ms", i+1, (starts[i] - starts[0]).Seconds())
+			fmt.Fprintf(w, "%-13s %-20d %.2fs\n", strconv.FormatInt(l.Milliseconds(), 10)+"ms", i+1, (navs[i].start - navs[0].start).Seconds())
 		}
 	}
 }
 
 // writeStartGaps prints the gaps before navigations 2 to 14 of each phase.
-func writeStartGaps(w io.Writer, phases [][]time.Duration) {
+func writeStartGaps(w io.Writer, runs []modeRun) {
 	const last = 14
 	var head strings.Builder
 	fmt.Fprintf(&head, "%-14s", "nav")
-	for n := 2; n <= min(last, len(phases[0])); n++ {
+	for n := 2; n <= min(last, len(runs[0].phases[0])); n++ {
 		fmt.Fprintf(&head, " %6d", n)
 	}
 	fmt.Fprintln(w, head.String())
-	for p, starts := range phases {
-		var row strings.Builder
-		fmt.Fprintf(&row, "%-14s", fmt.Sprintf("gap (ms) ph %d", p+1))
-		for n := 2; n <= min(last, len(starts)); n++ {
-			fmt.Fprintf(&row, " %6.1f", msf(starts[n-1]-starts[n-2]))
+	for _, r := range runs {
+		for p, starts := range r.phases {
+			label := fmt.Sprintf("gap (ms) ph %d", p+1)
+			if len(runs) > 1 {
+				label = fmt.Sprintf("%s ph %d", r.mode, p+1)
+			}
+			var row strings.Builder
+			fmt.Fprintf(&row, "%-14s", label)
+			for n := 2; n <= min(last, len(starts)); n++ {
+				fmt.Fprintf(&row, " %6.1f", msf(starts[n-1]-starts[n-2]))
+			}
+			fmt.Fprintln(w, row.String())
 		}
-		fmt.Fprintln(w, row.String())
 	}
 }
 

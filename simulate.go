@@ -98,12 +98,17 @@ func runSimulate(o simulateOptions, stdout io.Writer) error {
 		writeSimCSV(w, navs)
 	} else {
 		phases := make([][]time.Duration, o.phases)
+		var booked []booking
 		for _, n := range navs {
 			phases[n.phase-1] = append(phases[n.phase-1], n.start)
+			if n.phase == 1 {
+				booked = append(booked, booking{start: n.start, waited: n.wait > 0})
+			}
 		}
 		fmt.Fprintf(w, "%d navigations per phase to one host, each requested %v after the previous one started; burst %d\n\n",
 			o.navigations, o.load, max(o.limiter.Burst, 1))
-		writeReport(w, modeName(o.limiter), quantumFor(o.limiter), phases)
+		run := modeRun{mode: modeName(o.limiter), quantum: quantumFor(o.limiter), phases: phases, booked: booked}
+		writeReport(w, run)
 	}
 	return w.Flush()
 }

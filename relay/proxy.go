@@ -61,6 +61,18 @@ func (i Intercept) String() string {
 	return [...]string{"auto", "fetch", "navigate"}[i]
 }
 
+// Limiter books navigation slots per host, as *limiter.Limiter does in
+// process; a shared store can stand in for it. Its methods must be safe for
+// concurrent use.
+type Limiter interface {
+	// Mode reports whether the limiter is adaptive, fixed or off.
+	Mode() limiter.Mode
+	// Reserve books host's next slot for a navigation wanted at now.
+	Reserve(host string, now time.Time) limiter.Reservation
+	// Observe feeds the answer a navigation of host got at now back.
+	Observe(host string, o limiter.Outcome, now time.Time)
+}
+
 // Defaults for the zero values of Proxy's fields.
 const (
 	DefaultMaxMessageSize = 256 << 20 // what Puppeteer accepts
@@ -80,7 +92,7 @@ type Proxy struct {
 	Upstream string
 	// Limiter books the navigations. Nil, or a limiter that is Off, relays
 	// without ever delaying.
-	Limiter *limiter.Limiter
+	Limiter Limiter
 	// Intercept chooses how navigations are caught.
 	Intercept Intercept
 	// Log receives the relay's logs. Nil logs nothing.
