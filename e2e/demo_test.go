@@ -1,0 +1,99 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"image/png"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// TestDemo runs `cdp-throttle demo` small, checks the shape of its tables,
+// then opens the chart it wrote in Chromium and looks at a screenshot of it.
+func TestDemo(t *testing.T) {
+	bin := buildBinary(t)
+	out := filepath.Join(t.TempDir(), "demo.html")
+	cmd := exec.Command(bin, "demo", "--navigations", "15", "--phases", "2", "--idle", "1s", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	report := stdout.String()
+	t.Logf("demo output:\n%s", report)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^mode\s+phase\s+reqs\s+span \(s\)\s+req/s\s+gap p50\s+gap p95\s+gap max$`),
+		regexp.MustCompile(`(?m)^off\s+1\s+15\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`),
+		regexp.MustCompile(`(?m)^fixed100\s+1\s+15\s`),
+		regexp.MustCompile(`(?m)^adaptive\s+1\s+15\s`),
+		regexp.MustCompile(`(?m)^\s+2\s+15\s+[\d.]+`),
+		regexp.MustCompile(`(?m)^nav\s+2\s+3\s+4\s.*\s14$`),
+		regexp.MustCompile(`(?m)^adaptive ph 2(\s+[\d.]+){13}$`),
+		regexp.MustCompile(`(?m)^adaptive, as the limiter let navigations go:\nenforced gap\s+first at navigation\s+after\n0ms\s+1 to \d+\s+0s$`),
+		regexp.MustCompile(`(?m)^chart: .*demo.html$`),
+	} {
+		if !want.MatchString(report) {
+			t.Errorf("demo output lacks %v", want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "adaptive  phase 2: 15/15 navigations") {
+		t.Errorf("no progress line for the last phase on stderr:\n%s", stderr.String())
+	}
+
+	// The chart, in a real browser: three series, drawn.
+	r := startRelay(t, limiter.Config{Mode: limiter.Off}) // just a way in
+	rc := dialRaw(t, browserWSVia(t, r))
+	session, _ := rc.newPage()
+	rc.mustCall(session, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 960, "height": 1000, "deviceScaleFactor": 1, "mobile": false})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": "file://" + out})
+	var eval struct {
+		Result struct {
+			Value string `json:"value"`
+		} `json:"result"`
+	}
+	json.Unmarshal(rc.mustCall(session, "Runtime.evaluate", map[string]any{
+		"expression":    `[...new Set([...document.querySelectorAll("#arrivals polyline.series")].map(p => p.dataset.mode + ":" + (p.getAttribute("points").split(" ").length)))].sort().join(",")`,
+		"returnByValue": true,
+	}), &eval)
+	if got := eval.Result.Value; !regexp.MustCompile(`^adaptive:15,fixed100:15,off:15$`).MatchString(got) {
+		t.Errorf("series in the arrivals chart: got %q, want adaptive, fixed100 and off with 15 points each", got)
+	}
+	var shot struct {
+		Data string `json:"data"`
+	}
+	json.Unmarshal(rc.mustCall(session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
+	raw, err := base64.StdEncoding.DecodeString(shot.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	colors := map[string][3]uint32{"off": {0x7f, 0x7f, 0x7f}, "fixed100": {0x1b, 0x64, 0xc8}, "adaptive": {0xd9, 0x5f, 0x02}}
+	for mode, c := range colors {
+		n := 0
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				if near(r>>8, c[0]) && near(g>>8, c[1]) && near(bl>>8, c[2]) {
+					n++
+				}
+			}
+		}
+		if n < 200 {
+			t.Errorf("screenshot has %d pixels of %s's colour, want a drawn series (≥ 200)", n, mode)
+		}
+	}
+}
+
+func near(a, b uint32) bool { return a+12 >= b && a <= b+12 }
