@@ -1,4 +1,4 @@
-# cdp-throttle — the two commands a new user needs are `make run` and `make test`.
+# cdp-throttle — a new user needs two commands: `make demo` and `make test`.
 
 SHELL   := /bin/bash
 GO      ?= go
@@ -11,12 +11,17 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
 
-.PHONY: all build run test unit e2e deps chromium node-deps bench fuzz fmt vet clean
+.PHONY: all build demo run test unit e2e deps chromium node-deps bench fuzz fmt vet clean
 
 all: build
 
 build:
 	$(GO) build -o cdp-throttle .
+
+# Reproduce the seed's measurement against a real Chromium: tables on
+# stdout, the chart in demo.html. ARGS="--navigations 400" for the seed's run.
+demo: chromium build
+	./cdp-throttle demo $(ARGS)
 
 # Start the relay on 127.0.0.1:9322 in front of a headless Chromium it launches.
 run: chromium build
