@@ -161,19 +161,18 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.upstream = up
 	p.pairs = make(map[*pair]struct{})
-	pool := &bufferPool{}
+	// Write buffers are per connection and small: the server side writes
+	// a message of any size in one frame past its buffer, and Chromium
+	// takes a bigger command in fragments. (A shared buffer pool would
+	// cost an allocation per message.)
 	p.dialer = &websocket.Dialer{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   4 << 10,
-		// Chromium takes a message in one frame when it fits the write
-		// buffer; pooled, it costs nothing while a connection is idle.
-		WriteBufferSize: 1 << 20,
-		WriteBufferPool: pool,
+		WriteBufferSize:  8 << 10,
 	}
 	p.upgrader = &websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		WriteBufferSize:  64 << 10,
-		WriteBufferPool:  pool,
+		WriteBufferSize:  8 << 10,
 		CheckOrigin:      p.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
 			http.Error(w, reason.Error(), status)
@@ -426,10 +425,3 @@ func waitDial(ctx context.Context, wsURL string, log zerolog.Logger) error {
 		backoff = min(2*backoff, time.Second)
 	}
 }
-
-// bufferPool shares websocket write buffers between connections, so an idle
-// connection holds none.
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() any  { return b.p.Get() }
-func (b *bufferPool) Put(x any) { b.p.Put(x) }

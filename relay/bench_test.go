@@ -1,0 +1,376 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+)
+
+// echoBrowser is the fastest possible CDP browser: it answers every command
+// at once with an empty result, and answers "Bench.big" with a message of
+// the asked size (a reply, or an event when params.event is set).
+type echoBrowser struct {
+	srv *httptest.Server
+}
+
+func newEchoBrowser(tb testing.TB) *echoBrowser {
+	tb.Helper()
+	up := websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	eb := &echoBrowser{}
+	eb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json/version" {
+			fmt.Fprintf(w, `{"Browser":"Echo/1.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/echo"}`, r.Host)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetReadLimit(1 << 30)
+		var out []byte
+		for {
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			id := benchID(msg)
+			if strings.Contains(string(msg), `"Bench.big"`) {
+				var p struct {
+					Params struct {
+						Size  int  `json:"size"`
+						Event bool `json:"event"`
+					} `json:"params"`
+				}
+				json.Unmarshal(msg, &p)
+				out = bigMessage(out[:0], id, p.Params.Size, p.Params.Event)
+			} else {
+				out = append(append(append(out[:0], `{"id":`...), id...), `,"result":{}}`...)
+			}
+			if err := c.WriteMessage(websocket.TextMessage, out); err != nil {
+				return
+			}
+		}
+	}))
+	tb.Cleanup(eb.srv.Close)
+	return eb
+}
+
+// benchID returns the raw id of a command written as {"id":N,...}.
+func benchID(msg []byte) []byte {
+	s := string(msg)
+	i := strings.Index(s, `"id":`) + 5
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	return msg[i:j]
+}
+
+// bigMessage builds a message of about size bytes: a screenshot-like reply,
+// or a Network-event-like one when event is set.
+func bigMessage(out, id []byte, size int, event bool) []byte {
+	if event {
+		out = append(out, `{"method":"Bench.bigEvent","params":{"data":"`...)
+	} else {
+		out = append(append(append(out, `{"id":`...), id...), `,"result":{"data":"`...)
+	}
+	for range size {
+		out = append(out, 'A')
+	}
+	return append(out, `"}}`...)
+}
+
+func (eb *echoBrowser) wsURL() string {
+	return "ws" + strings.TrimPrefix(eb.srv.URL, "http") + "/devtools/browser/echo"
+}
+
+// benchRelay serves a relay in front of eb (no limiter: nothing to hold).
+func benchRelay(tb testing.TB, eb *echoBrowser) string {
+	tb.Helper()
+	nop := zerolog.Nop()
+	p := &Proxy{Upstream: eb.srv.URL, Log: &nop, MaxMessageSize: 1 << 30}
+	if err := p.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	tb.Cleanup(func() {
+		srv.Close()
+		p.Close()
+	})
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/devtools/browser/echo"
+}
+
+func benchDial(tb testing.TB, url string) *websocket.Conn {
+	tb.Helper()
+	d := websocket.Dialer{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	c, _, err := d.Dial(url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.SetReadLimit(1 << 30)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// targets runs f against the direct connection and through the relay.
+func targets(b *testing.B, f func(b *testing.B, url string)) {
+	eb := newEchoBrowser(b)
+	b.Run("direct", func(b *testing.B) { f(b, eb.wsURL()) })
+	b.Run("relay", func(b *testing.B) { f(b, benchRelay(b, eb)) })
+}
+
+const evaluate = `{"id":%d,"method":"Runtime.evaluate","params":{"expression":"1+1","returnByValue":true},"sessionId":"8E2C4AA1F1D6B2A1C6F2C0B7D1E0A9F3"}`
+
+// BenchmarkRoundTrip sends one command and waits for its reply, one at a
+// time: the latency a command pays. It reports p50 and p99 per round trip.
+func BenchmarkRoundTrip(b *testing.B) {
+	targets(b, func(b *testing.B, url string) {
+		c := benchDial(b, url)
+		lat := make([]time.Duration, 0, b.N)
+		var msg []byte
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			msg = fmt.Appendf(msg[:0], evaluate, i+1)
+			t := time.Now()
+			if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := c.ReadMessage(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		b.StopTimer()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	})
+}
+
+// BenchmarkThroughput has 100 clients each keep 8 commands in flight and
+// reports the messages per second (a command and its reply count as one).
+func BenchmarkThroughput(b *testing.B) {
+	targets(b, func(b *testing.B, url string) {
+		const clients, window = 100, 8
+		conns := make([]*websocket.Conn, clients)
+		for i := range conns {
+			conns[i] = benchDial(b, url)
+		}
+		var left atomic.Int64
+		left.Store(int64(b.N))
+		b.ResetTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var sent, got int
+				var msg []byte
+				send := func() bool {
+					if left.Add(-1) < 0 {
+						return false
+					}
+					sent++
+					msg = fmt.Appendf(msg[:0], evaluate, sent)
+					return c.WriteMessage(websocket.TextMessage, msg) == nil
+				}
+				for range window {
+					if !send() {
+						break
+					}
+				}
+				for got < sent {
+					if _, _, err := c.ReadMessage(); err != nil {
+						return
+					}
+					got++
+					send()
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkBigMessage asks for a 16 MiB reply or event and reports how
+// long it takes and how much the heap grew at its peak while it passed.
+func BenchmarkBigMessage(b *testing.B) {
+	const size = 16 << 20
+	for _, kind := range []string{"reply", "event"} {
+		b.Run(kind, func(b *testing.B) {
+			targets(b, func(b *testing.B, url string) {
+				c := benchDial(b, url)
+				cmd := fmt.Sprintf(`{"id":1,"method":"Bench.big","params":{"size":%d,"event":%v}}`, size, kind == "event")
+				// Warm up buffers on both sides.
+				c.WriteMessage(websocket.TextMessage, []byte(cmd))
+				c.ReadMessage()
+				peak := heapPeak()
+				b.ResetTimer()
+				for range b.N {
+					if err := c.WriteMessage(websocket.TextMessage, []byte(cmd)); err != nil {
+						b.Fatal(err)
+					}
+					_, r, err := c.NextReader()
+					if err != nil {
+						b.Fatal(err)
+					}
+					n, _ := discard(r)
+					if n < size {
+						b.Fatalf("got %d bytes, want %d", n, size)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(peak())/size, "peak-heap/msg")
+			})
+		})
+	}
+}
+
+func discard(r interface{ Read([]byte) (int, error) }) (int, error) {
+	buf := make([]byte, 64<<10)
+	n := 0
+	for {
+		k, err := r.Read(buf)
+		n += k
+		if err != nil {
+			return n, nil
+		}
+	}
+}
+
+// heapPeak samples the heap until the returned func is called, and then
+// reports the largest growth over the heap at the start.
+func heapPeak() func() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var top atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > base && ms.HeapInuse-base > top.Load() {
+				top.Store(ms.HeapInuse - base)
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return top.Load()
+	}
+}
+
+// BenchmarkPassThrough measures what the relay itself spends per message,
+// allocations included, with both peers as fast as can be.
+func BenchmarkPassThrough(b *testing.B) {
+	eb := newEchoBrowser(b)
+	c := benchDial(b, benchRelay(b, eb))
+	msg := []byte(fmt.Sprintf(evaluate, 1))
+	// Warm up.
+	for range 100 {
+		c.WriteMessage(websocket.TextMessage, msg)
+		c.ReadMessage()
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for range b.N {
+		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := c.ReadMessage(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	// Mallocs counts the whole process: the client and the echo browser
+	// too. Subtract theirs, measured alone, to leave the relay's.
+	total := float64(after.Mallocs-before.Mallocs) / float64(b.N)
+	b.ReportMetric(total-directAllocs(b, eb, msg), "relay-allocs/msg")
+}
+
+// directAllocs is what one round trip allocates without the relay.
+func directAllocs(b *testing.B, eb *echoBrowser, msg []byte) float64 {
+	c := benchDial(b, eb.wsURL())
+	const n = 20000
+	for range 100 {
+		c.WriteMessage(websocket.TextMessage, msg)
+		c.ReadMessage()
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		c.WriteMessage(websocket.TextMessage, msg)
+		c.ReadMessage()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / n
+}
+
+// BenchmarkIdleConnections opens 1,000 client connections through the
+// relay and reports the heap and goroutine stacks each one holds.
+func BenchmarkIdleConnections(b *testing.B) {
+	eb := newEchoBrowser(b)
+	url := benchRelay(b, eb)
+	for range b.N {
+		const n = 1000
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		conns := make([]*websocket.Conn, n)
+		for i := range conns {
+			d := websocket.Dialer{NetDialContext: (&net.Dialer{}).DialContext}
+			c, _, err := d.Dial(url, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns[i] = c
+		}
+		// Let every pair settle into its blocking reads.
+		time.Sleep(500 * time.Millisecond)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perConn := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / n
+		for _, c := range conns {
+			c.Close()
+		}
+		// Both ends of each connection live in this process: the client's
+		// and the echo browser's sides are counted too, so this is an upper
+		// bound on the relay's share.
+		b.ReportMetric(perConn/1024, "KiB/conn(upper-bound)")
+		_ = strconv.Itoa
+	}
+}
