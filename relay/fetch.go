@@ -65,6 +65,7 @@ func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
 	}
 	c, _, err := h.p.dialer.DialContext(ctx, wsURL, nil)
 	if err != nil {
+		h.p.upstream.forget(wsURL) // it may have restarted under a new endpoint
 		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
 	}
 	c.SetReadLimit(h.p.MaxMessageSize)

@@ -69,6 +69,14 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	// Dial first: a browser that refuses is answered with its own status,
 	// before the client's connection is upgraded.
 	bc, resp, err := p.dialer.DialContext(r.Context(), target, nil)
+	if err != nil && resp == nil {
+		// The browser may have restarted under a new endpoint: look again.
+		p.upstream.forget(target)
+		if fresh, ferr := p.upstream.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
+			target = fresh
+			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
+		}
+	}
 	if err != nil {
 		status, msg := http.StatusBadGateway, "cdp-throttle: browser refused the websocket: "+err.Error()
 		if resp != nil {

@@ -18,10 +18,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -293,6 +295,10 @@ type upstream struct {
 	http   *url.URL // http://host:port of its /json endpoints
 	wsURL  string   // the browser endpoint given as --upstream, "" to discover it
 	client *http.Client
+	// found is the browser endpoint last discovered through /json/version,
+	// so that a client dialling ws://relay/ costs no extra request; it is
+	// forgotten when dialling it fails (the browser restarted).
+	found atomic.Pointer[string]
 }
 
 func parseUpstream(raw string) (*upstream, error) {
@@ -302,6 +308,11 @@ func parseUpstream(raw string) (*upstream, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", raw)
+	}
+	// Lightpanda takes only an IP address in the Host header; every browser
+	// takes the loopback address.
+	if h, port, err := net.SplitHostPort(u.Host); err == nil && strings.EqualFold(h, "localhost") {
+		u.Host = net.JoinHostPort("127.0.0.1", port)
 	}
 	up := &upstream{client: &http.Client{Timeout: 10 * time.Second}}
 	switch strings.ToLower(u.Scheme) {
@@ -328,11 +339,21 @@ func (up *upstream) browserWS(ctx context.Context) (string, error) {
 	if up.wsURL != "" {
 		return up.wsURL, nil
 	}
+	if u := up.found.Load(); u != nil {
+		return *u, nil
+	}
 	v, err := up.version(ctx)
 	if err != nil {
 		return "", err
 	}
 	return v.WebSocketDebuggerURL, nil
+}
+
+// forget drops the discovered browser endpoint after dialling it failed.
+func (up *upstream) forget(wsURL string) {
+	if u := up.found.Load(); u != nil && *u == wsURL {
+		up.found.CompareAndSwap(u, nil)
+	}
 }
 
 // pageWS maps a websocket path a client asked the relay for to the
@@ -374,6 +395,7 @@ func (up *upstream) version(ctx context.Context) (version, error) {
 	}
 	ws.Host = up.http.Host
 	v.WebSocketDebuggerURL = ws.String()
+	up.found.Store(&v.WebSocketDebuggerURL)
 	return v, nil
 }
 
