@@ -123,6 +123,11 @@ type Reservation struct {
 	// Tracked is false when nothing was booked: the limiter is off or the
 	// host is exempt.
 	Tracked bool
+	// Retry is set by a shared store that cannot book right now and holds
+	// navigations until it can: nothing was booked, and the navigation must
+	// wait until Start and then ask again. The in-process limiter never
+	// sets it.
+	Retry bool
 }
 
 // Limiter books navigation slots per host. It is safe for concurrent use by
@@ -152,8 +157,9 @@ type host struct {
 func New(cfg Config) *Limiter {
 	l := &Limiter{mode: cfg.Mode, base: AdaptiveInterval, epoch: time.Now(), seed: maphash.MakeSeed()}
 	if l.mode == Fixed {
-		l.base = cfg.Interval
-		if l.base <= 0 {
+		if cfg.Interval > 0 {
+			l.base = cfg.Interval
+		} else {
 			l.mode = Off
 		}
 	}
@@ -287,9 +293,9 @@ func (l *Limiter) Len() int {
 	return n
 }
 
-// Sweep forgets every host that is idle at now, one whose booked slots have
-// run out and whose pressure has fully drained, and reports how many it
-// forgot. Forgetting loses nothing: such a host is booked exactly as a host
+// Sweep forgets every host that has been idle for a second at now, one
+// whose booked slots ran out and whose pressure fully drained, and reports
+// how many it forgot. Forgetting loses nothing: such a host is booked exactly as a host
 // never seen. The limiter also sweeps a shard by itself whenever it has
 // doubled since its last sweep, so calling Sweep is optional; it only gives
 // memory back sooner after a crawl has moved on.

@@ -14,124 +14,6 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func at(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 
-// step is one call at a fixed instant: a Reserve when outcome is nil,
-// otherwise an Observe.
-type step struct {
-	atMS      float64
-	host      string
-	outcome   *Outcome
-	wantStart float64 // ms after t0; checked for Reserve steps
-}
-
-func runSteps(t *testing.T, l *Limiter, steps []step) {
-	t.Helper()
-	for i, s := range steps {
-		host := s.host
-		if host == "" {
-			host = "example.com"
-		}
-		if s.outcome != nil {
-			l.Observe(host, *s.outcome, at(s.atMS))
-			continue
-		}
-		r := l.Reserve(host, at(s.atMS))
-		if got := r.Start.Sub(t0); got != time.Duration(s.wantStart*float64(time.Millisecond)) {
-			t.Fatalf("step %d: Reserve(%s, %vms): got start %v, want %vms", i, host, s.atMS, got, s.wantStart)
-		}
-	}
-}
-
-func TestReserveRule(t *testing.T) {
-	status := func(code int, retryAfter string) *Outcome { return &Outcome{Status: code, RetryAfter: retryAfter} }
-	tests := []struct {
-		name  string
-		cfg   Config
-		steps []step
-	}{
-		{"unknown host goes at once", Config{}, []step{{atMS: 5, wantStart: 5}}},
-		{"burst of ten then spacing", Config{}, []step{
-			{0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0},
-			{0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0},
-			// tat = 200 after ten bookings at 20 ms; tau = 180.
-			{0, "", nil, 20},
-			// pressure 10 now: spacing 40.
-			{20, "", nil, 60},
-		}},
-		{"burst 1 spaces from the second", Config{Burst: 1}, []step{
-			{0, "", nil, 0}, {0, "", nil, 20}, {0, "", nil, 40},
-		}},
-		{"negative burst acts as 1", Config{Burst: -3}, []step{
-			{0, "", nil, 0}, {0, "", nil, 20},
-		}},
-		{"hosts are independent", Config{Burst: 1}, []step{
-			{0, "a.example", nil, 0}, {0, "b.example", nil, 0}, {0, "a.example", nil, 20}, {0, "b.example", nil, 20},
-		}},
-		{"fixed spacing ignores pressure", Config{Mode: Fixed, Interval: 100 * time.Millisecond, Burst: 1}, []step{
-			{0, "", nil, 0}, {0, "", nil, 100}, {0, "", nil, 200}, {0, "", nil, 300},
-		}},
-		{"fixed burst", Config{Mode: Fixed, Interval: 100 * time.Millisecond, Burst: 3}, []step{
-			{0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 0}, {0, "", nil, 100}, {0, "", nil, 200},
-		}},
-		{"fixed ignores 429 and Retry-After", Config{Mode: Fixed, Interval: 100 * time.Millisecond, Burst: 1}, []step{
-			{0, "", nil, 0}, {1, "", status(429, "30"), 0}, {1, "", status(503, ""), 0}, {1, "", &Outcome{NoAnswer: true}, 0},
-			{100, "", nil, 100}, {100, "", nil, 200},
-		}},
-		{"off never delays", Config{Mode: Off}, []step{
-			{0, "", nil, 0}, {0, "", nil, 0}, {0, "", status(429, "60"), 0}, {0, "", nil, 0},
-		}},
-		{"fixed with no interval is off", Config{Mode: Fixed}, []step{
-			{0, "", nil, 0}, {0, "", nil, 0},
-		}},
-		{"exempt hosts are never delayed", Config{Burst: 1}, []step{
-			{0, "localhost", nil, 0}, {0, "localhost", nil, 0}, {0, "LocalHost", nil, 0},
-			{0, "127.0.0.1", nil, 0}, {0, "127.0.0.1", nil, 0}, {0, "[::1]", nil, 0}, {0, "[::1]", nil, 0},
-			{0, "127.0.0.1", status(429, "60"), 0}, {1, "127.0.0.1", nil, 1},
-			{0, "127.0.0.2", nil, 0}, {0, "127.0.0.2", nil, 20},
-		}},
-		{"503 adds 100 ms at once", Config{Burst: 1}, []step{
-			// pressure 1 after the first booking, 51 after the 503: spacing 20×(1+5) = 120.
-			{0, "", nil, 0}, {10, "", status(503, ""), 0}, {10, "", nil, 20}, {20, "", nil, 140},
-		}},
-		{"429 adds like 503", Config{Burst: 1}, []step{
-			{0, "", nil, 0}, {10, "", status(429, ""), 0}, {10, "", nil, 20}, {20, "", nil, 140},
-		}},
-		{"500 and no answer add 20 ms", Config{Burst: 1}, []step{
-			// pressure 1 → 11 after the 500: spacing 40; 12 → 22 after no answer: spacing 60.
-			{0, "", nil, 0}, {10, "", status(500, ""), 0}, {10, "", nil, 20},
-			{20, "", &Outcome{NoAnswer: true}, 0}, {20, "", nil, 60}, {30, "", nil, 120},
-		}},
-		{"2xx 3xx 4xx and aborts add nothing", Config{Burst: 1}, []step{
-			{0, "", nil, 0}, {1, "", status(200, ""), 0}, {1, "", status(302, ""), 0}, {1, "", status(404, "5"), 0},
-			{1, "", status(403, ""), 0}, {1, "", &Outcome{}, 0}, {1, "", status(599+1, ""), 0},
-			{1, "", nil, 20}, {1, "", nil, 40},
-		}},
-		{"Retry-After seconds pushes the next slot past the burst", Config{}, []step{
-			{0, "", nil, 0}, {50, "", status(429, "3"), 0}, {60, "", nil, 3050}, {3100, "", nil, 3170},
-		}},
-		{"Retry-After over 60 s is capped", Config{}, []step{
-			{0, "", nil, 0}, {0, "", status(503, "3600"), 0}, {1, "", nil, 60000},
-		}},
-		{"Retry-After HTTP-date is ignored", Config{}, []step{
-			{0, "", nil, 0}, {0, "", status(429, "Wed, 21 Oct 2026 07:28:00 GMT"), 0}, {1, "", nil, 1},
-		}},
-		{"Retry-After garbage and negative are ignored", Config{}, []step{
-			{0, "", nil, 0}, {0, "", status(429, "soon"), 0}, {0, "", status(429, "-5"), 0}, {0, "", status(429, "1.5"), 0},
-			{1, "", nil, 1},
-		}},
-		{"Retry-After on a 500 is ignored", Config{}, []step{
-			{0, "", nil, 0}, {0, "", status(500, "30"), 0}, {1, "", nil, 1},
-		}},
-		{"Retry-After on an unknown host", Config{}, []step{
-			{0, "redirected.example", status(503, "2"), 0}, {10, "redirected.example", nil, 2000},
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			runSteps(t, New(tt.cfg), tt.steps)
-		})
-	}
-}
-
 // pressureAt drains a copy of host's state to now and returns its pressure.
 func pressureAt(l *Limiter, hostname string, now time.Time) (int, bool) {
 	s := l.shardFor(hostname)
@@ -151,91 +33,6 @@ func pressureAt(l *Limiter, hostname string, now time.Time) (int, bool) {
 	return int(h.pressure), true
 }
 
-func TestPressureCapAndDrain(t *testing.T) {
-	l := New(Config{})
-	const host = "example.com"
-	l.Reserve(host, at(0))
-	for range 20 {
-		l.Observe(host, Outcome{Status: 429}, at(0))
-	}
-	if p, _ := pressureAt(l, host, at(0)); p != 590 {
-		t.Fatalf("pressure after 20 429s: got %d, want the cap 590", p)
-	}
-	// At the cap the spacing is 1200 ms, never more.
-	r1 := l.Reserve(host, at(0))
-	r2 := l.Reserve(host, at(0))
-	if r1.Spacing != 1200*time.Millisecond || r2.Spacing != 1200*time.Millisecond {
-		t.Fatalf("spacing at the cap: got %v and %v, want 1.2s", r1.Spacing, r2.Spacing)
-	}
-	if r2.Pressure != 590 {
-		t.Fatalf("pressure after booking at the cap: got %d, want 590", r2.Pressure)
-	}
-	// 590 units drain in 59 s, one per 100 ms.
-	if p, _ := pressureAt(l, host, at(58_900)); p != 1 {
-		t.Fatalf("pressure after 58.9 s: got %d, want 1", p)
-	}
-	if p, _ := pressureAt(l, host, at(59_000)); p != 0 {
-		t.Fatalf("pressure after 59 s: got %d, want 0", p)
-	}
-}
-
-func TestDrainFromPlateau(t *testing.T) {
-	// Back to back at the 100 ms plateau the pressure sits at 41.
-	l := New(Config{})
-	const host = "example.com"
-	var now time.Time = at(0)
-	var r Reservation
-	for range 400 {
-		r = l.Reserve(host, now)
-		now = r.Start
-	}
-	if r.Spacing != 100*time.Millisecond {
-		t.Fatalf("plateau spacing: got %v, want 100ms", r.Spacing)
-	}
-	if r.Pressure != 41 {
-		t.Fatalf("plateau pressure: got %d, want 41", r.Pressure)
-	}
-	if p, _ := pressureAt(l, host, now.Add(3900*time.Millisecond)); p == 0 {
-		t.Fatalf("pressure 3.9 s after the plateau: got 0, want some left")
-	}
-	if p, _ := pressureAt(l, host, now.Add(4200*time.Millisecond)); p != 0 {
-		t.Fatalf("pressure 4.2 s after the plateau: got %d, want 0", p)
-	}
-}
-
-func TestDrainWholeSteps(t *testing.T) {
-	// Touching a host every 60 ms must not lose the partial steps: 30
-	// touches span 1.74 s, which forgives 17 units, not 0.
-	l := New(Config{})
-	const host = "example.com"
-	l.Observe(host, Outcome{Status: 503}, at(0)) // 50 units
-	for i := 1; i <= 29; i++ {
-		l.Observe(host, Outcome{Status: 200}, at(float64(60*i)))
-	}
-	if p, _ := pressureAt(l, host, at(1740)); p != 50-17 {
-		t.Fatalf("pressure after 1.74 s of 60 ms touches: got %d, want %d", p, 50-17)
-	}
-}
-
-func TestIdleHostStartsFromZero(t *testing.T) {
-	l := New(Config{})
-	const host = "example.com"
-	now := at(0)
-	for range 400 {
-		now = l.Reserve(host, now).Start
-	}
-	// After 8 s without navigations the host is back to a fresh burst.
-	now = now.Add(8 * time.Second)
-	for i := range 10 {
-		if r := l.Reserve(host, now); !r.Start.Equal(now) {
-			t.Fatalf("navigation %d after 8 s idle: delayed by %v, want none", i+1, r.Start.Sub(now))
-		}
-	}
-	if r := l.Reserve(host, now); r.Start.Sub(now) != 20*time.Millisecond {
-		t.Fatalf("navigation 11 after 8 s idle: delayed by %v, want 20ms", r.Start.Sub(now))
-	}
-}
-
 func TestSweepForgetsOnlyIdleHosts(t *testing.T) {
 	l := New(Config{})
 	l.Reserve("booked.example", at(0)) // tat 20 ms, pressure 1
@@ -251,12 +48,14 @@ func TestSweepForgetsOnlyIdleHosts(t *testing.T) {
 		forgotten int
 		remain    []string
 	}{
+		// A host is forgotten once it has been idle for forgetGrace (1 s).
 		{10, 0, []string{"booked.example", "pressed.example", "waiting.example"}},
-		{100, 1, []string{"pressed.example", "waiting.example"}}, // booked: tat past, pressure 1 drained
-		{5099, 0, []string{"pressed.example", "waiting.example"}},
-		{5100, 1, []string{"waiting.example"}},
-		{30_000, 0, []string{"waiting.example"}}, // tat = 30 s + tau
-		{30_180, 1, nil},
+		{1099, 0, []string{"booked.example", "pressed.example", "waiting.example"}},
+		{1100, 1, []string{"pressed.example", "waiting.example"}}, // booked: idle since 100 ms (tat 20, pressure 1 drained)
+		{6099, 0, []string{"pressed.example", "waiting.example"}},
+		{6100, 1, []string{"waiting.example"}},   // pressed: pressure 51 drained at 5.1 s
+		{31_000, 0, []string{"waiting.example"}}, // waiting: tat = 30 s + tau
+		{31_180, 1, nil},
 	}
 	for _, tt := range tests {
 		if got := l.Sweep(at(tt.atMS)); got != tt.forgotten {
@@ -440,4 +239,22 @@ func TestWaitCancelled(t *testing.T) {
 		}
 		// synctest fails the test if a goroutine or timer is left behind.
 	})
+}
+
+func TestRebuildDuringLookupKeepsTheBooking(t *testing.T) {
+	// The 16th lookup of a host still waiting in its shard's dirty map
+	// rebuilds the shard. When that rebuild forgets the host as idle, the
+	// booking must land in a record the shard keeps, not in the forgotten
+	// one: two bookings at the same instant with burst 1 are one interval
+	// apart.
+	l := New(Config{Mode: Fixed, Interval: 70 * time.Millisecond, Burst: 1})
+	const host = "example.com"
+	for range 16 { // an insert, then 15 lookups in dirty
+		l.Reserve(host, at(0))
+	}
+	// tat is 1120 ms; at 2000 the host is idle and the next lookup rebuilds.
+	first, second := l.Reserve(host, at(2000)), l.Reserve(host, at(2000))
+	if gap := second.Start.Sub(first.Start); gap != 70*time.Millisecond {
+		t.Fatalf("two bookings at 2 s: %v apart, want 70ms", gap)
+	}
 }

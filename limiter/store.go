@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // shardCount is how many shards hosts are spread over: a power of two, so
@@ -13,6 +14,13 @@ const shardCount = 64
 
 // minSweep is the size below which a shard never bothers to sweep.
 const minSweep = 256
+
+// forgetGrace is how long a host stays remembered after it became idle.
+// Callers take now before they reach the shard, so a booking may arrive
+// with a now a little older than a sweep's; a host idle for forgetGrace is
+// booked the same, whether remembered or not, by any now within forgetGrace
+// of the sweep's.
+const forgetGrace = time.Second
 
 // record is one remembered host with its own lock.
 type record struct {
@@ -61,6 +69,9 @@ func (s *shard) lock(name string, t int64) *record {
 		}
 		if s.misses++; s.misses >= max(len(s.dirty), len(*s.read.Load())/8, 16) {
 			s.rebuild(t) // a host found only under the lock keeps being looked up: fold dirty in
+			if (*s.read.Load())[name] == nil {
+				return nil // the rebuild forgot it as idle at t: the caller books it afresh
+			}
 		}
 	}
 	// Under s.mu no record in read or dirty is gone.
@@ -89,7 +100,7 @@ func (s *shard) rebuild(t int64) int {
 	for _, m := range []map[string]*record{old, s.dirty} {
 		for name, r := range m {
 			r.mu.Lock()
-			if r.idle(t) {
+			if r.idle(t - int64(forgetGrace)) {
 				r.gone = true
 				forgotten++
 			} else {

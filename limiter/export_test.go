@@ -1,0 +1,4 @@
+package limiter
+
+// PressureAt exposes pressureAt to the tests of package limiter_test.
+var PressureAt = pressureAt

@@ -1,0 +1,110 @@
+-- One step of the navigation limiter for one host, run atomically by Redis.
+-- It is limiter.Limiter's rule (SPEC §1) step for step; store.go fills in
+-- the {{...}} constants from package limiter when it loads the script.
+--
+-- Times are whole microseconds. Lua numbers are doubles, which hold every
+-- integer below 2^53 exactly: microseconds since 1970 need 2^51 today.
+--
+-- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock.
+-- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing).
+-- ARGV[2]  '1' adaptive, '0' fixed.
+-- ARGV[3]  base interval.
+-- ARGV[4]  tau, the burst allowance.
+-- ARGV[5]  observe: the pressure the answer adds.
+-- ARGV[6]  observe: the Retry-After wait, or -1 when there is none.
+-- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
+--          replay the rule on a simulated clock.
+-- Returns {start, spacing, pressure, now}; peek returns pressure -1 for a
+-- host it does not know.
+
+local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
+local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
+local MAX_PRESSURE = {{MAX_PRESSURE}}  -- pressure at which the spacing reaches the cap
+local RAMP = {{RAMP}}                  -- units of pressure per extra base interval
+local MARGIN_MS = {{MARGIN_MS}}        -- kept past the moment the host is idle
+
+local key, op = KEYS[1], ARGV[1]
+local adaptive = ARGV[2] == '1'
+local base, tau = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local h = redis.call('HMGET', key, 't', 'p', 'c')
+local tat, p, clock = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+local known = tat ~= nil and p ~= nil and clock ~= nil
+
+-- drain credits the time elapsed since clock against p, one unit per whole
+-- COOLDOWN; clock moves by whole steps only, so nothing is lost to rounding.
+-- fmod truncates toward zero as Go's integer division does, and leaves an
+-- exact multiple of COOLDOWN to divide.
+local function drain()
+  local d = now - clock
+  local steps = (d - math.fmod(d, COOLDOWN)) / COOLDOWN
+  if steps >= p then
+    p = 0
+    if now > clock then clock = now end
+  elseif steps > 0 then
+    p = p - steps
+    clock = clock + steps * COOLDOWN
+  end
+end
+
+-- save writes the host back and lets Redis forget it once it is idle: its
+-- booked slots have run out (tat) and its pressure has drained
+-- (clock + p × COOLDOWN). A host forgotten then is booked exactly as one
+-- never seen, so expiry replaces limiter.Limiter's sweeps.
+local function save()
+  redis.call('HSET', key, 't', string.format('%d', tat), 'p', string.format('%d', p), 'c', string.format('%d', clock))
+  local idle = math.max(tat, clock + p * COOLDOWN) - now
+  local ttl = math.max(math.ceil(idle / 1000), 1) + MARGIN_MS
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+end
+
+if op == 'r' then
+  local start, spacing
+  if not known then
+    start, spacing = now, base
+    tat, clock = now + base, now
+    if adaptive then p = 1 else p = 0 end
+  else
+    drain()
+    spacing = base
+    if adaptive then
+      spacing = math.min(base * (1 + math.floor(p / RAMP)), MAX_SPACING)
+    end
+    start = math.max(now, tat - tau)
+    tat = math.max(tat, start) + spacing
+    if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
+  end
+  save()
+  return {start, spacing, p, now}
+end
+
+if op == 'o' then
+  local add, wait = tonumber(ARGV[5]), tonumber(ARGV[6])
+  if known then
+    drain()
+  else
+    -- A redirect can land on a host that was never reserved.
+    tat, clock, p = now, now, 0
+  end
+  p = math.min(p + add, MAX_PRESSURE)
+  if wait >= 0 then
+    -- The wait counts from the answer and the burst must not shorten it:
+    -- the next start, max(now, tat - tau), lands at now + wait.
+    tat = math.max(tat, now + wait + tau)
+  end
+  save()
+  return {0, 0, p, now}
+end
+
+if op == 'p' then
+  if not known then return {0, 0, -1, now} end
+  drain()
+  return {0, 0, p, now}
+end
+
+return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

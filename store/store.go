@@ -1,0 +1,427 @@
+// Package store keeps the limiter's per-host state in Redis, so that every
+// relay process of a fleet books a host's navigations on one schedule.
+//
+// Redis books with the same rule as the in-process limiter.Limiter (SPEC
+// §1). Each host is one hash (tat, pressure, clock) under Options.Prefix +
+// host, and each Reserve or Observe is one atomic server-side step: a Lua
+// script, loaded once and run with EVALSHA, reads the hash, applies the rule
+// and writes it back. The step reads Redis's own clock, so relays whose
+// clocks disagree still agree on the schedule; the start it books is handed
+// back in the caller's clock. A host's key expires by itself once the host is
+// idle, so nothing sweeps.
+//
+// When Redis does not answer within Options.Timeout (50 ms by default), or
+// cannot be reached, the store logs the outage once and keeps serving. By
+// default it books in a local limiter.Limiter with the same configuration:
+// each relay then spaces navigations on its own, hosts start afresh there
+// (with their burst), and what was booked locally is not carried back.
+// With FallbackClosed it lets nothing go instead: Reserve returns holds, which
+// a caller tells apart by Reservation.Retry and asks again when they end. Either way the
+// store tries Redis again at most once per Options.ProbeInterval and goes
+// back to it as soon as it answers. Fallbacks and Outages count what happened,
+// for metrics.
+//
+// A step that timed out may still have run in Redis: the slot it booked
+// there is lost, which only ever spaces that host's navigations more.
+package store
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// Defaults for the zero values of Options' fields.
+const (
+	DefaultPrefix        = "cdp-throttle:"
+	DefaultTimeout       = 50 * time.Millisecond
+	DefaultProbeInterval = time.Second
+	DefaultHold          = time.Second
+)
+
+// expiryMargin is how long a key outlives the moment its host turns idle.
+// With Redis's clock none is needed; it covers steps whose explicit now
+// (tests on a simulated clock) runs behind the real time that expiry counts.
+const expiryMargin = time.Second
+
+// Fallback chooses what a store does while Redis does not answer.
+type Fallback string
+
+const (
+	// FallbackLocal books navigations in an in-process limiter.Limiter with
+	// the store's configuration until Redis answers again: each relay then
+	// spaces a host's navigations on its own. It is the default.
+	FallbackLocal Fallback = "local"
+	// FallbackClosed lets no navigation go until Redis answers again: Reserve
+	// returns holds (Reservation.Retry) and Observe drops what it is told.
+	FallbackClosed Fallback = "closed"
+)
+
+// Options configures a Redis store. The zero Options is the default.
+type Options struct {
+	// Prefix is put before each host to make its key. Empty means DefaultPrefix.
+	Prefix string
+	// Timeout bounds every call to Redis, from taking a connection to the
+	// answer. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Fallback is what to do while Redis does not answer: FallbackLocal
+	// (also the meaning of "") or FallbackClosed.
+	Fallback Fallback
+	// ProbeInterval is how often, at most, a store that lost Redis tries it
+	// again; calls in between go straight to the fallback. Zero means
+	// DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// Hold is how far in the future a hold starts in FallbackClosed mode: how
+	// often a held navigation asks again. Zero means DefaultHold.
+	Hold time.Duration
+	// Log receives a warning when Redis is lost and a note when it is back,
+	// once per outage. Nil logs nothing.
+	Log *zerolog.Logger
+}
+
+// Redis books navigation slots per host in Redis, with the rule of
+// limiter.Limiter, and implements relay.Limiter. It is safe for concurrent
+// use. The zero Redis is not usable: create it with NewRedis and end it
+// with Close.
+//
+// Times are kept in whole microseconds; a fixed Interval is rounded down to
+// one (and is at least 1 µs).
+type Redis struct {
+	client   *redis.Client
+	local    *limiter.Limiter // fallback in FallbackLocal mode; always holds the normalised config
+	holds    bool             // FallbackClosed: hold navigations while Redis is down
+	prefix   string
+	timeout  time.Duration
+	probe    time.Duration
+	hold     time.Duration
+	log      zerolog.Logger
+	addr     string // for logs: host:port/db, never the password
+	adaptive string // script argument: "1" adaptive, "0" fixed
+	burst    int
+	baseUS   int64
+	tauUS    int64
+	// callerClock makes the script use the caller's now instead of
+	// Redis's clock. Set by tests only, to replay the rule on a simulated clock.
+	callerClock bool
+
+	down      atomic.Bool  // Redis failed its last call
+	nextProbe atomic.Int64 // unix ns; while down, the first call after it tries Redis
+	downSince atomic.Int64 // unix ns
+	lastError atomic.Int64 // unix ns of the last server error logged
+	fallbacks atomic.Uint64
+	outages   atomic.Uint64
+	shut      atomic.Bool // Close was called
+}
+
+//go:embed step.lua
+var stepSource string
+
+// step is the script every Reserve and Observe runs. go-redis runs it with
+// EVALSHA and falls back to EVAL, which caches it again, after Redis lost
+// its script cache (NOSCRIPT), a restart for one.
+var step = redis.NewScript(strings.NewReplacer(
+	"{{COOLDOWN}}", us(limiter.CooldownIntervals*limiter.AdaptiveInterval),
+	"{{MAX_SPACING}}", us(limiter.MaxIntervals*limiter.AdaptiveInterval),
+	"{{MAX_PRESSURE}}", strconv.Itoa((limiter.MaxIntervals-1)*limiter.RampBursts),
+	"{{RAMP}}", strconv.Itoa(limiter.RampBursts),
+	"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
+).Replace(stepSource))
+
+func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+
+// Pressure an answer adds, as limiter.Limiter's Observe counts it.
+const (
+	overloadPressure = limiter.OverloadIntervals * limiter.RampBursts
+	failurePressure  = limiter.FailureIntervals * limiter.RampBursts
+)
+
+// NewRedis connects to the Redis server at url ("redis://HOST:PORT/DB", or
+// any form redis.ParseURL reads) and returns a store booking with cfg.
+// It checks, within ctx, that the server answers and loads the script, so a
+// wrong address fails here rather than at the first navigation; once
+// running, the store rides out outages as opts.Fallback says.
+func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options) (*Redis, error) {
+	ro, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: redis URL: %w", err)
+	}
+	s := &Redis{
+		local:   limiter.New(cfg),
+		prefix:  opts.Prefix,
+		timeout: opts.Timeout,
+		probe:   opts.ProbeInterval,
+		hold:    opts.Hold,
+		log:     zerolog.Nop(),
+		addr:    fmt.Sprintf("%s/%d", ro.Addr, ro.DB),
+	}
+	switch opts.Fallback {
+	case "", FallbackLocal:
+	case FallbackClosed:
+		s.holds = true
+	default:
+		return nil, fmt.Errorf("store: fallback %q: want %q or %q", opts.Fallback, FallbackLocal, FallbackClosed)
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.probe <= 0 {
+		s.probe = DefaultProbeInterval
+	}
+	if s.hold <= 0 {
+		s.hold = DefaultHold
+	}
+	if opts.Log != nil {
+		s.log = *opts.Log
+	}
+	s.adaptive = "0"
+	if s.local.Mode() == limiter.Adaptive {
+		s.adaptive = "1"
+	}
+	// As limiter.New reads Burst; limiter.Limiter's Burst method cannot
+	// tell it for a fixed limiter without an interval.
+	switch s.burst = cfg.Burst; {
+	case s.burst == 0:
+		s.burst = limiter.DefaultBurst
+	case s.burst < 1:
+		s.burst = 1
+	}
+	s.baseUS = max(s.local.Interval().Microseconds(), 1)
+	s.tauUS = int64(s.burst-1) * s.baseUS
+
+	// Every call is bounded by s.timeout through its context, dialing
+	// included. No retries: a step that timed out may have run, and running
+	// it again would book a second slot.
+	ro.ContextTimeoutEnabled = true
+	ro.DialTimeout = s.timeout
+	ro.ReadTimeout = s.timeout
+	ro.WriteTimeout = s.timeout
+	ro.PoolTimeout = s.timeout
+	ro.MaxRetries = -1
+	ro.DialerRetries = 1
+	ro.DisableIdentity = true
+	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	s.client = redis.NewClient(ro)
+	if err := step.Load(ctx, s.client).Err(); err != nil {
+		s.client.Close()
+		return nil, fmt.Errorf("store: redis at %s: loading the script: %w", s.addr, err)
+	}
+	return s, nil
+}
+
+// Close closes the connections to Redis. Calls made after it are answered
+// by the fallback, without logging an outage.
+func (s *Redis) Close() error {
+	s.shut.Store(true)
+	if err := s.client.Close(); err != nil {
+		return fmt.Errorf("store: closing redis at %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+// Mode reports the store's mode.
+func (s *Redis) Mode() limiter.Mode { return s.local.Mode() }
+
+// Interval reports the base interval: the spacing in Fixed mode, the unit of
+// the adaptive ramp otherwise.
+func (s *Redis) Interval() time.Duration { return s.local.Interval() }
+
+// Burst reports how many navigations an idle host absorbs at once.
+func (s *Redis) Burst() int { return s.burst }
+
+// Fallbacks reports how many Reserve and Observe calls were answered
+// without Redis, by the local limiter or with a hold.
+func (s *Redis) Fallbacks() uint64 { return s.fallbacks.Load() }
+
+// Outages reports how many times the store lost Redis.
+func (s *Redis) Outages() uint64 { return s.outages.Load() }
+
+// Reserve books the next slot of host for a navigation wanted at now, as
+// limiter.Limiter's Reserve does, in Redis. The reservation's Start is in
+// the caller's clock: now plus the wait Redis computed on its own.
+//
+// While Redis does not answer, the local fallback books instead, or in
+// FallbackClosed mode Reserve returns a hold: nothing booked, Start one
+// Options.Hold after now, and Retry set (ask again at Start).
+func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
+	if s.local.Mode() == limiter.Off || limiter.Exempt(host) {
+		return limiter.Reservation{Start: now}
+	}
+	if s.tryRedis() {
+		v, err := s.run(host, now, "r", 0, -1)
+		if err == nil {
+			s.answered()
+			return limiter.Reservation{
+				Start:    now.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
+				Spacing:  time.Duration(v[1]) * time.Microsecond,
+				Pressure: int(v[2]),
+				Tracked:  true,
+			}
+		}
+		s.failed(err)
+	}
+	s.fallbacks.Add(1)
+	if s.holds {
+		return limiter.Reservation{Start: now.Add(s.hold), Retry: true}
+	}
+	return s.local.Reserve(host, now)
+}
+
+// Observe feeds the answer to a navigation of host, received at now, back
+// into the host's pressure in Redis, as limiter.Limiter's Observe does.
+// Answers that change nothing never reach Redis. While Redis does not
+// answer, the local fallback is told instead; in FallbackClosed mode the
+// answer is dropped.
+func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
+	if s.local.Mode() != limiter.Adaptive || limiter.Exempt(host) {
+		return
+	}
+	var add int
+	wait := int64(-1)
+	switch {
+	case o.Status == 429 || o.Status == 503:
+		add = overloadPressure
+		if d, ok := limiter.ParseRetryAfter(o.RetryAfter); ok {
+			wait = d.Microseconds()
+		}
+	case o.Status >= 500 && o.Status <= 599, o.NoAnswer:
+		add = failurePressure
+	default:
+		return
+	}
+	if s.tryRedis() {
+		_, err := s.run(host, now, "o", add, wait)
+		if err == nil {
+			s.answered()
+			return
+		}
+		s.failed(err)
+	}
+	s.fallbacks.Add(1)
+	if !s.holds {
+		s.local.Observe(host, o, now)
+	}
+}
+
+// Wait books a slot for host at time.Now, waiting out holds, and blocks
+// until the slot starts or ctx is done, returning ctx's error in that case.
+// A cancelled wait keeps its slot booked, as limiter.Limiter's Wait does.
+func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, error) {
+	for {
+		now := time.Now()
+		r := s.Reserve(host, now)
+		if d := r.Start.Sub(now); d > 0 {
+			timer := time.NewTimer(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return r, ctx.Err()
+			}
+		}
+		if !r.Retry {
+			return r, nil
+		}
+	}
+}
+
+// run runs one step of the script for host and returns its
+// {start, spacing, pressure, now}, in microseconds.
+func (s *Redis) run(host string, now time.Time, op string, add int, wait int64) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	nowArg := ""
+	if s.callerClock {
+		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
+	}
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, s.adaptive, s.baseUS, s.tauUS, add, wait, nowArg).Int64Slice()
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("script returned %d values, want 4", len(v))
+	}
+	return v, err
+}
+
+// tryRedis reports whether a call should go to Redis: always while Redis
+// answers, and for one call per ProbeInterval while it does not.
+func (s *Redis) tryRedis() bool {
+	if !s.down.Load() {
+		return true
+	}
+	next := s.nextProbe.Load()
+	now := time.Now().UnixNano()
+	return now >= next && s.nextProbe.CompareAndSwap(next, now+int64(s.probe))
+}
+
+// answered notes that Redis answered a call, ending an outage.
+func (s *Redis) answered() {
+	if s.down.Load() && s.down.CompareAndSwap(true, false) {
+		s.log.Info().Str("redis", s.addr).Dur("down_for", time.Since(time.Unix(0, s.downSince.Load()))).
+			Uint64("fallbacks", s.fallbacks.Load()).Msg("redis answers again: booking navigations in it")
+	}
+}
+
+// failed handles a call Redis did not answer. A server that answered with an
+// error fails that call only; one that did not answer in time, or could not
+// be reached, starts an outage.
+func (s *Redis) failed(err error) {
+	if s.shut.Load() {
+		return
+	}
+	now := time.Now()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Logged at most once a probe interval: every call may fail alike.
+		last := s.lastError.Load()
+		if now.UnixNano()-last >= int64(s.probe) && s.lastError.CompareAndSwap(last, now.UnixNano()) {
+			s.log.Error().Err(err).Str("redis", s.addr).Str("fallback", s.fallbackName()).Msg("redis refused a navigation step")
+		}
+		return
+	}
+	s.nextProbe.Store(now.Add(s.probe).UnixNano())
+	if s.down.CompareAndSwap(false, true) {
+		s.downSince.Store(now.UnixNano())
+		s.outages.Add(1)
+		s.log.Warn().Err(err).Str("redis", s.addr).Str("fallback", s.fallbackName()).
+			Msg("lost redis: " + s.fallbackEffect() + " until it answers")
+	}
+}
+
+func (s *Redis) fallbackName() string {
+	if s.holds {
+		return string(FallbackClosed)
+	}
+	return string(FallbackLocal)
+}
+
+func (s *Redis) fallbackEffect() string {
+	if s.holds {
+		return "holding every navigation"
+	}
+	return "booking navigations in this process only"
+}
+
+// peek reports host's pressure drained to now without changing it; ok is
+// false when Redis does not know the host.
+func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err error) {
+	v, err := s.run(host, now, "p", 0, -1)
+	if err != nil {
+		return 0, false, err
+	}
+	if v[2] < 0 {
+		return 0, false, nil
+	}
+	return int(v[2]), true, nil
+}

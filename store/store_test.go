@@ -1,0 +1,544 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/limiter/limitertest"
+)
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial to stderr; the outages here are on
+	// purpose, and the store logs them itself.
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// patient is for tests of the rule itself: Redis gets all the time it
+// needs, so a slow machine never turns a step into a fallback.
+const patient = 10 * time.Second
+
+var prefixes atomic.Int64
+
+// newStore returns a store on srv that no other store of the test run
+// shares unless opts.Prefix says so, closed when t ends.
+func newStore(t *testing.T, srv *server, cfg limiter.Config, opts Options) *Redis {
+	t.Helper()
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("test%d:", prefixes.Add(1))
+	}
+	s, err := NewRedis(context.Background(), srv.URL(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// simulated returns a store whose steps run on the caller's clock, for the
+// rule's tables.
+func simulated(t *testing.T, srv *server, cfg limiter.Config) *Redis {
+	s := newStore(t, srv, cfg, Options{Timeout: patient})
+	s.callerClock = true
+	t.Cleanup(func() {
+		if n := s.Fallbacks(); n != 0 {
+			t.Errorf("%d calls fell back to the local limiter, want every one answered by Redis", n)
+		}
+	})
+	return s
+}
+
+// TestSharedRule runs the in-process limiter's tables and the seed's golden
+// numbers against the store on a simulated clock: every step must give what
+// limiter.Limiter gives.
+func TestSharedRule(t *testing.T) {
+	srv := startRedis(t)
+	limitertest.Run(t, func(t *testing.T, cfg limiter.Config) limitertest.Subject {
+		s := simulated(t, srv, cfg)
+		return limitertest.Subject{
+			Limiter: s,
+			PressureAt: func(host string, now time.Time) (int, bool) {
+				p, ok, err := s.peek(host, now)
+				if err != nil {
+					t.Fatalf("peek %s: %v", host, err)
+				}
+				return p, ok
+			},
+		}
+	})
+}
+
+// TestSameAsLimiterAtRandomSteps drives the store and limiter.Limiter with
+// the same mixed stream of calls to a few hosts and compares every answer.
+func TestSameAsLimiterAtRandomSteps(t *testing.T) {
+	srv := startRedis(t)
+	outcomes := []limiter.Outcome{
+		{Status: 200}, {Status: 429}, {Status: 503, RetryAfter: "1"}, {Status: 500}, {NoAnswer: true},
+		{Status: 429, RetryAfter: "120"}, {Status: 404},
+	}
+	for _, cfg := range []limiter.Config{{}, {Burst: 1}, {Burst: 3}, {Mode: limiter.Fixed, Interval: 70 * time.Millisecond, Burst: 2}} {
+		t.Run(fmt.Sprintf("%v burst %d", cfg.Mode, cfg.Burst), func(t *testing.T) {
+			s, l := simulated(t, srv, cfg), limiter.New(cfg)
+			now := limitertest.T0
+			x := uint32(1)
+			next := func(n uint32) uint32 { // xorshift: the same stream every run
+				x ^= x << 13
+				x ^= x >> 17
+				x ^= x << 5
+				return x % n
+			}
+			for i := range 3000 {
+				now = now.Add(time.Duration(next(40_000)) * time.Microsecond)
+				host := fmt.Sprintf("h%d.example", next(3))
+				if next(5) == 0 {
+					o := outcomes[next(uint32(len(outcomes)))]
+					s.Observe(host, o, now)
+					l.Observe(host, o, now)
+					continue
+				}
+				got, want := s.Reserve(host, now), l.Reserve(host, now)
+				if got != want {
+					t.Fatalf("call %d, Reserve(%s, +%v): got %+v, want %+v", i, host, now.Sub(limitertest.T0), got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestTwoStoresNeverOverlap books one host from many goroutines through two
+// stores with clients of their own, as two relay processes would: with a
+// fixed interval and burst 1 every slot is a distinct multiple of the interval.
+func TestTwoStoresNeverOverlap(t *testing.T) {
+	srv := startRedis(t)
+	const interval = 10 * time.Millisecond
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: interval, Burst: 1}
+	a := newStore(t, srv, cfg, Options{Prefix: "shared:", Timeout: patient})
+	b := newStore(t, srv, cfg, Options{Prefix: "shared:", Timeout: patient})
+	a.callerClock, b.callerClock = true, true
+	const workers, perWorker = 16, 100 // per store
+	var mu sync.Mutex
+	var starts []time.Duration
+	var wg sync.WaitGroup
+	for _, s := range []*Redis{a, b} {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []time.Duration
+				for range perWorker {
+					r := s.Reserve("example.com", limitertest.T0)
+					mine = append(mine, r.Start.Sub(limitertest.T0))
+				}
+				mu.Lock()
+				starts = append(starts, mine...)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	if a.Fallbacks()+b.Fallbacks() != 0 {
+		t.Fatalf("fallbacks: %d and %d, want every booking made in Redis", a.Fallbacks(), b.Fallbacks())
+	}
+	seen := make(map[time.Duration]bool, len(starts))
+	for _, d := range starts {
+		if d%interval != 0 || seen[d] {
+			t.Fatalf("slot at %v collides or is off the %v grid", d, interval)
+		}
+		seen[d] = true
+	}
+	for i := range len(starts) {
+		if !seen[time.Duration(i)*interval] {
+			t.Fatalf("%d bookings but no slot at %v", len(starts), time.Duration(i)*interval)
+		}
+	}
+}
+
+// TestRedisClock checks that a step reads Redis's clock and hands the
+// start back in the caller's: a relay whose clock is an hour off books on
+// the same schedule as one whose clock is right.
+func TestRedisClock(t *testing.T) {
+	srv := startRedis(t)
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: time.Minute, Burst: 1}
+	a := newStore(t, srv, cfg, Options{Prefix: "clock:", Timeout: patient})
+	b := newStore(t, srv, cfg, Options{Prefix: "clock:", Timeout: patient})
+	now := time.Now()
+	if r := a.Reserve("example.com", now); !r.Start.Equal(now) {
+		t.Fatalf("first booking: starts %v after now, want at once", r.Start.Sub(now))
+	}
+	// b's clock is an hour behind; its slot is still a minute after a's,
+	// told in b's clock.
+	skewed := time.Now().Add(-time.Hour)
+	r := b.Reserve("example.com", skewed)
+	if d := r.Start.Sub(skewed); d <= 50*time.Second || d > time.Minute {
+		t.Fatalf("second booking from a clock an hour behind: starts %v after its now, want about a minute", d)
+	}
+}
+
+// TestFallbackLocal kills Redis, and pauses it, under a running store: it
+// keeps booking in the local limiter, logs the outage once, counts the
+// calls, and books in Redis again once Redis is back.
+func TestFallbackLocal(t *testing.T) {
+	srv := startRedis(t)
+	var logs syncBuffer
+	log := zerolog.New(&logs)
+	// A timeout long enough that a loaded machine does not look like an
+	// outage, short enough that a paused server is noticed at once.
+	s := newStore(t, srv, limiter.Config{}, Options{Prefix: "fb:", Timeout: time.Second / 2, ProbeInterval: 20 * time.Millisecond, Log: &log})
+	rc := srv.client()
+	ctx := context.Background()
+
+	if r := s.Reserve("example.com", time.Now()); !r.Tracked || s.Fallbacks() != 0 {
+		t.Fatalf("with Redis up: got %+v and %d fallbacks, want a booking made in Redis", r, s.Fallbacks())
+	}
+	for _, outage := range []struct {
+		name      string
+		down, up  func()
+		wantError string
+	}{
+		{"killed", srv.stop, srv.start, "connection refused"},
+		{"paused", srv.pause, srv.resume, "i/o timeout"},
+	} {
+		t.Run(outage.name, func(t *testing.T) {
+			host := outage.name + ".example" // new to the local limiter
+			before, outages := s.Fallbacks(), s.Outages()
+			outage.down()
+			// Bookings go on, from the local limiter: a fresh host there, so
+			// the first ten go at once and the eleventh waits.
+			now := time.Now()
+			for i := range 11 {
+				r := s.Reserve(host, now)
+				if !r.Tracked {
+					t.Fatalf("Reserve %d with Redis %s: got %+v, want a booking", i+1, outage.name, r)
+				}
+				if wait := r.Start.Sub(now); (i < 10) != (wait == 0) {
+					t.Fatalf("Reserve %d with Redis %s: waits %v", i+1, outage.name, wait)
+				}
+			}
+			s.Observe(host, limiter.Outcome{Status: 503}, now)
+			if got := s.Fallbacks() - before; got < 12 {
+				t.Fatalf("fallbacks after 12 calls with Redis %s: got %d more, want 12", outage.name, got)
+			}
+			if got := s.Outages() - outages; got != 1 {
+				t.Fatalf("outages: got %d more, want 1", got)
+			}
+			if got := strings.Count(logs.String(), `"level":"warn"`); got != int(s.Outages()) {
+				t.Fatalf("warnings: got %d for %d outages:\n%s", got, s.Outages(), logs.String())
+			}
+			if !strings.Contains(logs.String(), outage.wantError) {
+				t.Errorf("log does not name the cause %q:\n%s", outage.wantError, logs.String())
+			}
+
+			outage.up()
+			// Within a few probe intervals a booking is made in Redis again.
+			rc.Del(ctx, "fb:"+host)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				s.Reserve(host, time.Now())
+				if n, _ := rc.Exists(ctx, "fb:"+host).Result(); n == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis back for 10 s but no booking reached it; %d fallbacks", s.Fallbacks())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			back := s.Fallbacks()
+			for range 20 {
+				if r := s.Reserve(host, time.Now()); !r.Tracked {
+					t.Fatalf("after Redis came back: got %+v, want a booking", r)
+				}
+			}
+			if s.Fallbacks() != back {
+				t.Fatalf("fallbacks after Redis came back: went from %d to %d, want no more", back, s.Fallbacks())
+			}
+			if !strings.Contains(logs.String(), "redis answers again") {
+				t.Errorf("no log of Redis coming back:\n%s", logs.String())
+			}
+			if got := s.Outages() - outages; got != 1 {
+				t.Fatalf("outages after Redis came back: got %d more, want 1", got)
+			}
+		})
+	}
+}
+
+// TestFallbackClosed kills Redis under a store that holds navigations
+// while it cannot book them: Reserve answers with holds, Wait blocks, and
+// both book again once Redis is back.
+func TestFallbackClosed(t *testing.T) {
+	srv := startRedis(t)
+	const hold = 30 * time.Millisecond
+	s := newStore(t, srv, limiter.Config{}, Options{Fallback: FallbackClosed, Timeout: time.Second / 2, Hold: hold, ProbeInterval: 20 * time.Millisecond})
+	const host = "example.com"
+	now := time.Now()
+	if r := s.Reserve(host, now); !r.Tracked || r.Retry {
+		t.Fatalf("with Redis up: got %+v, want a booking", r)
+	}
+
+	srv.stop()
+	for i := range 3 {
+		now := time.Now()
+		r := s.Reserve(host, now)
+		if !r.Retry || r.Tracked || r.Start.Sub(now) != hold {
+			t.Fatalf("Reserve %d with Redis down: got %+v (held %v), want a hold until now+%v", i+1, r, r.Retry, hold)
+		}
+	}
+	s.Observe(host, limiter.Outcome{Status: 429, RetryAfter: "5"}, time.Now()) // dropped
+	if s.Fallbacks() < 4 || s.Outages() != 1 {
+		t.Fatalf("fallbacks %d, outages %d: want at least 4 and 1", s.Fallbacks(), s.Outages())
+	}
+	// Exempt hosts are never held.
+	if r := s.Reserve("localhost", now); r.Retry || !r.Start.Equal(now) {
+		t.Fatalf("exempt host with Redis down: got %+v, want to go at once", r)
+	}
+
+	// Wait keeps asking while Redis is down.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		r   limiter.Reservation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := s.Wait(ctx, host)
+		done <- result{r, err}
+	}()
+	time.Sleep(10 * hold)
+	select {
+	case res := <-done:
+		t.Fatalf("Wait returned with Redis down: %+v, %v", res.r, res.err)
+	default:
+	}
+	srv.start()
+	res := <-done
+	if res.err != nil || !res.r.Tracked {
+		t.Fatalf("Wait after Redis came back: got %+v, %v, want a booking", res.r, res.err)
+	}
+
+	// A cancelled Wait returns ctx's error.
+	srv.stop()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*hold)
+	defer cancel2()
+	if _, err := s.Wait(ctx2, host); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait cancelled while held: got %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestHeldNeverForLimiter: the in-process limiter never holds, so callers
+// may test Retry on every reservation.
+func TestHeldNeverForLimiter(t *testing.T) {
+	l := limiter.New(limiter.Config{Burst: 1})
+	now := time.Now()
+	for _, host := range []string{"example.com", "example.com", "localhost"} {
+		if r := l.Reserve(host, now); r.Retry {
+			t.Fatalf("limiter.Limiter's %+v for %s is held", r, host)
+		}
+	}
+	off := limiter.New(limiter.Config{Mode: limiter.Off})
+	if r := off.Reserve("example.com", now); r.Retry {
+		t.Fatalf("an Off limiter's %+v is held", r)
+	}
+}
+
+// TestKeysExpire checks that a host's key lives until the host is idle,
+// its booked slots run out and its pressure drained, and no longer.
+func TestKeysExpire(t *testing.T) {
+	srv := startRedis(t)
+	rc := srv.client()
+	ctx := context.Background()
+	margin := expiryMargin
+	tests := []struct {
+		name  string
+		cfg   limiter.Config
+		steps func(l *Redis, host string)
+		ttl   time.Duration // without the margin; 0: no key at all
+	}{
+		{"one booking: pressure 1 drains in 100 ms", limiter.Config{}, func(l *Redis, host string) {
+			l.Reserve(host, limitertest.At(0))
+		}, 100 * time.Millisecond},
+		{"a 503: pressure 51 drains in 5.1 s", limiter.Config{}, func(l *Redis, host string) {
+			l.Reserve(host, limitertest.At(0))
+			l.Observe(host, limiter.Outcome{Status: 503}, limitertest.At(0))
+		}, 5100 * time.Millisecond},
+		{"Retry-After 30 on an unknown host: booked 30 s + tau ahead", limiter.Config{}, func(l *Redis, host string) {
+			l.Observe(host, limiter.Outcome{Status: 429, RetryAfter: "30"}, limitertest.At(0))
+		}, 30_180 * time.Millisecond},
+		{"fixed: three slots booked", limiter.Config{Mode: limiter.Fixed, Interval: 400 * time.Millisecond, Burst: 1}, func(l *Redis, host string) {
+			for range 3 {
+				l.Reserve(host, limitertest.At(0))
+			}
+		}, 1200 * time.Millisecond},
+		{"a 200 leaves no key", limiter.Config{}, func(l *Redis, host string) {
+			l.Observe(host, limiter.Outcome{Status: 200}, limitertest.At(0))
+		}, 0},
+		{"off leaves no key", limiter.Config{Mode: limiter.Off}, func(l *Redis, host string) {
+			l.Reserve(host, limitertest.At(0))
+		}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := simulated(t, srv, tt.cfg)
+			tt.steps(s, "example.com")
+			got, err := rc.PTTL(ctx, s.prefix+"example.com").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.ttl == 0 {
+				if got != -2*time.Nanosecond && got != -2*time.Millisecond {
+					t.Fatalf("PTTL: got %v, want no key", got)
+				}
+				return
+			}
+			// The TTL counts down in real time from the last step.
+			if want := tt.ttl + margin; got > want || got < want-time.Second/4 {
+				t.Fatalf("PTTL: got %v, want %v (%v and the margin)", got, want, tt.ttl)
+			}
+		})
+	}
+
+	// On Redis's clock the key really goes.
+	s := newStore(t, srv, limiter.Config{}, Options{Timeout: patient})
+	s.Reserve("gone.example", time.Now())
+	key := s.prefix + "gone.example"
+	if n, _ := rc.Exists(ctx, key).Result(); n != 1 {
+		t.Fatal("no key after a booking")
+	}
+	deadline := time.Now().Add(margin + 10*time.Second)
+	for {
+		n, err := rc.Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key of a drained host still there after %v", margin+10*time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNoScript checks that a store survives Redis losing its script cache.
+func TestNoScript(t *testing.T) {
+	srv := startRedis(t)
+	s := simulated(t, srv, limiter.Config{Burst: 1})
+	s.Reserve("example.com", limitertest.At(0))
+	if err := srv.client().ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Reserve("example.com", limitertest.At(0)); r.Start.Sub(limitertest.T0) != 20*time.Millisecond {
+		t.Fatalf("after SCRIPT FLUSH: got start %v, want 20ms", r.Start.Sub(limitertest.T0))
+	}
+}
+
+// TestServerErrorFailsOneCall: a key Redis refuses to step (here one of
+// the wrong type) falls back for that call only, without an outage.
+func TestServerErrorFailsOneCall(t *testing.T) {
+	srv := startRedis(t)
+	var logs syncBuffer
+	log := zerolog.New(&logs)
+	s := newStore(t, srv, limiter.Config{}, Options{Timeout: patient, Log: &log})
+	rc := srv.client()
+	rc.Set(context.Background(), s.prefix+"bad.example", "x", 0)
+	if r := s.Reserve("bad.example", time.Now()); !r.Tracked {
+		t.Fatalf("Reserve on a broken key: got %+v, want a booking from the fallback", r)
+	}
+	if s.Fallbacks() != 1 || s.Outages() != 0 {
+		t.Fatalf("fallbacks %d, outages %d: want 1 and 0", s.Fallbacks(), s.Outages())
+	}
+	if !strings.Contains(logs.String(), "WRONGTYPE") {
+		t.Errorf("the error is not logged:\n%s", logs.String())
+	}
+	if r := s.Reserve("good.example", time.Now()); !r.Tracked || s.Fallbacks() != 1 {
+		t.Fatalf("Reserve on another host: got %+v with %d fallbacks, want a booking in Redis", r, s.Fallbacks())
+	}
+}
+
+func TestNewRedisErrors(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	// A port nothing listens on: the one of a server stopped for good.
+	gone := startRedis(t)
+	gone.stop()
+	tests := []struct {
+		name, url string
+		opts      Options
+		want      string
+	}{
+		{"bad URL", "http://127.0.0.1/", Options{}, "store: redis URL"},
+		{"nothing listens", strings.Replace(gone.URL(), "redis://", "redis://:secret@", 1), Options{}, "store: redis at 127.0.0.1:"},
+		{"bad fallback", srv.URL(), Options{Fallback: "open"}, `fallback "open"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewRedis(ctx, tt.url, limiter.Config{}, tt.opts)
+			if err == nil {
+				s.Close()
+				t.Fatal("got no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "secret") {
+				t.Fatalf("got %q, want it to name %q and no password", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	srv := startRedis(t)
+	s, err := NewRedis(context.Background(), srv.URL(), limiter.Config{Mode: limiter.Fixed, Interval: 250 * time.Millisecond, Burst: -2}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.prefix != DefaultPrefix || s.timeout != DefaultTimeout || s.probe != DefaultProbeInterval || s.hold != DefaultHold || s.holds {
+		t.Fatalf("zero Options: got prefix %q, timeout %v, probe %v, hold %v, holds %v", s.prefix, s.timeout, s.probe, s.hold, s.holds)
+	}
+	if s.Mode() != limiter.Fixed || s.Interval() != 250*time.Millisecond || s.Burst() != 1 {
+		t.Fatalf("got mode %v, interval %v, burst %d, want fixed, 250ms, 1", s.Mode(), s.Interval(), s.Burst())
+	}
+	// The default prefix, on a store patient enough for a loaded machine.
+	p, err := NewRedis(context.Background(), srv.URL(), limiter.Config{}, Options{Timeout: patient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Reserve("example.com", time.Now())
+	if n, _ := srv.client().Exists(context.Background(), "cdp-throttle:example.com").Result(); n != 1 {
+		t.Fatal(`no key "cdp-throttle:example.com" after a booking`)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the store's logging goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
