@@ -11,7 +11,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo run test unit e2e deps chromium node-deps bench fuzz fmt vet clean
+.PHONY: all build demo run test unit e2e deps chromium redis node-deps bench fuzz fmt vet clean
 
 all: build
 
@@ -38,24 +38,30 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e
 
-unit:
+unit: redis
 	$(GO) test -race -count=1 ./...
 
 e2e: deps
 	cd e2e && $(GO) test -tags e2e -count=1 -timeout 25m -v .
 
-deps: chromium node-deps
+deps: chromium redis node-deps
 
 # Debian's chromium package, unless a Chromium is already there.
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
+# Debian's redis-server: the shared store's tests start their own instance.
+redis:
+	@command -v redis-server >/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+
 node-deps:
 	@[ -d e2e/node_modules/puppeteer-core ] && [ -d e2e/node_modules/playwright-core ] || (cd e2e && npm ci --no-audit --no-fund)
 
-bench:
+bench: redis
 	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
+	$(GO) test -run XXX -bench . -benchmem ./store ./relay
 
 # Longer fuzzing than the seed runs in `make test`: FUZZTIME per target.
 FUZZTIME ?= 2m

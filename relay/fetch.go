@@ -374,9 +374,15 @@ func (fc *fetchConn) hold(ev *fetch.EventRequestPaused, host string) {
 		fc.release(ev.RequestID)
 		return
 	}
-	d := fc.h.book(host, &fc.log)
-	if d <= 0 {
-		fc.release(ev.RequestID)
+	fc.await(ev.RequestID, host)
+}
+
+// await books host's slot for a held request and releases the request when
+// the slot comes (at once if it has come already).
+func (fc *fetchConn) await(id fetch.RequestID, host string) {
+	d, retry := fc.h.book(host, &fc.log)
+	if d <= 0 && !retry {
+		fc.release(id)
 		return
 	}
 	fc.mu.Lock()
@@ -390,8 +396,12 @@ func (fc *fetchConn) hold(ev *fetch.EventRequestPaused, host string) {
 		_, live := fc.timers[t]
 		delete(fc.timers, t)
 		fc.mu.Unlock()
-		if live {
-			fc.release(ev.RequestID)
+		switch {
+		case !live:
+		case retry:
+			fc.await(id, host)
+		default:
+			fc.release(id)
 		}
 	})
 	fc.timers[t] = struct{}{}

@@ -80,14 +80,20 @@ func (h *holder) supervise(bg context.Context, fc *fetchConn) {
 }
 
 // book reserves host's next slot for a navigation wanted now and returns
-// how long it must wait, logging the first delay of each host.
-func (h *holder) book(host string, log *zerolog.Logger) time.Duration {
+// how long it must wait, logging the first delay of each host. retry is set
+// when nothing could be booked (a shared store that holds navigations while
+// it is unreachable): the navigation waits d and then books again.
+func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry bool) {
 	l := h.p.Limiter
 	now := time.Now()
 	r := l.Reserve(host, now)
-	d := r.Start.Sub(now)
+	d = r.Start.Sub(now)
+	if r.Retry {
+		log.Debug().Str("host", host).Dur("retry_in", d).Msg("navigation held until the store answers")
+		return max(d, time.Millisecond), true
+	}
 	if d <= 0 {
-		return 0
+		return 0, false
 	}
 	if h.p.warned.first(host) {
 		ev := h.p.log.Warn()
@@ -99,7 +105,7 @@ func (h *holder) book(host string, log *zerolog.Logger) time.Duration {
 			Msg("spacing out navigations to this host")
 	}
 	log.Debug().Str("host", host).Dur("delay", d).Int("pressure", r.Pressure).Dur("spacing", r.Spacing).Msg("navigation held")
-	return d
+	return d, false
 }
 
 // observe feeds the answer to a navigation of host back to the limiter.

@@ -96,8 +96,8 @@ func (h *navHold) fromClient(msg []byte) bool {
 	if !ok || limiter.Exempt(host) {
 		return false
 	}
-	d := h.pr.p.holder.book(host, &h.pr.log)
-	if d <= 0 {
+	d, retry := h.pr.p.holder.book(host, &h.pr.log)
+	if d <= 0 && !retry {
 		return false
 	}
 	held := append([]byte(nil), msg...)
@@ -105,8 +105,14 @@ func (h *navHold) fromClient(msg []byte) bool {
 	pr.held.Add(1)
 	go func() {
 		defer pr.held.Done()
-		if !sleepCtx(pr.ctx, d) {
-			return // the connection ended; the navigation goes nowhere
+		for {
+			if !sleepCtx(pr.ctx, d) {
+				return // the connection ended; the navigation goes nowhere
+			}
+			if !retry {
+				break
+			}
+			d, retry = h.pr.p.holder.book(host, &h.pr.log)
 		}
 		if err := pr.browser.writeMessage(websocket.TextMessage, held, pr.p.WriteTimeout); err != nil {
 			pr.log.Debug().Err(err).Msg("held navigation not delivered")
