@@ -21,7 +21,9 @@ func PausedOutcome(ev *fetch.EventRequestPaused) (o limiter.Outcome, ok bool) {
 	o.Status = int(ev.ResponseStatusCode)
 	for _, h := range ev.ResponseHeaders {
 		if h != nil && strings.EqualFold(h.Name, "Retry-After") {
+			// The first counts, as where Network events join repeated headers.
 			o.RetryAfter = h.Value
+			break
 		}
 	}
 	return o, true

@@ -23,9 +23,19 @@ type Navigate struct {
 // NavigateParams reads the url (and frameId) of a Page.navigate or
 // Target.createTarget command.
 func NavigateParams(params []byte) (Navigate, bool) {
+	// Chromium reads these names exactly, where encoding/json would also
+	// take "URL" or "FrameId" into the struct: a client's own spelling of
+	// them must not hide the URL the browser navigates to.
+	var members map[string]json.RawMessage
 	var p Navigate
-	if json.Unmarshal(params, &p) != nil || p.URL == "" {
+	if json.Unmarshal(params, &members) != nil {
 		return p, false
+	}
+	if json.Unmarshal(members["url"], &p.URL) != nil || p.URL == "" {
+		return Navigate{}, false
+	}
+	if json.Unmarshal(members["frameId"], &p.FrameID) != nil {
+		p.FrameID = ""
 	}
 	return p, true
 }

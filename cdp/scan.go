@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Header is what Scan reads of a message. Method, SessionID and Params point
@@ -65,6 +66,9 @@ func Scan(msg []byte) (Header, error) {
 		switch string(key) {
 		case "id":
 			id, err := strconv.ParseInt(string(val), 10, 64)
+			if err != nil {
+				id = 0 // ParseInt gives the nearest int64 for a number out of range
+			}
 			h.ID, h.HasID = id, err == nil
 		case "method":
 			h.Method = stringValue(val)
@@ -85,13 +89,14 @@ func Scan(msg []byte) (Header, error) {
 }
 
 // stringValue returns the contents of a JSON string value, unescaped, or nil
-// when val is not a string.
+// when val is not a string. Invalid UTF-8 becomes U+FFFD, as the event
+// readers (encoding/json) see it, so a sessionId reads the same in both.
 func stringValue(val []byte) []byte {
 	if len(val) < 2 || val[0] != '"' {
 		return nil
 	}
 	inner := val[1 : len(val)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner
 	}
 	return unescape(inner)

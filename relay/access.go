@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 )
 
@@ -74,4 +75,21 @@ func (p *Proxy) withToken(u string) string {
 		sep = "&"
 	}
 	return u + sep + "token=" + p.Token
+}
+
+// withoutToken drops the relay's own token from a query before it goes on
+// to the browser: /json/new would open it as part of the page's URL and
+// send it to the site.
+func (p *Proxy) withoutToken(rawQuery string) string {
+	if p.Token == "" || rawQuery == "" {
+		return rawQuery
+	}
+	parts := strings.Split(rawQuery, "&")
+	kept := parts[:0]
+	for _, part := range parts {
+		if part != "token="+p.Token && part != "token="+url.QueryEscape(p.Token) {
+			kept = append(kept, part)
+		}
+	}
+	return strings.Join(kept, "&")
 }

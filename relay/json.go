@@ -50,7 +50,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type rewriter func(body []byte, host string, token func(string) string) ([]byte, error)
 
 func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path string, rw rewriter) {
-	body, resp, err := p.upstream.get(r.Context(), method, path, r.URL.RawQuery)
+	body, resp, err := p.upstream.get(r.Context(), method, path, p.withoutToken(r.URL.RawQuery))
 	if err != nil && resp == nil {
 		p.log.Warn().Err(err).Str("path", path).Msg("browser HTTP endpoint unreachable")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)

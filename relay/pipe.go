@@ -69,8 +69,9 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	// Dial first: a browser that refuses is answered with its own status,
 	// before the client's connection is upgraded.
 	bc, resp, err := p.dialer.DialContext(r.Context(), target, nil)
-	if err != nil && resp == nil {
-		// The browser may have restarted under a new endpoint: look again.
+	if err != nil && (resp == nil || resp.StatusCode == http.StatusNotFound) {
+		// The browser may have restarted under a new endpoint (on the same
+		// port, Chromium answers the old one 404): look again.
 		p.upstream.forget(target)
 		if fresh, ferr := p.upstream.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
 			target = fresh
@@ -131,6 +132,7 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, path string, log zerolog.Logger)
 		p.mu.Unlock()
 		cancel()
 		cc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "relay shutting down"), time.Now().Add(time.Second))
+		bc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), time.Now().Add(time.Second))
 		cc.Close()
 		bc.Close()
 		return nil

@@ -1,0 +1,93 @@
+package cdp
+
+import (
+	"testing"
+
+	"github.com/chromedp/cdproto/cdp/jsonv2"
+	"github.com/chromedp/cdproto/fetch"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+func TestPausedOutcome(t *testing.T) {
+	tests := []struct {
+		name   string
+		params string // of a Fetch.requestPaused event, as the relay decodes it
+		want   limiter.Outcome
+		wantOK bool
+	}{
+		{name: "request stage",
+			params: `{"requestId":"interception-job-1.0","request":{"url":"http://a.test:42557/page?first","method":"GET","headers":{}},"frameId":"93A4F7B3B70E9A34A64C5957850CF1CE","resourceType":"Document"}`},
+		{name: "200",
+			params: `{"requestId":"interception-job-6.1","request":{"url":"http://b.test:42557/x","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":200,"responseStatusText":"OK","responseHeaders":[{"name":"Cache-Control","value":"no-store"},{"name":"Content-Type","value":"text/html"}],"networkId":"E93D","redirectedRequestId":"interception-job-6.0"}`,
+			want:   limiter.Outcome{Status: 200}, wantOK: true},
+		{name: "302",
+			params: `{"requestId":"interception-job-6.0","request":{"url":"http://a.test:42557/r","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":302,"responseStatusText":"Found","responseHeaders":[{"name":"Location","value":"http://b.test:42557/x"}]}`,
+			want:   limiter.Outcome{Status: 302}, wantOK: true},
+		{name: "429 with Retry-After",
+			params: `{"requestId":"interception-job-9.0","request":{"url":"http://a.test:42557/busy","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":429,"responseStatusText":"Too Many Requests","responseHeaders":[{"name":"Cache-Control","value":"no-store"},{"name":"Content-Type","value":"text/html"},{"name":"Retry-After","value":"3"},{"name":"Date","value":"Sun, 29 Nov 2026 23:44:55 GMT"},{"name":"Content-Length","value":"11"}],"networkId":"5841"}`,
+			want:   limiter.Outcome{Status: 429, RetryAfter: "3"}, wantOK: true},
+		{name: "503 with lower-case retry-after",
+			params: `{"requestId":"j.0","request":{"url":"http://a.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseStatusCode":503,"responseHeaders":[{"name":"retry-after","value":"Wed, 21 Oct 2026 07:28:00 GMT"}]}`,
+			want:   limiter.Outcome{Status: 503, RetryAfter: "Wed, 21 Oct 2026 07:28:00 GMT"}, wantOK: true},
+		{name: "repeated Retry-After: the first counts, as in Network events",
+			params: `{"requestId":"j.0","request":{"url":"http://a.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseStatusCode":429,"responseHeaders":[{"name":"Retry-After","value":"5"},{"name":"RETRY-AFTER","value":"50"}]}`,
+			want:   limiter.Outcome{Status: 429, RetryAfter: "5"}, wantOK: true},
+		{name: "connection refused",
+			params: `{"requestId":"interception-job-10.0","request":{"url":"http://c.test:39327/","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseErrorReason":"ConnectionRefused","networkId":"6C3E"}`,
+			want:   limiter.Outcome{NoAnswer: true}, wantOK: true},
+		{name: "empty response",
+			params: `{"requestId":"j.0","request":{"url":"http://c.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseErrorReason":"Failed"}`,
+			want:   limiter.Outcome{NoAnswer: true}, wantOK: true},
+		{name: "name not resolved",
+			params: `{"requestId":"j.0","request":{"url":"http://nx.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseErrorReason":"NameNotResolved"}`,
+			wantOK: true},
+		{name: "aborted",
+			params: `{"requestId":"j.0","request":{"url":"http://a.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseErrorReason":"Aborted"}`,
+			wantOK: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ev fetch.EventRequestPaused
+			if err := jsonv2.Unmarshal([]byte(tt.params), &ev); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := PausedOutcome(&ev)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+	if _, ok := PausedOutcome(&fetch.EventRequestPaused{ResponseStatusCode: 200, ResponseHeaders: []*fetch.HeaderEntry{nil}}); !ok {
+		t.Error("a nil header entry spoils the answer")
+	}
+}
+
+func TestNoAnswer(t *testing.T) {
+	tests := []struct {
+		reason string
+		want   bool
+	}{
+		// Fetch and Network ErrorReason values.
+		{"Failed", true}, {"TimedOut", true}, {"ConnectionClosed", true}, {"ConnectionReset", true},
+		{"ConnectionRefused", true}, {"ConnectionAborted", true}, {"ConnectionFailed", true}, {"AddressUnreachable", true},
+		{"NameNotResolved", false}, {"InternetDisconnected", false}, {"Aborted", false}, {"AccessDenied", false},
+		{"BlockedByClient", false}, {"BlockedByResponse", false},
+		// Chromium net errors, with and without their prefix.
+		{"net::ERR_CONNECTION_REFUSED", true}, {"net::ERR_CONNECTION_RESET", true}, {"net::ERR_EMPTY_RESPONSE", true},
+		{"net::ERR_CONNECTION_CLOSED", true}, {"net::ERR_TIMED_OUT", true}, {"net::ERR_CONNECTION_TIMED_OUT", true},
+		{"net::ERR_FAILED", true}, {"ERR_CONNECTION_REFUSED", true}, {"net::ERR_ADDRESS_UNREACHABLE", true},
+		{"net::ERR_NAME_NOT_RESOLVED", false}, {"net::ERR_ABORTED", false}, {"net::ERR_BLOCKED_BY_CLIENT", false},
+		{"net::ERR_HTTP_RESPONSE_CODE_FAILURE", false}, {"net::ERR_UNSAFE_PORT", false},
+		// Lightpanda's error names.
+		{"CouldntConnect", true}, {"OperationTimedout", true}, {"GotNothing", true}, {"RecvError", true}, {"SendError", true},
+		{"CouldntResolveHost", false}, {"Abort", false}, {"UrlBlocked", false}, {"Shutdown", false},
+		// Neither.
+		{"", false}, {"net::", false}, {"connectionrefused", false},
+	}
+	for _, tt := range tests {
+		if got := NoAnswer(tt.reason); got != tt.want {
+			t.Errorf("NoAnswer(%q) = %v, want %v", tt.reason, got, tt.want)
+		}
+	}
+}

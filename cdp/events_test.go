@@ -1,0 +1,169 @@
+package cdp
+
+import (
+	"testing"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+func TestNavigateParams(t *testing.T) {
+	tests := []struct {
+		name   string
+		params string
+		want   Navigate
+		wantOK bool
+	}{
+		{name: "page navigate", params: `{"url":"http://a.test:38201/page?first","frameId":"E6E0B21E17CBA60F6F29DD511B3CEF19"}`,
+			want: Navigate{URL: "http://a.test:38201/page?first", FrameID: "E6E0B21E17CBA60F6F29DD511B3CEF19"}, wantOK: true},
+		{name: "create target", params: `{"url":"http://b.test/","newWindow":true,"background":true}`,
+			want: Navigate{URL: "http://b.test/"}, wantOK: true},
+		{name: "escapes", params: `{"url":"http:\/\/a.test\/\u00e9","frameId":"F"}`,
+			want: Navigate{URL: "http://a.test/\u00e9", FrameID: "F"}, wantOK: true},
+		{name: "last url wins", params: `{"url":"about:blank","url":"http://a.test/"}`,
+			want: Navigate{URL: "http://a.test/"}, wantOK: true},
+		// Chromium reads exactly "url"; another spelling is not the URL it navigates to.
+		{name: "mis-cased key after the url", params: `{"url":"http://a.test/","URL":"about:blank","FrameId":"X"}`,
+			want: Navigate{URL: "http://a.test/"}, wantOK: true},
+		{name: "only a mis-cased key", params: `{"URL":"http://a.test/"}`},
+		{name: "no url", params: `{"frameId":"F"}`},
+		{name: "empty url", params: `{"url":""}`},
+		{name: "url not a string", params: `{"url":5}`},
+		{name: "null", params: `null`},
+		{name: "not JSON", params: `{"url":`},
+		{name: "not an object", params: `["http://a.test/"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := NavigateParams([]byte(tt.params))
+			if ok != tt.wantOK || ok && got != tt.want {
+				t.Errorf("NavigateParams(%s): got %+v, %v; want %+v, %v", tt.params, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestAttachedTarget(t *testing.T) {
+	tests := []struct {
+		name                string
+		params              string
+		wantSession, wantID string
+		wantOK              bool
+	}{
+		{name: "chromium", params: `{"sessionId":"856F1BCC9D0EE7AAB94B6AC92167BB0A","targetInfo":{"targetId":"E6E0B21E17CBA60F6F29DD511B3CEF19","type":"page","title":"","url":"about:blank","attached":true,"canAccessOpener":false,"browserContextId":"C"},"waitingForDebugger":false}`,
+			wantSession: "856F1BCC9D0EE7AAB94B6AC92167BB0A", wantID: "E6E0B21E17CBA60F6F29DD511B3CEF19", wantOK: true},
+		{name: "lightpanda", params: `{"sessionId":"SID-1","targetInfo":{"targetId":"FID-0000000001","type":"page"},"waitingForDebugger":false}`,
+			wantSession: "SID-1", wantID: "FID-0000000001", wantOK: true},
+		{name: "no session", params: `{"targetInfo":{"targetId":"T"}}`},
+		{name: "not JSON", params: `{`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, id, ok := AttachedTarget([]byte(tt.params))
+			if s != tt.wantSession || id != tt.wantID || ok != tt.wantOK {
+				t.Errorf("got %q %q %v, want %q %q %v", s, id, ok, tt.wantSession, tt.wantID, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestDetachedSession(t *testing.T) {
+	tests := []struct {
+		params string
+		want   string
+		wantOK bool
+	}{
+		{`{"sessionId":"S","targetId":"T"}`, "S", true},
+		{`{"targetId":"T"}`, "", false},
+		{`x`, "", false},
+	}
+	for _, tt := range tests {
+		if got, ok := DetachedSession([]byte(tt.params)); got != tt.want || ok != tt.wantOK {
+			t.Errorf("DetachedSession(%s): got %q %v, want %q %v", tt.params, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+func TestRequestWillBeSent(t *testing.T) {
+	tests := []struct {
+		name   string
+		params string
+		want   Request
+		wantOK bool
+	}{
+		{name: "first hop", params: `{"requestId":"1FBF0E083D5CBBAB7C108EECC7612353","loaderId":"1FBF0E083D5CBBAB7C108EECC7612353","documentURL":"http://a.test:38201/r","request":{"url":"http://a.test:38201/r","method":"GET","headers":{"Upgrade-Insecure-Requests":"1"}},"timestamp":2180.1,"type":"Document","frameId":"E6E0B21E17CBA60F6F29DD511B3CEF19","hasUserGesture":false}`,
+			want:   Request{RequestID: "1FBF0E083D5CBBAB7C108EECC7612353", FrameID: "E6E0B21E17CBA60F6F29DD511B3CEF19", Type: "Document", URL: "http://a.test:38201/r"},
+			wantOK: true},
+		{name: "redirect hop", params: `{"requestId":"1FBF","loaderId":"1FBF","request":{"url":"http://b.test:38201/x","method":"GET"},"redirectHasExtraInfo":true,"redirectResponse":{"url":"http://a.test:38201/r","status":302,"statusText":"Found","headers":{"Content-Length":"0","Location":"http://b.test:38201/x"}},"type":"Document","frameId":"F"}`,
+			want:   Request{RequestID: "1FBF", FrameID: "F", Type: "Document", URL: "http://b.test:38201/x", Redirect: &limiter.Outcome{Status: 302}},
+			wantOK: true},
+		{name: "redirect answered 503 with Retry-After", params: `{"requestId":"R","request":{"url":"http://b.test/"},"redirectResponse":{"status":503,"headers":{"retry-after":"7"}},"type":"Document","frameId":"F"}`,
+			want:   Request{RequestID: "R", FrameID: "F", Type: "Document", URL: "http://b.test/", Redirect: &limiter.Outcome{Status: 503, RetryAfter: "7"}},
+			wantOK: true},
+		{name: "lightpanda joins repeated headers", params: `{"requestId":"LID-0000000002","request":{"url":"http://b.test/"},"redirectResponse":{"status":429,"headers":{"Retry-After":"5\n9"}},"type":"Document","frameId":"FID-0000000001"}`,
+			want:   Request{RequestID: "LID-0000000002", FrameID: "FID-0000000001", Type: "Document", URL: "http://b.test/", Redirect: &limiter.Outcome{Status: 429, RetryAfter: "5"}},
+			wantOK: true},
+		{name: "no requestId", params: `{"request":{"url":"http://a.test/"}}`},
+		{name: "not JSON", params: `[`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := RequestWillBeSent([]byte(tt.params))
+			if ok != tt.wantOK {
+				t.Fatalf("got ok %v, want %v", ok, tt.wantOK)
+			}
+			if (got.Redirect == nil) != (tt.want.Redirect == nil) || got.Redirect != nil && *got.Redirect != *tt.want.Redirect {
+				t.Errorf("got redirect %+v, want %+v", got.Redirect, tt.want.Redirect)
+			}
+			got.Redirect, tt.want.Redirect = nil, nil
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDocumentAnswer(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		params string
+		want   Answer
+		wantOK bool
+	}{
+		{name: "200", method: "Network.responseReceived",
+			params: `{"requestId":"943","loaderId":"943","timestamp":2179.4,"type":"Document","response":{"url":"http://a.test:38201/page?first","status":200,"statusText":"OK","headers":{"Cache-Control":"no-store","Content-Type":"text/html"}},"hasExtraInfo":true,"frameId":"E6E"}`,
+			want:   Answer{RequestID: "943", Outcome: limiter.Outcome{Status: 200}}, wantOK: true},
+		{name: "429 with Retry-After", method: "Network.responseReceived",
+			params: `{"requestId":"3A3","type":"Document","response":{"url":"http://a.test:38201/busy","status":429,"statusText":"Too Many Requests","headers":{"Cache-Control":"no-store","Content-Length":"11","Content-Type":"text/html","Date":"Sun, 29 Nov 2026 23:44:55 GMT","Retry-After":"3"}}}`,
+			want:   Answer{RequestID: "3A3", Outcome: limiter.Outcome{Status: 429, RetryAfter: "3"}}, wantOK: true},
+		{name: "lower-case retry-after", method: "Network.responseReceived",
+			params: `{"requestId":"R","type":"Document","response":{"status":503,"headers":{"retry-after":"120"}}}`,
+			want:   Answer{RequestID: "R", Outcome: limiter.Outcome{Status: 503, RetryAfter: "120"}}, wantOK: true},
+		{name: "not a document", method: "Network.responseReceived",
+			params: `{"requestId":"6882.2","type":"Other","response":{"url":"http://b.test:38201/favicon.ico","status":404}}`},
+		{name: "no response", method: "Network.responseReceived", params: `{"requestId":"R","type":"Document"}`},
+		{name: "refused", method: "Network.loadingFailed",
+			params: `{"requestId":"BF3","timestamp":2181.308764,"type":"Document","errorText":"net::ERR_CONNECTION_REFUSED","canceled":false}`,
+			want:   Answer{RequestID: "BF3", Outcome: limiter.Outcome{NoAnswer: true}}, wantOK: true},
+		{name: "name not resolved reached no host", method: "Network.loadingFailed",
+			params: `{"requestId":"R","type":"Document","errorText":"net::ERR_NAME_NOT_RESOLVED","canceled":false}`,
+			want:   Answer{RequestID: "R"}, wantOK: true},
+		{name: "canceled", method: "Network.loadingFailed",
+			params: `{"requestId":"R","type":"Document","errorText":"net::ERR_ABORTED","canceled":true}`,
+			want:   Answer{RequestID: "R"}, wantOK: true},
+		{name: "lightpanda could not connect", method: "Network.loadingFailed",
+			params: `{"requestId":"LID-0000000003","timestamp":1,"type":"Ping","errorText":"CouldntConnect","canceled":false}`,
+			want:   Answer{RequestID: "LID-0000000003", Outcome: limiter.Outcome{NoAnswer: true}}, wantOK: true},
+		{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
+		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
+		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := DocumentAnswer([]byte(tt.method), []byte(tt.params))
+			if ok != tt.wantOK || ok && got != tt.want {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}

@@ -1,0 +1,924 @@
+package relay
+
+// A fake CDP browser for the unit tests: an httptest.Server that answers
+// /json/* and websockets the way Chromium 156 does, from transcripts
+// recorded off a real one (testdata/chromium-*.jsonl, see record_test.go),
+// or the way `lightpanda serve` does. Tests inject recorded events, play
+// recorded navigations against the relay's own connection and watch what
+// the relay sends.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// checkLeaks fails t if goroutines started during the test outlive it and
+// its cleanups. Call it first, so its check runs last.
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// waitFor bounds every wait of the tests; nothing they wait for takes
+// anywhere near as long unless it is broken.
+const waitFor = 30 * time.Second
+
+// recordedHTTP is one line of testdata/chromium-http.jsonl.
+type recordedHTTP struct {
+	Method      string `json:"method"`
+	Path        string `json:"path"`
+	Query       string `json:"query"`
+	Status      int    `json:"status"`
+	ContentType string `json:"contentType"`
+	Body        string `json:"body"`
+}
+
+// recordedMsg is one line of a websocket transcript.
+type recordedMsg struct {
+	T    float64         `json:"t"`    // ms after the recording started
+	From string          `json:"from"` // "client" or "browser"
+	Msg  json.RawMessage `json:"msg"`  // as it was on the wire
+
+	m wireMsg // Msg, decoded
+}
+
+// wireMsg is what the fake reads of a CDP message, with encoding/json
+// rather than the scanner under test.
+type wireMsg struct {
+	ID        *int64          `json:"id"`
+	Method    string          `json:"method"`
+	SessionID string          `json:"sessionId"`
+	Params    json.RawMessage `json:"params"`
+	Result    json.RawMessage `json:"result"`
+	Error     json.RawMessage `json:"error"`
+}
+
+func decodeWire(data []byte) (wireMsg, bool) {
+	var m wireMsg
+	return m, json.Unmarshal(data, &m) == nil
+}
+
+// recording is a websocket transcript.
+type recording struct {
+	meta map[string]string
+	msgs []recordedMsg
+}
+
+func readLines(t testing.TB, path string, line func(meta map[string]string, data []byte)) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("%v (record it with: go test -tags record -run TestRecord ./relay)", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	var meta map[string]string
+	for sc.Scan() {
+		if meta == nil {
+			var m struct{ Meta map[string]string }
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Meta == nil {
+				t.Fatalf("%s: first line is not the meta line", path)
+			}
+			meta = m.Meta
+			continue
+		}
+		line(meta, sc.Bytes())
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadRecording(t testing.TB, name string) *recording {
+	t.Helper()
+	r := &recording{}
+	readLines(t, "testdata/"+name, func(meta map[string]string, data []byte) {
+		r.meta = meta
+		var rm recordedMsg
+		if err := json.Unmarshal(data, &rm); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var ok bool
+		if rm.m, ok = decodeWire(rm.Msg); !ok {
+			t.Fatalf("%s: unreadable message %.100s", name, rm.Msg)
+		}
+		r.msgs = append(r.msgs, rm)
+	})
+	return r
+}
+
+func loadHTTP(t testing.TB) (meta map[string]string, lines []recordedHTTP) {
+	t.Helper()
+	readLines(t, "testdata/chromium-http.jsonl", func(m map[string]string, data []byte) {
+		meta = m
+		var l recordedHTTP
+		if err := json.Unmarshal(data, &l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	})
+	return meta, lines
+}
+
+// reply returns the browser's recorded reply to the first command calling
+// method for which match (nil: any) is true.
+func (r *recording) reply(t testing.TB, method string, match func(params []byte) bool) []byte {
+	t.Helper()
+	for _, c := range r.msgs {
+		if c.From != "client" || c.m.Method != method || c.m.ID == nil || match != nil && !match(c.m.Params) {
+			continue
+		}
+		for _, b := range r.msgs {
+			if b.From == "browser" && b.m.ID != nil && *b.m.ID == *c.m.ID && b.m.Method == "" {
+				return b.Msg
+			}
+		}
+	}
+	// Errorf, not Fatalf: the fake's connection readers call this too.
+	t.Errorf("no recorded reply to %s", method)
+	return []byte(`{"id":0,"result":{}}`)
+}
+
+// replyIndex returns the index of the browser's reply to the first command
+// calling method.
+func (r *recording) replyIndex(t testing.TB, method string) int {
+	t.Helper()
+	var id *int64
+	for i, m := range r.msgs {
+		switch {
+		case id == nil && m.From == "client" && m.m.Method == method:
+			id = m.m.ID
+		case id != nil && m.From == "browser" && m.m.ID != nil && *m.m.ID == *id:
+			return i
+		}
+	}
+	t.Fatalf("no recorded reply to %s", method)
+	return 0
+}
+
+// find returns the browser messages calling method for which match is true.
+func (r *recording) find(method string, match func(params []byte) bool) [][]byte {
+	var out [][]byte
+	for _, m := range r.msgs {
+		if m.From == "browser" && m.m.Method == method && (match == nil || match(m.m.Params)) {
+			out = append(out, m.Msg)
+		}
+	}
+	return out
+}
+
+// pause is what the tests read of a Fetch.requestPaused event.
+type pause struct {
+	RequestID           string `json:"requestId"`
+	FrameID             string `json:"frameId"`
+	RedirectedRequestID string `json:"redirectedRequestId"`
+	Request             struct {
+		URL string `json:"url"`
+	} `json:"request"`
+	ResponseStatusCode  int    `json:"responseStatusCode"`
+	ResponseErrorReason string `json:"responseErrorReason"`
+}
+
+func (p pause) requestStage() bool { return p.ResponseStatusCode == 0 && p.ResponseErrorReason == "" }
+
+func readPause(msg []byte) (pause, bool) {
+	var m struct {
+		Method string `json:"method"`
+		Params pause  `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "Fetch.requestPaused" {
+		return pause{}, false
+	}
+	return m.Params, true
+}
+
+// chain returns the Fetch.requestPaused events of the document request
+// whose first hop's URL contains urlPart: every hop at both stages, in the
+// order Chromium sent them.
+func (r *recording) chain(t testing.TB, urlPart string) [][]byte {
+	t.Helper()
+	var job string
+	var out [][]byte
+	for _, m := range r.msgs {
+		p, ok := readPause(m.Msg)
+		if !ok || m.From != "browser" {
+			continue
+		}
+		if job == "" && p.requestStage() && p.RedirectedRequestID == "" && strings.Contains(p.Request.URL, urlPart) {
+			job = p.RequestID[:strings.LastIndexByte(p.RequestID, '.')+1]
+		}
+		if job != "" && strings.HasPrefix(p.RequestID, job) {
+			out = append(out, m.Msg)
+		}
+	}
+	if out == nil {
+		t.Fatalf("no recorded document request for %q", urlPart)
+	}
+	return out
+}
+
+// targetInfo returns the recorded targetInfo of the first Target.targetCreated
+// for which match is true.
+func (r *recording) targetInfo(t testing.TB, match func(info targetInfo) bool) (targetInfo, []byte) {
+	t.Helper()
+	for _, msg := range r.find("Target.targetCreated", nil) {
+		if info, raw, ok := readTargetInfo(msg); ok && match(info) {
+			return info, raw
+		}
+	}
+	t.Fatal("no recorded Target.targetCreated matches")
+	return targetInfo{}, nil
+}
+
+type targetInfo struct {
+	TargetID string `json:"targetId"`
+	Type     string `json:"type"`
+	URL      string `json:"url"`
+}
+
+func readTargetInfo(msg []byte) (targetInfo, json.RawMessage, bool) {
+	var m struct {
+		Params struct {
+			TargetInfo json.RawMessage `json:"targetInfo"`
+		} `json:"params"`
+	}
+	var info targetInfo
+	if json.Unmarshal(msg, &m) != nil || json.Unmarshal(m.Params.TargetInfo, &info) != nil || info.TargetID == "" {
+		return info, nil, false
+	}
+	return info, m.Params.TargetInfo, true
+}
+
+var leadingID = regexp.MustCompile(`^\{"id":-?[0-9]+`)
+
+// withID gives a recorded reply the id of the command it now answers.
+func withID(reply []byte, id int64) []byte {
+	if !leadingID.Match(reply) {
+		panic(fmt.Sprintf("recorded reply does not start with its id: %.60s", reply))
+	}
+	return leadingID.ReplaceAllLiteral(reply, []byte(`{"id":`+strconv.FormatInt(id, 10)))
+}
+
+// fakeConfig chooses what the fake browser pretends to be.
+type fakeConfig struct {
+	// lightpanda serves what `lightpanda serve` serves: a websocket only
+	// at "/", no /json/new, /json/activate or /json/close, an empty
+	// /json/list, and no browser-level Fetch.
+	lightpanda bool
+	// rejectFetch makes a Chromium-like browser refuse browser-level
+	// Fetch.enable, as one without the domain would.
+	rejectFetch bool
+}
+
+// fakeBrowser is a CDP browser on an httptest.Server.
+type fakeBrowser struct {
+	t    *testing.T
+	cfg  fakeConfig
+	srv  *httptest.Server
+	addr string // host:port, as Chrome writes it into its URLs
+
+	fetch      *recording // the relay-side transcript
+	httpMeta   map[string]string
+	httpLines  []recordedHTTP
+	recordedID string // of /devtools/browser/ID in the recording
+	upgrader   websocket.Upgrader
+
+	mu        sync.Mutex
+	browserID string                     // guarded by mu; of /devtools/browser/ID, changed by restart
+	quiet     bool                       // guarded by mu; connections accepted from now on answer nothing by themselves
+	hits      []httpHit                  // guarded by mu
+	conns     []*fakeConn                // guarded by mu
+	returned  map[*fakeConn]bool         // guarded by mu; handed to a test already
+	targets   map[string]json.RawMessage // guarded by mu; targetInfo by id, as announced
+	nextJob   int                        // guarded by mu
+	changed   chan struct{}              // guarded by mu; closed and replaced when conns or hits change
+	wg        sync.WaitGroup             // connection readers
+}
+
+// httpHit is an HTTP request the fake got.
+type httpHit struct {
+	Method, Path, Query, Host string
+	Upgrade                   bool
+}
+
+func newFakeBrowser(t *testing.T, cfg fakeConfig) *fakeBrowser {
+	t.Helper()
+	fb := &fakeBrowser{
+		t:        t,
+		cfg:      cfg,
+		fetch:    loadRecording(t, "chromium-fetch.jsonl"),
+		returned: map[*fakeConn]bool{},
+		targets:  map[string]json.RawMessage{},
+		nextJob:  1000,
+		changed:  make(chan struct{}),
+	}
+	fb.httpMeta, fb.httpLines = loadHTTP(t)
+	fb.upgrader = websocket.Upgrader{CheckOrigin: fb.checkOrigin}
+	fb.srv = httptest.NewServer(http.HandlerFunc(fb.serve))
+	fb.addr = fb.srv.Listener.Addr().String()
+	var v struct{ WebSocketDebuggerURL string }
+	json.Unmarshal([]byte(fb.answerFor(t, "GET", "/json/version").Body), &v)
+	fb.recordedID = v.WebSocketDebuggerURL[strings.LastIndexByte(v.WebSocketDebuggerURL, '/')+1:]
+	fb.browserID = fb.recordedID
+	t.Cleanup(fb.close)
+	return fb
+}
+
+// close stops the server and ends every connection.
+func (fb *fakeBrowser) close() {
+	fb.srv.Close()
+	fb.mu.Lock()
+	conns := fb.conns
+	fb.mu.Unlock()
+	for _, c := range conns {
+		c.c.Close()
+	}
+	fb.wg.Wait()
+}
+
+// url returns the fake's HTTP endpoint.
+func (fb *fakeBrowser) url() string { return "http://" + fb.addr }
+
+// wsURL returns the URL of the browser endpoint.
+func (fb *fakeBrowser) wsURL() string {
+	if fb.cfg.lightpanda {
+		return "ws://" + fb.addr + "/"
+	}
+	return "ws://" + fb.addr + "/devtools/browser/" + fb.id()
+}
+
+// id returns the browser's id, as in /devtools/browser/ID.
+func (fb *fakeBrowser) id() string {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return fb.browserID
+}
+
+// restart gives the browser a new id, as a restarted Chromium on the same
+// port has: its connections are gone, and so is its old browser endpoint.
+func (fb *fakeBrowser) restart(id string) {
+	fb.mu.Lock()
+	fb.browserID = id
+	conns := fb.conns
+	fb.mu.Unlock()
+	for _, c := range conns {
+		c.drop()
+	}
+}
+
+func (fb *fakeBrowser) broadcast() {
+	close(fb.changed)
+	fb.changed = make(chan struct{})
+}
+
+// answerFor returns the last recorded answer to method path.
+func (fb *fakeBrowser) answerFor(t testing.TB, method, path string) recordedHTTP {
+	var found *recordedHTTP
+	for i, l := range fb.httpLines {
+		if l.Method == method && l.Path == path {
+			found = &fb.httpLines[i]
+		}
+	}
+	if found == nil {
+		// Errorf, not Fatalf: the fake's handlers call this too.
+		t.Errorf("nothing recorded for %s %s", method, path)
+		return recordedHTTP{Status: http.StatusInternalServerError}
+	}
+	return *found
+}
+
+// served is a recorded body as the fake serves it: Chromium writes its own
+// address, as the client reached it, into its URLs.
+func (fb *fakeBrowser) served(body, host string) string {
+	body = strings.ReplaceAll(body, fb.recordedID, fb.id())
+	return strings.ReplaceAll(body, fb.httpMeta["browser"], host)
+}
+
+// hostAllowed is Chromium's check of the Host header (Lightpanda's is
+// stricter: IP literals only).
+func (fb *fakeBrowser) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if _, err := netip.ParseAddr(host); err == nil || hostport == "" {
+		return true
+	}
+	if fb.cfg.lightpanda {
+		return false
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
+}
+
+func (fb *fakeBrowser) checkOrigin(r *http.Request) bool {
+	origin, ok := r.Header["Origin"]
+	if !ok {
+		return true
+	}
+	return !fb.cfg.lightpanda && len(origin) == 1 && origin[0] == "http://"+r.Host
+}
+
+func (fb *fakeBrowser) serve(w http.ResponseWriter, r *http.Request) {
+	upgrade := websocket.IsWebSocketUpgrade(r)
+	fb.mu.Lock()
+	fb.hits = append(fb.hits, httpHit{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Host: r.Host, Upgrade: upgrade})
+	fb.broadcast()
+	fb.mu.Unlock()
+	if !fb.hostAllowed(r.Host) {
+		if fb.cfg.lightpanda {
+			http.Error(w, "Host not allowed", http.StatusForbidden)
+		} else {
+			http.Error(w, "Host header is specified and is not an IP address or localhost.", http.StatusInternalServerError)
+		}
+		return
+	}
+	if upgrade {
+		fb.serveWebsocket(w, r)
+		return
+	}
+	if fb.cfg.lightpanda {
+		fb.serveLightpanda(w, r)
+		return
+	}
+	answer := func(l recordedHTTP, body string) {
+		w.Header().Set("Content-Type", l.ContentType)
+		w.WriteHeader(l.Status)
+		w.Write([]byte(body))
+	}
+	path := r.URL.Path
+	switch {
+	case path == "/json/version" || path == "/json/list" || path == "/json":
+		if path == "/json" {
+			path = "/json/list"
+		}
+		l := fb.answerFor(fb.t, "GET", path)
+		answer(l, fb.served(l.Body, r.Host))
+	case path == "/json/new":
+		l := fb.answerFor(fb.t, r.Method, path)
+		answer(l, fb.served(l.Body, r.Host))
+	case path == "/json/protocol":
+		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+		w.Write(fakeProtocol)
+	case strings.HasPrefix(path, "/json/activate/"), strings.HasPrefix(path, "/json/close/"):
+		verb, id, _ := strings.Cut(strings.TrimPrefix(path, "/json/"), "/")
+		for _, l := range fb.httpLines {
+			if !strings.HasPrefix(l.Path, "/json/"+verb+"/") {
+				continue
+			}
+			known := strings.Contains(fb.answerFor(fb.t, "GET", "/json/list").Body, `"id": "`+id+`"`)
+			if (l.Status == http.StatusOK) == known {
+				answer(l, strings.ReplaceAll(l.Body, "NOSUCHTARGET", id))
+				return
+			}
+		}
+		http.NotFound(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// fakeProtocol stands in for /json/protocol (1.6 MB from Chromium), with
+// spacing and escapes a re-encoding would change.
+var fakeProtocol = []byte("{\"version\": {\"major\": \"1\", \"minor\": \"3\"},\n \"domains\": [{\"domain\": \"Fetch\", \"description\": \"<b>\\u00e9</b> & more\"}]}\n")
+
+func (fb *fakeBrowser) serveLightpanda(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Connection", "close")
+	switch r.URL.Path {
+	case "/json/version", "/json/version/":
+		fmt.Fprintf(w, `{"Browser": "Lightpanda/1.0", "Protocol-Version": "1.3", "User-Agent": "Lightpanda/1.0", "Lightpanda-Version": "dev", "webSocketDebuggerUrl": "ws://%s/"}`, fb.addr)
+	case "/json", "/json/", "/json/list", "/json/list/":
+		w.Write([]byte("[]"))
+	case "/json/protocol":
+		w.Write(fakeProtocol)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (fb *fakeBrowser) serveWebsocket(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	ok := path == "/"
+	if !fb.cfg.lightpanda {
+		ok = path == "/devtools/browser/"+fb.id() || strings.HasPrefix(path, "/devtools/page/")
+	}
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	c, err := fb.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	fc := &fakeConn{fb: fb, c: c, path: path, arrived: make(chan struct{}), continued: map[string]time.Time{}, done: make(chan struct{})}
+	fb.mu.Lock()
+	fc.auto = !fb.quiet
+	fb.mu.Unlock()
+	c.SetPingHandler(func(data string) error {
+		fc.mu.Lock()
+		fc.pings++
+		fc.mu.Unlock()
+		return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	fb.mu.Lock()
+	fb.conns = append(fb.conns, fc)
+	fb.broadcast()
+	fb.wg.Add(1)
+	fb.mu.Unlock()
+	go func() {
+		defer fb.wg.Done()
+		fc.read()
+	}()
+}
+
+// await calls check until it reports true, each time something changes.
+func (fb *fakeBrowser) await(t testing.TB, what string, check func() bool) {
+	t.Helper()
+	deadline := time.After(waitFor)
+	for {
+		fb.mu.Lock()
+		changed := fb.changed
+		done := check()
+		fb.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("fake browser: no %s within %v", what, waitFor)
+		}
+	}
+}
+
+// holder returns the next connection that enabled browser-level Fetch:
+// the relay's own.
+func (fb *fakeBrowser) holder(t testing.TB) *fakeConn {
+	t.Helper()
+	var got *fakeConn
+	fb.await(t, "relay connection with Fetch enabled", func() bool {
+		for _, c := range fb.conns {
+			if c.holder && !fb.returned[c] {
+				got, fb.returned[c] = c, true
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// accept returns the next connection relayed for a client.
+func (fb *fakeBrowser) accept(t testing.TB) *fakeConn {
+	t.Helper()
+	var got *fakeConn
+	fb.await(t, "relayed connection", func() bool {
+		for _, c := range fb.conns {
+			if !c.holder && !fb.returned[c] {
+				got, fb.returned[c] = c, true
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// connCount reports how many websockets the fake has accepted.
+func (fb *fakeBrowser) connCount() int {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return len(fb.conns)
+}
+
+// httpHits returns the HTTP requests the fake got.
+func (fb *fakeBrowser) httpHits() []httpHit {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]httpHit(nil), fb.hits...)
+}
+
+// announce makes the fake know a target, as if it had been created.
+func (fb *fakeBrowser) announce(id string, info json.RawMessage) {
+	fb.mu.Lock()
+	fb.targets[id] = info
+	fb.mu.Unlock()
+}
+
+// newJob returns a fresh interception job number.
+func (fb *fakeBrowser) newJob() int {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.nextJob++
+	return fb.nextJob
+}
+
+// hush makes the connections accepted from now on answer nothing by
+// themselves: a test that replays a client's transcript plays the
+// browser's part itself.
+func (fb *fakeBrowser) hush() {
+	fb.mu.Lock()
+	fb.quiet = true
+	fb.mu.Unlock()
+}
+
+// fakeConn is one websocket the fake accepted.
+type fakeConn struct {
+	fb   *fakeBrowser
+	c    *websocket.Conn
+	path string
+	auto bool       // set once: answers the relay's own commands as Chromium did
+	wmu  sync.Mutex // serialises writes
+
+	mu        sync.Mutex
+	holder    bool                 // guarded by fb.mu: sent browser-level Fetch.enable
+	msgs      []fakeMsg            // guarded by mu; everything received, in order
+	nread     int                  // guarded by mu; msgs handed out by next
+	arrived   chan struct{}        // guarded by mu; closed and replaced on each message
+	continued map[string]time.Time // guarded by mu; Fetch.continueRequest by requestId
+	pings     int                  // guarded by mu
+	closeErr  error                // set before done is closed
+	done      chan struct{}        // closed when the reader ends
+}
+
+// fakeMsg is a message the fake received.
+type fakeMsg struct {
+	typ  int
+	data []byte
+	at   time.Time
+	m    wireMsg
+}
+
+func (fc *fakeConn) read() {
+	defer close(fc.done)
+	for {
+		typ, data, err := fc.c.ReadMessage()
+		if err != nil {
+			fc.closeErr = err
+			fc.mu.Lock()
+			close(fc.arrived)
+			fc.arrived = make(chan struct{})
+			fc.mu.Unlock()
+			return
+		}
+		msg := fakeMsg{typ: typ, data: data, at: time.Now()}
+		msg.m, _ = decodeWire(data)
+		fc.answer(msg)
+		fc.mu.Lock()
+		fc.msgs = append(fc.msgs, msg)
+		close(fc.arrived)
+		fc.arrived = make(chan struct{})
+		fc.mu.Unlock()
+	}
+}
+
+// answer answers the commands the relay sends for itself, as Chromium did.
+func (fc *fakeConn) answer(msg fakeMsg) {
+	m := msg.m
+	if !fc.auto || m.ID == nil || m.SessionID != "" {
+		return
+	}
+	fb := fc.fb
+	id := *m.ID
+	switch m.Method {
+	case "Target.setDiscoverTargets":
+		// Chromium announces the targets it has, then replies.
+		for _, rm := range fb.fetch.msgs {
+			if rm.From == "browser" && rm.m.ID != nil {
+				break
+			}
+			if rm.From == "browser" {
+				fc.send(rm.Msg)
+			}
+		}
+		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+	case "Fetch.enable":
+		switch {
+		case fb.cfg.lightpanda:
+			fc.send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-31998,"message":"BrowserContextNotLoaded"}}`, id))
+		case fb.cfg.rejectFetch:
+			fc.send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32601,"message":"'Fetch.enable' wasn't found"}}`, id))
+		default:
+			// Marked before the reply, so the relay's Start cannot return
+			// before the fake knows which connection is the relay's own.
+			fb.mu.Lock()
+			fc.holder = true
+			fb.broadcast()
+			fb.mu.Unlock()
+			fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+		}
+	case "Fetch.continueRequest":
+		var p struct{ RequestID string }
+		json.Unmarshal(m.Params, &p)
+		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+		fc.mu.Lock()
+		fc.continued[p.RequestID] = msg.at
+		fc.mu.Unlock()
+	case "Target.getTargetInfo":
+		var p struct{ TargetID string }
+		json.Unmarshal(m.Params, &p)
+		fb.mu.Lock()
+		info, ok := fb.targets[p.TargetID]
+		fb.mu.Unlock()
+		if ok {
+			fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfo":%s}}`, id, info))
+			return
+		}
+		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id)) // No target with given id found
+	}
+}
+
+// send writes a text message to the relay; the fake learns the targets it announces.
+func (fc *fakeConn) send(data []byte) error {
+	if m, ok := decodeWire(data); ok && (m.Method == "Target.targetCreated" || m.Method == "Target.targetInfoChanged") {
+		if info, raw, ok := readTargetInfo(data); ok {
+			fc.fb.announce(info.TargetID, raw)
+		}
+	}
+	return fc.write(websocket.TextMessage, data)
+}
+
+func (fc *fakeConn) write(typ int, data []byte) error {
+	fc.wmu.Lock()
+	defer fc.wmu.Unlock()
+	fc.c.SetWriteDeadline(time.Now().Add(waitFor))
+	return fc.c.WriteMessage(typ, data)
+}
+
+// closeWith sends a close frame with code and text.
+func (fc *fakeConn) closeWith(code int, text string) error {
+	return fc.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+}
+
+// drop ends the connection without a close frame, as a crashed browser does.
+func (fc *fakeConn) drop() { fc.c.Close() }
+
+// next returns the next message the relay sent on this connection, in order.
+func (fc *fakeConn) next(t testing.TB) fakeMsg {
+	t.Helper()
+	deadline := time.After(waitFor)
+	for {
+		fc.mu.Lock()
+		if fc.nread < len(fc.msgs) {
+			m := fc.msgs[fc.nread]
+			fc.nread++
+			fc.mu.Unlock()
+			return m
+		}
+		arrived := fc.arrived
+		fc.mu.Unlock()
+		select {
+		case <-arrived:
+		case <-fc.done:
+			fc.mu.Lock()
+			more := fc.nread < len(fc.msgs)
+			fc.mu.Unlock()
+			if !more {
+				t.Fatalf("fake browser: connection ended (%v) while waiting for a message", fc.closeErr)
+			}
+		case <-deadline:
+			t.Fatalf("fake browser: no message from the relay within %v", waitFor)
+		}
+	}
+}
+
+// received returns every message received so far.
+func (fc *fakeConn) received() []fakeMsg {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return append([]fakeMsg(nil), fc.msgs...)
+}
+
+// ended waits for the connection to end and returns how it ended.
+func (fc *fakeConn) ended(t testing.TB) error {
+	t.Helper()
+	select {
+	case <-fc.done:
+		return fc.closeErr
+	case <-time.After(waitFor):
+		t.Fatalf("fake browser: connection still open after %v", waitFor)
+		return nil
+	}
+}
+
+// pingCount reports how many pings the fake has answered.
+func (fc *fakeConn) pingCount() int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.pings
+}
+
+// continuedAt waits for the relay to continue requestID and returns when
+// the fake got that command.
+func (fc *fakeConn) continuedAt(requestID string) (time.Time, error) {
+	deadline := time.After(waitFor)
+	for {
+		fc.mu.Lock()
+		at, ok := fc.continued[requestID]
+		arrived := fc.arrived
+		fc.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-arrived:
+		case <-fc.done:
+			return time.Time{}, fmt.Errorf("connection ended before %s was continued", requestID)
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("%s not continued within %v", requestID, waitFor)
+		}
+	}
+}
+
+// hopTimes is one paused request of a played navigation: when the fake
+// paused it and when the relay let it go.
+type hopTimes struct {
+	requestID string
+	paused    time.Time
+	continued time.Time
+}
+
+// play replays a recorded chain of paused requests the way Chromium
+// drives it: each pause is sent once the one before it was continued.
+// The chain gets a fresh interception job, so a recording can be played
+// many times.
+func (fc *fakeConn) play(chain [][]byte) ([]hopTimes, error) {
+	job := fc.fb.newJob()
+	var out []hopTimes
+	for _, msg := range chain {
+		msg = renumberJob(msg, job)
+		p, _ := readPause(msg)
+		sent := time.Now()
+		if err := fc.send(msg); err != nil {
+			return out, err
+		}
+		at, err := fc.continuedAt(p.RequestID)
+		if err != nil {
+			return out, err
+		}
+		// A Response-stage pause reuses the requestId of its Request stage.
+		fc.mu.Lock()
+		delete(fc.continued, p.RequestID)
+		fc.mu.Unlock()
+		out = append(out, hopTimes{requestID: p.RequestID, paused: sent, continued: at})
+	}
+	return out, nil
+}
+
+func (fc *fakeConn) mustPlay(t testing.TB, chain [][]byte) []hopTimes {
+	t.Helper()
+	hops, err := fc.play(chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hops
+}
+
+var jobID = regexp.MustCompile(`"interception-job-[0-9]+\.`)
+
+// renumberJob moves every interception id of a recorded pause to job.
+func renumberJob(msg []byte, job int) []byte {
+	return jobID.ReplaceAll(msg, []byte(`"interception-job-`+strconv.Itoa(job)+`.`))
+}
+
+// equalMsg explains how got differs from want, or returns "".
+func equalMsg(got, want []byte) string {
+	if bytes.Equal(got, want) {
+		return ""
+	}
+	if len(got) != len(want) {
+		return fmt.Sprintf("got %d bytes, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Sprintf("first difference at byte %d: got %.60q, want %.60q", i, got[i:], want[i:])
+		}
+	}
+	return ""
+}

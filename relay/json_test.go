@@ -1,0 +1,323 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// member is one member of a JSON object, its value as written.
+type member struct {
+	key string
+	val json.RawMessage
+}
+
+// objects reads a JSON object, or an array of them, keeping member order
+// and every value's bytes.
+func objects(t *testing.T, body []byte) [][]member {
+	t.Helper()
+	var list []json.RawMessage
+	if err := json.Unmarshal(body, &list); err != nil {
+		list = []json.RawMessage{body}
+	}
+	var out [][]member
+	for _, raw := range list {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			t.Fatalf("not a JSON object: %.80s", raw)
+		}
+		var obj []member
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var val json.RawMessage
+			if err := dec.Decode(&val); err != nil {
+				t.Fatal(err)
+			}
+			obj = append(obj, member{tok.(string), val})
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// checkRewritten checks that got is upstream with every
+// webSocketDebuggerUrl and devtoolsFrontendUrl pointing at host instead of
+// the browser's address, every other member byte-identical in value, and
+// the members in the browser's order.
+func checkRewritten(t *testing.T, got, upstream []byte, browserAddr, host string) {
+	t.Helper()
+	gotObjs, wantObjs := objects(t, got), objects(t, upstream)
+	if len(gotObjs) != len(wantObjs) {
+		t.Fatalf("got %d objects, want %d:\n%s", len(gotObjs), len(wantObjs), got)
+	}
+	rewritten := 0
+	for i := range wantObjs {
+		g, w := gotObjs[i], wantObjs[i]
+		if len(g) != len(w) {
+			t.Fatalf("object %d: got %d members, want %d", i, len(g), len(w))
+		}
+		for j := range w {
+			if g[j].key != w[j].key {
+				t.Fatalf("object %d member %d: got key %q, want %q", i, j, g[j].key, w[j].key)
+			}
+			want := w[j].val
+			if k := w[j].key; k == "webSocketDebuggerUrl" || k == "devtoolsFrontendUrl" {
+				var s string
+				json.Unmarshal(w[j].val, &s)
+				if !strings.Contains(s, browserAddr) {
+					t.Fatalf("object %d: the browser's %s %q does not name its address %s", i, k, s, browserAddr)
+				}
+				var gs string
+				json.Unmarshal(g[j].val, &gs)
+				if ws := strings.Replace(s, browserAddr, host, 1); gs != ws {
+					t.Errorf("object %d: got %s %q, want %q", i, k, gs, ws)
+				}
+				rewritten++
+				continue
+			}
+			if !bytes.Equal(g[j].val, want) {
+				t.Errorf("object %d: got %s %s, want %s as the browser wrote it", i, w[j].key, g[j].val, want)
+			}
+		}
+	}
+	if rewritten == 0 && len(wantObjs) > 0 {
+		t.Errorf("no URL to rewrite in %s", upstream)
+	}
+}
+
+func TestJSONEndpoints(t *testing.T) {
+	// The target the recording created, listed, activated and closed.
+	_, lines := loadHTTP(t)
+	var created struct{ ID string }
+	for _, l := range lines {
+		if l.Method == "PUT" && l.Path == "/json/new" {
+			json.Unmarshal([]byte(l.Body), &created)
+		}
+	}
+	newQuery := "http://a.test:8080/page?new"
+	tests := []struct {
+		name      string
+		browser   fakeConfig
+		method    string
+		target    string // path and query asked of the relay
+		wantUp    string // "METHOD path?query" the browser gets; "" for none
+		wantCode  int
+		rewritten bool // the body is the browser's with its URLs rewritten; else byte-identical
+	}{
+		{name: "version", method: "GET", target: "/json/version", wantUp: "GET /json/version", wantCode: 200, rewritten: true},
+		{name: "version slash (Playwright)", method: "GET", target: "/json/version/", wantUp: "GET /json/version", wantCode: 200, rewritten: true},
+		{name: "json", method: "GET", target: "/json", wantUp: "GET /json/list", wantCode: 200, rewritten: true},
+		{name: "list", method: "GET", target: "/json/list", wantUp: "GET /json/list", wantCode: 200, rewritten: true},
+		{name: "new PUT", method: "PUT", target: "/json/new?" + newQuery, wantUp: "PUT /json/new?" + newQuery, wantCode: 200, rewritten: true},
+		{name: "new GET becomes PUT", method: "GET", target: "/json/new?" + newQuery, wantUp: "PUT /json/new?" + newQuery, wantCode: 200, rewritten: true},
+		{name: "new POST refused", method: "POST", target: "/json/new", wantCode: 405},
+		{name: "activate", method: "GET", target: "/json/activate/" + created.ID, wantUp: "GET /json/activate/" + created.ID, wantCode: 200},
+		{name: "activate unknown", method: "GET", target: "/json/activate/NOPE", wantUp: "GET /json/activate/NOPE", wantCode: 404},
+		{name: "close", method: "GET", target: "/json/close/" + created.ID, wantUp: "GET /json/close/" + created.ID, wantCode: 200},
+		{name: "close unknown", method: "GET", target: "/json/close/NOPE", wantUp: "GET /json/close/NOPE", wantCode: 404},
+		{name: "protocol", method: "GET", target: "/json/protocol", wantUp: "GET /json/protocol", wantCode: 200},
+		{name: "unknown path", method: "GET", target: "/json/nothing", wantCode: 404},
+		{name: "lightpanda version", browser: fakeConfig{lightpanda: true}, method: "GET", target: "/json/version", wantUp: "GET /json/version", wantCode: 200, rewritten: true},
+		{name: "lightpanda list", browser: fakeConfig{lightpanda: true}, method: "GET", target: "/json/list", wantUp: "GET /json/list", wantCode: 200, rewritten: true},
+		{name: "lightpanda has no new", browser: fakeConfig{lightpanda: true}, method: "PUT", target: "/json/new?" + newQuery, wantUp: "PUT /json/new?" + newQuery, wantCode: 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, tt.browser)
+			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowHosts = []string{"relay.example"} })
+			_, port, _ := net.SplitHostPort(tp.addr)
+			// The Host header the client reached the relay with, whatever it is;
+			// an allowed name that Chromium itself would refuse must not reach it.
+			for _, host := range []string{tp.addr, "localhost:" + port, "[::1]:" + port, "relay.example:9322"} {
+				t.Run(host, func(t *testing.T) {
+					before := len(fb.httpHits())
+					req, err := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					req.Host = host
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.StatusCode != tt.wantCode {
+						t.Fatalf("got status %d (%s), want %d", resp.StatusCode, body, tt.wantCode)
+					}
+					hits := fb.httpHits()[before:]
+					if tt.wantUp == "" {
+						if len(hits) != 0 {
+							t.Fatalf("got %d requests to the browser, want none", len(hits))
+						}
+						return
+					}
+					if len(hits) != 1 {
+						t.Fatalf("got %d requests to the browser, want 1", len(hits))
+					}
+					h := hits[0]
+					up := h.Method + " " + h.Path
+					if h.Query != "" {
+						up += "?" + h.Query
+					}
+					if up != tt.wantUp {
+						t.Errorf("browser got %q, want %q", up, tt.wantUp)
+					}
+					if h.Host != fb.addr {
+						t.Errorf("browser got Host %q, want its own address %q", h.Host, fb.addr)
+					}
+					// What the browser answered the relay, as the fake serves it.
+					upstream := fb.upstreamBody(t, h)
+					if tt.rewritten {
+						checkRewritten(t, body, upstream.body, fb.addr, host)
+					} else if d := equalMsg(body, upstream.body); d != "" {
+						t.Errorf("body: %s", d)
+					}
+					if got := resp.Header.Get("Content-Type"); got != upstream.contentType {
+						t.Errorf("got Content-Type %q, want the browser's %q", got, upstream.contentType)
+					}
+				})
+			}
+		})
+	}
+}
+
+type upstreamAnswer struct {
+	body        []byte
+	contentType string
+}
+
+// upstreamBody asks the fake again what it answers the request h, to
+// compare with what the relay made of it.
+func (fb *fakeBrowser) upstreamBody(t *testing.T, h httpHit) upstreamAnswer {
+	t.Helper()
+	u := "http://" + fb.addr + h.Path
+	if h.Query != "" {
+		u += "?" + h.Query
+	}
+	req, err := http.NewRequest(h.Method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstreamAnswer{body, resp.Header.Get("Content-Type")}
+}
+
+// TestJSONRefusesForeignHost checks that a Host the relay does not answer
+// to (DNS rebinding) never reaches the browser.
+func TestJSONRefusesForeignHost(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
+	before := len(fb.httpHits())
+	for _, target := range []string{"/json/version", "/json/list", "/devtools/browser/x"} {
+		req, _ := http.NewRequest("GET", "http://"+tp.addr+target, nil)
+		req.Host = "rebound.example:9322"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: got status %d, want 403", target, resp.StatusCode)
+		}
+	}
+	if hits := fb.httpHits()[before:]; len(hits) != 0 {
+		t.Errorf("got %d requests to the browser, want none", len(hits))
+	}
+}
+
+// TestJSONToken checks that with a token the advertised websocket URLs
+// carry it, and that the token a client authenticated with never reaches
+// the browser (nor, through /json/new, the site it opens).
+func TestJSONToken(t *testing.T) {
+	const token = "s3cret"
+	tests := []struct {
+		name   string
+		method string
+		target string
+		auth   bool   // send the token as a bearer header rather than in the query
+		wantUp string // what the browser gets
+	}{
+		{name: "version, token in the query", method: "GET", target: "/json/version?token=" + token, wantUp: "GET /json/version"},
+		{name: "version, bearer", method: "GET", target: "/json/version", auth: true, wantUp: "GET /json/version"},
+		{name: "new, bearer", method: "PUT", target: "/json/new?http://a.test/?token=mine", auth: true, wantUp: "PUT /json/new?http://a.test/?token=mine"},
+		{name: "new, token in the query", method: "PUT", target: "/json/new?http://a.test/x&token=" + token, wantUp: "PUT /json/new?http://a.test/x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
+			before := len(fb.httpHits())
+			req, _ := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
+			if tt.auth {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("got status %d (%s), want 200", resp.StatusCode, body)
+			}
+			hits := fb.httpHits()[before:]
+			if len(hits) != 1 {
+				t.Fatalf("got %d requests to the browser, want 1", len(hits))
+			}
+			up := hits[0].Method + " " + hits[0].Path
+			if hits[0].Query != "" {
+				up += "?" + hits[0].Query
+			}
+			if up != tt.wantUp {
+				t.Errorf("browser got %q, want %q", up, tt.wantUp)
+			}
+			var v struct{ WebSocketDebuggerURL string }
+			json.Unmarshal(body, &v)
+			if !strings.HasSuffix(v.WebSocketDebuggerURL, "?token="+token) {
+				t.Errorf("got webSocketDebuggerUrl %q, want it to carry the token", v.WebSocketDebuggerURL)
+			}
+		})
+	}
+}
+
+// TestJSONBrowserGone checks that the relay answers 502 when the browser's
+// HTTP side does not answer.
+func TestJSONBrowserGone(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
+	fb.close()
+	resp, err := http.Get("http://" + tp.addr + "/json/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "browser unreachable") {
+		t.Errorf("got %d %q, want 502 saying the browser is unreachable", resp.StatusCode, body)
+	}
+}

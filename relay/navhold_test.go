@@ -1,0 +1,375 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// navigateInStream makes a relay hold navigations in the client streams.
+func navigateInStream(p *Proxy) { p.Intercept = InterceptNavigate }
+
+// pageSession returns the recorded Target.attachedToTarget of the page the
+// session transcript navigates, with its session and target ids.
+func pageSession(t *testing.T, sess *recording) (attached []byte, session, target string) {
+	t.Helper()
+	created := false
+	for _, rm := range sess.msgs {
+		if rm.From == "client" && rm.m.Method == "Target.createTarget" {
+			created = true
+		}
+		if !created || rm.m.Method != "Target.attachedToTarget" {
+			continue
+		}
+		var p struct {
+			SessionID  string     `json:"sessionId"`
+			TargetInfo targetInfo `json:"targetInfo"`
+		}
+		if json.Unmarshal(rm.m.Params, &p) == nil && p.TargetInfo.Type == "page" {
+			return rm.Msg, p.SessionID, p.TargetInfo.TargetID
+		}
+	}
+	t.Fatal("no recorded page session")
+	return nil, "", ""
+}
+
+// replay plays recorded lines between a client and the fake browser
+// through the relay: a client line is written by the client and must reach
+// the browser unchanged, a browser line is sent by the fake and must reach
+// the client unchanged. before, when set, is called before each browser
+// line is sent.
+func replay(t *testing.T, c *websocket.Conn, fc *fakeConn, lines []recordedMsg, before func(msg []byte) []byte) {
+	t.Helper()
+	for _, rm := range lines {
+		msg := rm.Msg
+		if rm.From == "client" {
+			writeClient(t, c, websocket.TextMessage, msg)
+			if d := equalMsg(fc.next(t).data, msg); d != "" {
+				t.Fatalf("browser got another message than %.80s: %s", msg, d)
+			}
+			continue
+		}
+		if before != nil {
+			msg = before(msg)
+		}
+		if err := fc.send(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, got := readClient(t, c); equalMsg(got, msg) != "" {
+			t.Fatalf("client got another message than %.80s: %s", msg, equalMsg(got, msg))
+		}
+	}
+}
+
+// TestNavHoldReplaysChromiumSession replays a puppeteer-like session
+// recorded from Chromium through a relay holding navigations in the
+// stream: every message passes unchanged and in order, and the answers in
+// the session's Network events reach the limiter.
+func TestNavHoldReplaysChromiumSession(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	fb.hush()
+	tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	sess := loadRecording(t, "chromium-session.jsonl")
+	var busyAnswered time.Time
+	replay(t, c, fc, sess.msgs, func(msg []byte) []byte {
+		if bytes.Contains(msg, []byte(`"method":"Network.responseReceived"`)) && bytes.Contains(msg, []byte(`"status":429`)) {
+			busyAnswered = time.Now()
+		}
+		return msg
+	})
+	if busyAnswered.IsZero() {
+		t.Fatal("the recording has no 429")
+	}
+	// a.test: navigate, reload, frames, /r, /r2, /busy (429, Retry-After 3);
+	// b.test: the redirect from /r and the new page; c.test: refused.
+	if got := tp.lim.Len(); got != 3 {
+		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
+	}
+	now := time.Now()
+	if r := tp.lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
+		t.Errorf("next a.test slot %v after the 429, want at least its Retry-After 3s", r.Start.Sub(busyAnswered))
+	}
+	if r := tp.lim.Reserve("c.test", now); r.Pressure < 5 {
+		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
+	}
+}
+
+// TestNavHoldHolds sends commands to a relay holding navigations in the
+// stream, with a.test booked for the next hour, and checks which of them
+// the browser gets: everything that is not a navigation to a booked host,
+// at once and in order.
+func TestNavHoldHolds(t *testing.T) {
+	sess := loadRecording(t, "chromium-session.jsonl")
+	attached, S, T := pageSession(t, sess)
+	nav := func(id int, session, url, frame string) string {
+		m := map[string]any{"id": id, "method": "Page.navigate", "params": map[string]string{"url": url}}
+		if frame != "" {
+			m["params"].(map[string]string)["frameId"] = frame
+		}
+		if session != "" {
+			m["sessionId"] = session
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	tests := []struct {
+		name string
+		path string   // "" is "/"
+		msgs []string // sent by the client, in order
+		held []int    // indexes of msgs the browser must not get
+	}{
+		{name: "navigate to a booked host", msgs: []string{nav(1, S, "http://a.test/x", T)}, held: []int{0}},
+		{name: "navigate without frameId", msgs: []string{nav(1, S, "http://a.test/x", "")}, held: []int{0}},
+		{name: "host is case-insensitive, port ignored", msgs: []string{nav(1, S, "HTTP://A.Test:8080/x", T)}, held: []int{0}},
+		{name: "a held navigation blocks nothing", msgs: []string{
+			nav(1, S, "http://a.test/x", T),
+			fmt.Sprintf(`{"id":2,"method":"Runtime.evaluate","params":{"expression":"1+1"},"sessionId":%q}`, S),
+			nav(3, S, "http://b.test/", T), // first to b.test: goes at once
+			nav(4, S, "http://b.test/", T), // then b.test is booked too
+			`{"id":5,"method":"Target.getTargets"}`,
+		}, held: []int{0, 3}},
+		{name: "iframe navigation passes", msgs: []string{nav(1, S, "http://a.test/x", "0A8EE4E25BC3BA20C6D69A84408D4DE2")}},
+		{name: "unknown session gets the benefit of the doubt", msgs: []string{nav(1, "OTHER", "http://a.test/x", "F")}, held: []int{0}},
+		{name: "non-network URLs and exempt hosts pass", msgs: []string{
+			nav(1, S, "about:blank", T), nav(2, S, "data:text/html,hi", T), nav(3, S, "javascript:void(0)", T),
+			nav(4, S, "chrome://version", T), nav(5, S, "http://localhost:8080/", T), nav(6, S, "http://127.0.0.1/", T),
+			nav(7, S, "http://[::1]:9/", T), nav(8, S, "file:///etc/hosts", T),
+		}},
+		{name: "reload repeats the session's last URL", msgs: []string{
+			nav(1, S, "http://a.test/x", T), fmt.Sprintf(`{"id":2,"method":"Page.reload","sessionId":%q}`, S),
+			fmt.Sprintf(`{"id":3,"method":"Page.reload","params":{"ignoreCache":true},"sessionId":%q}`, S),
+		}, held: []int{0, 1, 2}},
+		{name: "reload after a non-network URL passes", msgs: []string{
+			nav(1, S, "about:blank", T), fmt.Sprintf(`{"id":2,"method":"Page.reload","sessionId":%q}`, S),
+		}},
+		{name: "reload of a session that never navigated passes", msgs: []string{
+			fmt.Sprintf(`{"id":1,"method":"Page.reload","sessionId":%q}`, S),
+		}},
+		{name: "new target with a URL", msgs: []string{
+			`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`,
+			`{"id":2,"method":"Target.createTarget","params":{"url":"about:blank"}}`,
+			`{"id":3,"method":"Target.createTarget","params":{"url":""}}`,
+			`{"id":4,"method":"Target.createTarget","params":{"url":"http://a.test/","newWindow":true,"background":true}}`,
+		}, held: []int{0, 3}},
+		{name: "not a command: no id, not JSON, another method", msgs: []string{
+			`{"method":"Page.navigate","params":{"url":"http://a.test/"}}`,
+			`{"id":1,"method":"Page.navigate","params":{"url":"http://a.te`,
+			`{"id":2,"method":"Runtime.evaluate","params":{"expression":"\"method\":\"Page.navigate\",\"url\":\"http://a.test/\""}}`,
+			`[{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/"}}]`,
+			`{"id":4,"method":"Page.navigate","params":{"url":"http://a.test/"},"x":}`,
+		}},
+		{name: "as the browser parses it: escapes, last key wins, sessionId last", msgs: []string{
+			`{"id":1,"method":"Page.\u006eavigate","params":{"url":"http:\/\/a.test\/"},"sessionId":"` + S + `"}`,
+			`{"id":2,"method":"Runtime.evaluate","method":"Page.navigate","params":{"url":"http://a.test/"}}`,
+			`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/"},"method":"Runtime.evaluate"}`,
+			`{"id":4,"params":{"url":"http://a.test/","frameId":"IFRAME"},"method":"Page.navigate","sessionId":"` + S + `"}`,
+			`{"id":5,"params":{"url":"http://a.test/","frameId":"` + T + `"},"method":"Page.navigate","sessionId":"` + S + `"}`,
+			`{"id":6,"method":"Page.navigate","params":{"url":"http://a.test/","URL":"about:blank"},"sessionId":"` + S + `"}`,
+			`{"id":7,"method":"Page.navigate","params":{"URL":"http://a.test/"},"sessionId":"` + S + `"}`,
+		}, held: []int{0, 1, 4, 5}},
+		{name: "page endpoint: its own session is the page", path: "/devtools/page/" + T, msgs: []string{
+			nav(1, "", "http://a.test/", "0A8EE4E25BC3BA20C6D69A84408D4DE2"),
+			nav(2, "", "http://a.test/", T),
+		}, held: []int{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			fb.hush()
+			tp := relayTo(t, fb, fixed(time.Hour), navigateInStream)
+			tp.lim.Reserve("a.test", time.Now())
+			path := tt.path
+			if path == "" {
+				path = "/"
+			}
+			c := tp.dial(t, path, nil)
+			fc := fb.accept(t)
+			if path == "/" {
+				if err := fc.send(attached); err != nil {
+					t.Fatal(err)
+				}
+				readClient(t, c)
+			}
+			for _, m := range tt.msgs {
+				writeClient(t, c, websocket.TextMessage, []byte(m))
+			}
+			const sentinel = `{"id":999999,"method":"Runtime.evaluate","params":{"expression":"done"}}`
+			writeClient(t, c, websocket.TextMessage, []byte(sentinel))
+			var want []string
+			for i, m := range tt.msgs {
+				if !contains(tt.held, i) {
+					want = append(want, m)
+				}
+			}
+			want = append(want, sentinel)
+			var got []string
+			for len(got) == 0 || got[len(got)-1] != sentinel {
+				got = append(got, string(fc.next(t).data))
+			}
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("browser got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+func contains(s []int, i int) bool {
+	for _, x := range s {
+		if x == i {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNavHoldDelay checks against a Lightpanda-like browser that a held
+// navigation command reaches the browser unchanged once its slot comes.
+func TestNavHoldDelay(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	tp := relayTo(t, fb, fixed(300*time.Millisecond)) // falls back: the browser is Lightpanda
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	msgs := []string{
+		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
+		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-1"}`,
+		`{"id":3,"method":"Target.createTarget","params":{"url":"http://a.test/3"}}`,
+		`{"id":4,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"SID-1"}`,
+	}
+	start := time.Now()
+	for _, m := range msgs {
+		writeClient(t, c, websocket.TextMessage, []byte(m))
+	}
+	arrived := map[string]time.Time{}
+	for range msgs {
+		m := fc.next(t)
+		arrived[string(m.data)] = m.at
+	}
+	for i, m := range msgs {
+		at, ok := arrived[m]
+		if !ok {
+			t.Errorf("browser did not get %s unchanged", m)
+			continue
+		}
+		// Message 1 books a.test, 2 waits a slot, 3 two.
+		if i == 1 || i == 2 {
+			if waited, want := at.Sub(start), time.Duration(i)*300*time.Millisecond; waited < want {
+				t.Errorf("message %d reached the browser %v after the first was sent, want at least %v", i+1, waited, want)
+			}
+		}
+	}
+}
+
+// TestNavHoldAnswers replays single navigations of the recorded session
+// and checks what their answers do to the limiter.
+func TestNavHoldAnswers(t *testing.T) {
+	sess := loadRecording(t, "chromium-session.jsonl")
+	attached, _, _ := pageSession(t, sess)
+	tests := []struct {
+		name   string
+		url    string                  // the navigation replayed, from its command to the next one
+		mutate func(msg []byte) []byte // changes browser messages; nil keeps them
+		check  func(*testing.T, *testProxy, time.Time)
+	}{
+		{name: "429 with Retry-After pushes the next slot", url: "/busy",
+			check: func(t *testing.T, tp *testProxy, answered time.Time) {
+				r := tp.lim.Reserve("a.test", time.Now())
+				if r.Start.Sub(answered) < 3*time.Second {
+					t.Errorf("next slot %v after the 429, want at least its Retry-After 3s", r.Start.Sub(answered))
+				}
+				if r.Pressure < 50 {
+					t.Errorf("pressure %d, want at least 50", r.Pressure)
+				}
+			}},
+		{name: "refused connection adds pressure", url: "http://c.test",
+			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+				if r := tp.lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
+					t.Errorf("pressure %d, want it raised by 10", r.Pressure)
+				}
+			}},
+		{name: "redirect to another host books it", url: "/r",
+			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+				if n := tp.lim.Len(); n != 2 {
+					t.Errorf("limiter knows %d hosts, want a.test and b.test", n)
+				}
+			}},
+		{name: "redirect within the host books nothing more", url: "/r2",
+			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+				if r := tp.lim.Reserve("a.test", time.Now()); r.Pressure > 2 {
+					t.Errorf("pressure %d, want one booking before this one", r.Pressure)
+				}
+			}},
+		{name: "200 adds nothing", url: "/page?first",
+			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+				now := time.Now()
+				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
+					t.Errorf("pressure %d, start in %v; want 2 at most, now", r.Pressure, r.Start.Sub(now))
+				}
+			}},
+		{name: "an iframe's 429 is not the page's", url: "/frames",
+			mutate: func(msg []byte) []byte {
+				if bytes.Contains(msg, []byte(`"method":"Network.responseReceived"`)) && bytes.Contains(msg, []byte("child?same")) {
+					return bytes.Replace(msg, []byte(`"status":200,`), []byte(`"status":429,`), 1)
+				}
+				return msg
+			},
+			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+				now := time.Now()
+				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
+					t.Errorf("pressure %d, start in %v; want the iframe's 429 ignored", r.Pressure, r.Start.Sub(now))
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			fb.hush()
+			tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
+			c := tp.dial(t, "/", nil)
+			fc := fb.accept(t)
+			replay(t, c, fc, []recordedMsg{{From: "browser", Msg: attached}}, nil)
+			var answered time.Time
+			mutate := func(msg []byte) []byte {
+				if tt.mutate != nil {
+					msg = tt.mutate(msg)
+				}
+				if bytes.Contains(msg, []byte(`"status":429`)) && answered.IsZero() {
+					answered = time.Now() // before the relay can have read it
+				}
+				return msg
+			}
+			replay(t, c, fc, navigation(t, sess, tt.url), mutate)
+			tt.check(t, tp, answered)
+		})
+	}
+}
+
+// navigation returns the recorded lines of the navigation to a URL with
+// urlPart: its command and what the browser sent until the next command.
+func navigation(t *testing.T, sess *recording, urlPart string) []recordedMsg {
+	t.Helper()
+	for i, rm := range sess.msgs {
+		if rm.From != "client" || rm.m.Method != "Page.navigate" || !strings.Contains(string(rm.m.Params), urlPart) {
+			continue
+		}
+		j := i + 1
+		for j < len(sess.msgs) && sess.msgs[j].From != "client" {
+			j++
+		}
+		return sess.msgs[i:j]
+	}
+	t.Fatalf("no recorded navigation to %q", urlPart)
+	return nil
+}

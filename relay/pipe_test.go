@@ -1,0 +1,520 @@
+package relay
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// TestWebsocketPaths checks which browser websocket each client path reaches.
+func TestWebsocketPaths(t *testing.T) {
+	browserPath := func(fb *fakeBrowser) string { return "/devtools/browser/" + fb.id() }
+	const page = "/devtools/page/4FB0C61DB07E344E3271886300C1F6F5"
+	tests := []struct {
+		name     string
+		browser  fakeConfig
+		upstream func(fb *fakeBrowser) string // nil: http://HOST:PORT
+		path     func(fb *fakeBrowser) string // asked of the relay
+		want     func(fb *fakeBrowser) string // reached at the browser
+	}{
+		{name: "bare / is the browser endpoint", path: func(*fakeBrowser) string { return "/" }, want: browserPath},
+		{name: "browser endpoint", path: browserPath, want: browserPath},
+		{name: "page endpoint", path: func(*fakeBrowser) string { return page }, want: func(*fakeBrowser) string { return page }},
+		{name: "ws upstream: any browser id is its browser endpoint",
+			upstream: func(fb *fakeBrowser) string { return fb.wsURL() },
+			path:     func(*fakeBrowser) string { return "/devtools/browser/other" }, want: browserPath},
+		{name: "ws upstream: bare /",
+			upstream: func(fb *fakeBrowser) string { return fb.wsURL() },
+			path:     func(*fakeBrowser) string { return "/" }, want: browserPath},
+		{name: "lightpanda: bare /", browser: fakeConfig{lightpanda: true},
+			path: func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
+		{name: "lightpanda as localhost (it takes an IP Host only)", browser: fakeConfig{lightpanda: true},
+			upstream: func(fb *fakeBrowser) string {
+				return "http://localhost:" + fb.addr[strings.LastIndexByte(fb.addr, ':')+1:]
+			},
+			path: func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
+		{name: "lightpanda as ws upstream", browser: fakeConfig{lightpanda: true},
+			upstream: func(fb *fakeBrowser) string { return "ws://" + fb.addr },
+			path:     func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, tt.browser)
+			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
+				if tt.upstream != nil {
+					p.Upstream = tt.upstream(fb)
+				}
+			})
+			c := tp.dial(t, tt.path(fb), nil)
+			fc := fb.accept(t)
+			if got, want := fc.path, tt.want(fb); got != want {
+				t.Errorf("got browser path %q, want %q", got, want)
+			}
+			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.getVersion"}`))
+			if got := fc.next(t); string(got.data) != `{"id":1,"method":"Browser.getVersion"}` {
+				t.Errorf("browser got %q", got.data)
+			}
+			fc.send([]byte(`{"id":1,"result":{}}`))
+			if _, got := readClient(t, c); string(got) != `{"id":1,"result":{}}` {
+				t.Errorf("client got %q", got)
+			}
+		})
+	}
+}
+
+// payload returns n bytes of JSON text that vary, so a reordered or
+// dropped piece shows.
+func payload(n int, seed uint64) []byte {
+	const head, tail = `{"id":7,"method":"Runtime.evaluate","params":{"expression":"`, `"}}`
+	if n < len(head)+len(tail) {
+		return []byte(strings.Repeat("x", n))
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	// A random block of prime length, tiled: no two of the relay's 64 KiB
+	// pieces are alike, and big payloads stay cheap to make under -race.
+	r := rand.New(rand.NewPCG(seed, 1))
+	block := make([]byte, 65521)
+	for i := range block {
+		block[i] = alphabet[r.IntN(len(alphabet))]
+	}
+	b := make([]byte, n)
+	copy(b, head)
+	for i := len(head); i < n-len(tail); i += len(block) {
+		copy(b[i:n-len(tail)], block)
+	}
+	copy(b[n-len(tail):], tail)
+	return b
+}
+
+// TestMessagesPassUnchanged sends messages through the relay both ways and
+// checks they arrive byte for byte, of the same type except that a binary
+// client frame reaches the browser as text.
+func TestMessagesPassUnchanged(t *testing.T) {
+	const MiB = 1 << 20
+	tests := []struct {
+		name      string
+		toBrowser bool
+		typ       int
+		data      []byte
+		fragment  int // client writes the message in frames of this size; 0: one frame
+		wantType  int
+	}{
+		{name: "command", toBrowser: true, typ: websocket.TextMessage, data: []byte(`{"id":1,"method":"Target.getTargets","sessionId":"S"}`), wantType: websocket.TextMessage},
+		{name: "empty", toBrowser: true, typ: websocket.TextMessage, data: []byte{}, wantType: websocket.TextMessage},
+		{name: "not JSON", toBrowser: true, typ: websocket.TextMessage, data: []byte("hello {"), wantType: websocket.TextMessage},
+		{name: "invalid UTF-8", toBrowser: true, typ: websocket.TextMessage, data: []byte("{\"id\":2,\"method\":\"\xff\xfe\xed\xa0\x80\"}"), wantType: websocket.TextMessage},
+		{name: "whitespace and escapes kept", toBrowser: true, typ: websocket.TextMessage, data: []byte("{ \"id\" : 3 ,\n\"method\":\"Page.navigate\",\"params\":{\"url\":\"http://a.test/\\u00e9\\/\"} }"), wantType: websocket.TextMessage},
+		{name: "64 KiB", toBrowser: true, typ: websocket.TextMessage, data: payload(64<<10, 1), wantType: websocket.TextMessage},
+		{name: "64 KiB + 1", toBrowser: true, typ: websocket.TextMessage, data: payload(64<<10+1, 2), wantType: websocket.TextMessage},
+		{name: "20 MiB", toBrowser: true, typ: websocket.TextMessage, data: payload(20*MiB, 3), wantType: websocket.TextMessage},
+		{name: "fragmented", toBrowser: true, typ: websocket.TextMessage, data: payload(100<<10, 4), fragment: 4 << 10, wantType: websocket.TextMessage},
+		{name: "binary becomes text", toBrowser: true, typ: websocket.BinaryMessage, data: []byte(`{"id":4,"method":"Browser.getVersion"}`), wantType: websocket.TextMessage},
+		{name: "big binary becomes text", toBrowser: true, typ: websocket.BinaryMessage, data: payload(3*MiB, 5), wantType: websocket.TextMessage},
+		{name: "event", typ: websocket.TextMessage, data: []byte(`{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":"T","type":"page"}}}`), wantType: websocket.TextMessage},
+		{name: "reply 64 KiB + 1", typ: websocket.TextMessage, data: payload(64<<10+1, 6), wantType: websocket.TextMessage},
+		{name: "reply 20 MiB", typ: websocket.TextMessage, data: payload(20*MiB, 7), wantType: websocket.TextMessage},
+	}
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dialer := *websocket.DefaultDialer
+			if tt.fragment > 0 {
+				dialer.WriteBufferSize = tt.fragment
+			}
+			c, _, err := dialer.Dial("ws://"+tp.addr+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fc := fb.accept(t)
+			if !tt.toBrowser {
+				// The relay streams a big message to the client while the
+				// browser is still writing it.
+				werr := make(chan error, 1)
+				go func() { werr <- fc.write(tt.typ, tt.data) }()
+				typ, got := readClient(t, c)
+				if err := <-werr; err != nil {
+					t.Fatal(err)
+				}
+				if typ != tt.wantType {
+					t.Errorf("client got type %d, want %d", typ, tt.wantType)
+				}
+				if d := equalMsg(got, tt.data); d != "" {
+					t.Errorf("client got another message: %s", d)
+				}
+				return
+			}
+			c.SetWriteDeadline(time.Now().Add(waitFor))
+			w, err := c.NextWriter(tt.typ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := len(tt.data)
+			if tt.fragment > 0 {
+				step = tt.fragment / 2
+			}
+			for i := 0; i < len(tt.data); i += step {
+				if _, err := w.Write(tt.data[i:min(i+step, len(tt.data))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got := fc.next(t)
+			if got.typ != tt.wantType {
+				t.Errorf("browser got type %d, want %d", got.typ, tt.wantType)
+			}
+			if d := equalMsg(got.data, tt.data); d != "" {
+				t.Errorf("browser got another message: %s", d)
+			}
+		})
+	}
+}
+
+// TestMessagesKeepOrder interleaves small and big messages in both
+// directions at once and checks each side gets the other's in order.
+func TestMessagesKeepOrder(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{})
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	var msgs [][]byte
+	for i := range 200 {
+		n := 40 + i
+		if i%50 == 7 {
+			n = 200 << 10 // streamed
+		}
+		msgs = append(msgs, payload(n, uint64(i)))
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for _, m := range msgs {
+			if err := fc.write(websocket.TextMessage, m); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for _, m := range msgs {
+		writeClient(t, c, websocket.TextMessage, m)
+	}
+	for i, m := range msgs {
+		if d := equalMsg(fc.next(t).data, m); d != "" {
+			t.Fatalf("browser: message %d: %s", i, d)
+		}
+	}
+	for i, m := range msgs {
+		if _, got := readClient(t, c); equalMsg(got, m) != "" {
+			t.Fatalf("client: message %d: %s", i, equalMsg(got, m))
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseIsPassedOn checks that a close on either side reaches the
+// other with its code and reason, and that a lost connection is reported
+// as such.
+func TestCloseIsPassedOn(t *testing.T) {
+	tests := []struct {
+		name     string
+		byClient bool
+		code     int // 0: drop the TCP connection without a close frame
+		text     string
+		want     int // code the other side gets
+		wantText string
+	}{
+		{name: "client normal", byClient: true, code: websocket.CloseNormalClosure, want: websocket.CloseNormalClosure},
+		{name: "client going away", byClient: true, code: websocket.CloseGoingAway, text: "bye", want: websocket.CloseGoingAway, wantText: "bye"},
+		{name: "client application code", byClient: true, code: 4000, text: "done here", want: 4000, wantText: "done here"},
+		{name: "client without status", byClient: true, code: websocket.CloseNoStatusReceived, want: websocket.CloseNoStatusReceived},
+		{name: "client lost", byClient: true, want: websocket.CloseGoingAway, wantText: "client connection lost"},
+		{name: "browser normal", code: websocket.CloseNormalClosure, want: websocket.CloseNormalClosure},
+		{name: "browser application code", code: 4001, text: "target closed", want: 4001, wantText: "target closed"},
+		{name: "browser internal error", code: websocket.CloseInternalServerErr, text: "oops", want: websocket.CloseInternalServerErr, wantText: "oops"},
+		{name: "browser lost", want: websocket.CloseInternalServerErr, wantText: "browser connection lost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			tp := relayTo(t, fb, limiter.Config{})
+			c := tp.dial(t, "/", nil)
+			fc := fb.accept(t)
+			closeFrame := websocket.FormatCloseMessage(tt.code, tt.text)
+			var got error
+			if tt.byClient {
+				if tt.code == 0 {
+					c.UnderlyingConn().Close()
+				} else if err := c.WriteControl(websocket.CloseMessage, closeFrame, time.Now().Add(time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				got = fc.ended(t)
+			} else {
+				if tt.code == 0 {
+					fc.drop()
+				} else if err := fc.c.WriteControl(websocket.CloseMessage, closeFrame, time.Now().Add(time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				c.SetReadDeadline(time.Now().Add(waitFor))
+				for got == nil {
+					_, _, got = c.ReadMessage()
+				}
+			}
+			var ce *websocket.CloseError
+			if !errors.As(got, &ce) {
+				t.Fatalf("other side ended with %v, want a close frame %d", got, tt.want)
+			}
+			if ce.Code != tt.want || ce.Text != tt.wantText {
+				t.Errorf("other side got close %d %q, want %d %q", ce.Code, ce.Text, tt.want, tt.wantText)
+			}
+			if tt.byClient && tt.code != 0 {
+				// The client's close is answered.
+				c.SetReadDeadline(time.Now().Add(waitFor))
+				_, _, err := c.ReadMessage()
+				if !errors.As(err, &ce) || ce.Code != tt.code {
+					t.Errorf("client got %v after its close, want the close %d answered", err, tt.code)
+				}
+			}
+			waitConns(t, tp, 0)
+		})
+	}
+}
+
+// waitConns waits until the relay relays n connections.
+func waitConns(t *testing.T, tp *testProxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for tp.p.Conns() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay still has %d connections, want %d", tp.p.Conns(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRelayClose checks that closing the relay closes both sides of every
+// connection with 1001.
+func TestRelayClose(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{})
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	waitConns(t, tp, 1)
+	done := make(chan error, 1)
+	go func() { done <- tp.p.Close() }()
+	var ce *websocket.CloseError
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Errorf("client got %v, want close 1001", err)
+	}
+	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Errorf("browser got %v, want close 1001", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	// A client that comes after Close is sent away at once.
+	late, _, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/", nil)
+	if err != nil {
+		return // refused outright: fine too
+	}
+	defer late.Close()
+	late.SetReadDeadline(time.Now().Add(waitFor))
+	if _, _, err := late.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Errorf("client after Close got %v, want close 1001", err)
+	}
+	if fb.connCount() > 2 { // the relay dialled the browser for it
+		if err := fb.accept(t).ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+			t.Errorf("browser connection of a client after Close got %v, want close 1001", err)
+		}
+	}
+	if n := tp.p.Conns(); n != 0 {
+		t.Errorf("relay has %d connections after Close, want 0", n)
+	}
+}
+
+// TestOversizedMessage checks that a message over MaxMessageSize closes
+// the connection with 1009 on both sides.
+func TestOversizedMessage(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	writeClient(t, c, websocket.TextMessage, payload(2<<10, 1))
+	var ce *websocket.CloseError
+	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+		t.Errorf("browser got %v, want close 1009", err)
+	}
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+		t.Errorf("client got %v, want close 1009", err)
+	}
+	if n := len(fc.received()); n != 0 {
+		t.Errorf("browser got %d messages, want none", n)
+	}
+}
+
+// TestOrigin checks the Origin rule of websocket upgrades, and that the
+// relay does not pass the Origin on (Chromium would refuse it).
+func TestOrigin(t *testing.T) {
+	tests := []struct {
+		name   string
+		allow  []string
+		origin string // "" sends none
+		want   int
+	}{
+		{name: "no Origin", want: http.StatusSwitchingProtocols},
+		{name: "foreign Origin refused", origin: "http://evil.example", want: http.StatusForbidden},
+		{name: "null Origin refused", origin: "null", want: http.StatusForbidden},
+		{name: "allowed Origin", allow: []string{"http://app.example"}, origin: "http://app.example", want: http.StatusSwitchingProtocols},
+		{name: "allowed Origin in another case", allow: []string{"http://App.Example"}, origin: "http://app.example", want: http.StatusSwitchingProtocols},
+		{name: "other Origin than allowed", allow: []string{"http://app.example"}, origin: "http://evil.example", want: http.StatusForbidden},
+		{name: "any Origin", allow: []string{"*"}, origin: "http://evil.example", want: http.StatusSwitchingProtocols},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.AllowOrigins = tt.allow })
+			hdr := http.Header{}
+			if tt.origin != "" {
+				hdr.Set("Origin", tt.origin)
+			}
+			before := fb.connCount()
+			c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/", hdr)
+			if c != nil {
+				defer c.Close()
+			}
+			got := 0
+			if resp != nil {
+				got = resp.StatusCode
+			}
+			if got != tt.want {
+				t.Fatalf("got status %d (%v), want %d", got, err, tt.want)
+			}
+			wantConns := before
+			if tt.want == http.StatusSwitchingProtocols {
+				wantConns++
+				fb.accept(t)
+			}
+			if n := fb.connCount(); n != wantConns {
+				t.Errorf("browser has %d websockets, want %d", n, wantConns)
+			}
+		})
+	}
+}
+
+// TestBrowserRefusal checks that a browser's refusal of the websocket is
+// answered with its own status before the client is upgraded.
+func TestBrowserRefusal(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{})
+	_, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/devtools/other/1", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("got %v, want the browser's 404", err)
+	}
+}
+
+// TestPings checks that the relay pings its clients and its own browser
+// connection, and that the pongs keep them open.
+func TestPings(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.PingInterval = 20 * time.Millisecond })
+	hc := fb.holder(t)
+	c := tp.dial(t, "/", nil)
+	fb.accept(t)
+	pings := make(chan struct{}, 100)
+	c.SetPingHandler(func(data string) error {
+		select {
+		case pings <- struct{}{}:
+		default:
+		}
+		return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	readDone := make(chan error, 1)
+	go func() {
+		_, _, err := c.ReadMessage() // runs the ping handler
+		readDone <- err
+	}()
+	for range 3 {
+		select {
+		case <-pings:
+		case <-time.After(waitFor):
+			t.Fatal("client got no ping")
+		}
+	}
+	deadline := time.Now().Add(waitFor)
+	for hc.pingCount() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay's browser connection got %d pings, want 3", hc.pingCount())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close()
+	<-readDone
+}
+
+// TestBrowserRestart checks that a client reaches a browser that came back
+// on the same port under a new browser endpoint (Chromium answers the old
+// one 404).
+func TestBrowserRestart(t *testing.T) {
+	for _, cfg := range []limiter.Config{{Mode: limiter.Off}, {}} {
+		t.Run(cfg.Mode.String(), func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			tp := relayTo(t, fb, cfg)
+			tp.dial(t, "/", nil)
+			fb.accept(t)
+			fb.restart("0f0f0f0f-0000-4000-8000-000000000001")
+			tp.dial(t, "/", nil)
+			if got, want := fb.accept(t).path, "/devtools/browser/0f0f0f0f-0000-4000-8000-000000000001"; got != want {
+				t.Errorf("got browser path %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestSlowClient checks that a client that stops reading is closed once a
+// write to it has waited WriteTimeout, and the browser is told why.
+func TestSlowClient(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond })
+	tp.dial(t, "/", nil) // never reads
+	fc := fb.accept(t)
+	go func() {
+		big := payload(1<<20, 9)
+		for range 64 {
+			if fc.write(websocket.TextMessage, big) != nil {
+				return
+			}
+		}
+	}()
+	var ce *websocket.CloseError
+	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
+		t.Errorf("browser got %v, want close 1008 \"client did not read in time\"", err)
+	}
+	if n := len(tp.logs.lines(`"level":"warn"`, "client did not read in time")); n != 1 {
+		t.Errorf("got %d warnings, want 1", n)
+	}
+	waitConns(t, tp, 0)
+}

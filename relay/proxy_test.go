@@ -1,0 +1,224 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// testProxy is a started Proxy served on an httptest.Server.
+type testProxy struct {
+	p    *Proxy
+	srv  *httptest.Server
+	lim  *limiter.Limiter
+	logs *syncBuffer
+	addr string // host:port the relay listens on
+}
+
+// syncBuffer collects the relay's logs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the log lines that contain every one of parts.
+func (b *syncBuffer) lines(parts ...string) []string {
+	var out []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		keep := l != ""
+		for _, p := range parts {
+			keep = keep && strings.Contains(l, p)
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
+func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
+	logs := &syncBuffer{}
+	log := zerolog.New(logs).Level(zerolog.DebugLevel)
+	lim := limiter.New(cfg)
+	return &Proxy{
+		Upstream:     fb.url(),
+		Limiter:      lim,
+		Log:          &log,
+		StartTimeout: 5 * time.Second,
+	}, lim, logs
+}
+
+// startProxy starts p and serves it; it is closed when the test ends.
+func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) *testProxy {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	tp := &testProxy{p: p, lim: lim, logs: logs, srv: httptest.NewServer(p)}
+	tp.addr = tp.srv.Listener.Addr().String()
+	t.Cleanup(func() {
+		tp.p.Close()
+		tp.srv.Close()
+		if t.Failed() {
+			t.Logf("relay log:\n%s", logs)
+		}
+	})
+	return tp
+}
+
+// relayTo starts a relay for fb with limiter cfg; opts adjust the Proxy
+// before it starts.
+func relayTo(t *testing.T, fb *fakeBrowser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
+	t.Helper()
+	p, lim, logs := newProxy(fb, cfg)
+	for _, o := range opts {
+		o(p)
+	}
+	return startProxy(t, p, lim, logs)
+}
+
+// dial connects a client to the relay's path; it is closed when the test ends.
+func (tp *testProxy) dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {
+	t.Helper()
+	c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+path, hdr)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dialing the relay at %s: %v (status %d)", path, err, status)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readClient reads the next message a client gets, within waitFor.
+func readClient(t *testing.T, c *websocket.Conn) (int, []byte) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	typ, data, err := c.ReadMessage()
+	if err != nil {
+		t.Fatalf("client: reading: %v", err)
+	}
+	return typ, data
+}
+
+func writeClient(t *testing.T, c *websocket.Conn, typ int, data []byte) {
+	t.Helper()
+	c.SetWriteDeadline(time.Now().Add(waitFor))
+	if err := c.WriteMessage(typ, data); err != nil {
+		t.Fatalf("client: writing: %v", err)
+	}
+}
+
+// fixed is a fixed-mode limiter config: interval, burst 1.
+func fixed(interval time.Duration) limiter.Config {
+	return limiter.Config{Mode: limiter.Fixed, Interval: interval, Burst: 1}
+}
+
+// TestStartChoosesInterception checks how Start decides between the
+// relay's own Fetch connection and holding navigations in client streams.
+func TestStartChoosesInterception(t *testing.T) {
+	tests := []struct {
+		name       string
+		browser    fakeConfig
+		cfg        limiter.Config
+		intercept  Intercept
+		wantErr    string // Start fails with this
+		wantHolder bool   // the relay keeps its own connection with Fetch enabled
+		wantStream bool   // navigations are held in the client streams
+		wantConns  int    // websockets the browser saw from Start
+	}{
+		{name: "chromium: fetch", cfg: limiter.Config{}, wantHolder: true, wantConns: 1},
+		{name: "lightpanda by name: stream, no connection", browser: fakeConfig{lightpanda: true}, wantStream: true},
+		{name: "fetch refused: stream", browser: fakeConfig{rejectFetch: true}, wantStream: true, wantConns: 1},
+		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: InterceptFetch,
+			wantErr: "browser refused browser-level Fetch", wantConns: 1},
+		{name: "navigate requested", intercept: InterceptNavigate, wantStream: true},
+		{name: "limiter off: nothing held", cfg: limiter.Config{Mode: limiter.Off}},
+		{name: "fixed 0 acts as off", cfg: limiter.Config{Mode: limiter.Fixed}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, tt.browser)
+			p, lim, logs := newProxy(fb, tt.cfg)
+			p.Intercept = tt.intercept
+			if tt.wantErr != "" {
+				err := p.Start(context.Background())
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Start: got %v, want an error with %q", err, tt.wantErr)
+				}
+				// Whatever Start opened is gone again.
+				if n := fb.connCount(); n != tt.wantConns {
+					t.Errorf("got %d websockets, want %d", n, tt.wantConns)
+				}
+				return
+			}
+			tp := startProxy(t, p, lim, logs)
+			if got := fb.connCount(); got != tt.wantConns {
+				t.Errorf("got %d websockets from Start, want %d", got, tt.wantConns)
+			}
+			gotHolder := tp.p.holder != nil && tp.p.holder.conn.Load() != nil
+			if gotHolder != tt.wantHolder {
+				t.Errorf("got own Fetch connection %v, want %v", gotHolder, tt.wantHolder)
+			}
+			gotStream := tp.p.holder != nil && tp.p.holder.inStreamMode()
+			if gotStream != tt.wantStream {
+				t.Errorf("got navigations held in the stream %v, want %v", gotStream, tt.wantStream)
+			}
+			if tt.wantStream && len(logs.lines(`"level":"warn"`, "holding navigations in the client stream")) != 1 {
+				t.Errorf("got no warning about the fallback; log:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestStartWaitsForTheBrowser checks that Start polls a browser that is
+// not up yet, and gives up at StartTimeout.
+func TestStartWaitsForTheBrowser(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	addr := fb.addr
+	fb.close()
+	p, _, _ := newProxy(fb, limiter.Config{})
+	p.Upstream = "http://" + addr
+	p.StartTimeout = 300 * time.Millisecond
+	start := time.Now()
+	err := p.Start(context.Background())
+	if err == nil {
+		p.Close()
+		t.Fatal("Start: got no error for a browser that is not there")
+	}
+	if !strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("Start: got %v, want an error saying the upstream did not answer", err)
+	}
+	if waited := time.Since(start); waited < p.StartTimeout {
+		t.Errorf("Start gave up after %v, want at least StartTimeout %v", waited, p.StartTimeout)
+	}
+}
