@@ -7,14 +7,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/store"
 )
 
 const (
@@ -25,8 +28,10 @@ const (
 // relayConfig is what the relay runs with.
 type relayConfig struct {
 	listen       string
-	upstream     string
-	upstreamSet  bool // --upstream was given, not defaulted
+	upstreams    []string
+	upstreamSet  bool   // --upstream was given, not defaulted
+	store        string // redis://HOST:PORT/DB, "" for in-process
+	storeOpts    store.Options
 	limiter      limiter.Config
 	intercept    relay.Intercept
 	allowOrigins []string
@@ -41,7 +46,11 @@ type relayConfig struct {
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "listen", Value: defaultListen, Usage: "address the relay serves", EnvVars: env("LISTEN")},
-		&cli.StringFlag{Name: "upstream", Value: defaultUpstream, Usage: "browser CDP endpoint: http://host:port or a ws:// URL", EnvVars: env("UPSTREAM")},
+		&cli.StringSliceFlag{Name: "upstream", Usage: "browser CDP endpoint: http://host:port or a ws:// URL; repeat it for several browsers (default " + defaultUpstream + ")", EnvVars: env("UPSTREAM")},
+		&cli.StringFlag{Name: "store", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB (default: in process)", EnvVars: env("STORE")},
+		&cli.StringFlag{Name: "store-prefix", Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
+		&cli.StringFlag{Name: "store-fallback", Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
+		&cli.DurationFlag{Name: "store-timeout", Value: 100 * time.Millisecond, Usage: "longest wait for one Redis call before falling back", EnvVars: env("STORE_TIMEOUT")},
 		&cli.StringFlag{Name: "intercept", Value: "auto", Usage: "how navigations are caught: auto, fetch (browser-level Fetch) or navigate (hold Page.navigate in client streams)", EnvVars: env("INTERCEPT")},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "Origin a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
 		&cli.StringSliceFlag{Name: "allow-host", Usage: "name a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
@@ -65,9 +74,28 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
 		return cfg, usagef("--listen %q: want host:port", cfg.listen)
 	}
-	cfg.upstream, cfg.upstreamSet = c.String("upstream"), c.IsSet("upstream")
-	if !strings.Contains(cfg.upstream, "://") {
-		return cfg, usagef("--upstream %q: want http://host:port or a ws:// URL", cfg.upstream)
+	cfg.upstreams, cfg.upstreamSet = c.StringSlice("upstream"), c.IsSet("upstream")
+	if len(cfg.upstreams) == 0 {
+		cfg.upstreams = []string{defaultUpstream}
+	}
+	for _, u := range cfg.upstreams {
+		if !strings.Contains(u, "://") {
+			return cfg, usagef("--upstream %q: want http://host:port or a ws:// URL", u)
+		}
+	}
+	cfg.store = c.String("store")
+	if cfg.store != "" && !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
+		return cfg, usagef("--store %q: want redis://HOST:PORT/DB", cfg.store)
+	}
+	cfg.storeOpts = store.Options{Prefix: c.String("store-prefix"), Timeout: c.Duration("store-timeout")}
+	switch f := store.Fallback(c.String("store-fallback")); f {
+	case store.FallbackLocal, store.FallbackClosed:
+		cfg.storeOpts.Fallback = f
+	default:
+		return cfg, usagef("--store-fallback %q: want local or closed", f)
+	}
+	if cfg.storeOpts.Timeout <= 0 {
+		return cfg, usagef("--store-timeout %v: want a duration > 0", cfg.storeOpts.Timeout)
 	}
 	if cfg.intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
 		return cfg, usagef("--intercept %q: want auto, fetch or navigate", c.String("intercept"))
@@ -87,7 +115,7 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	}
 	cfg.browserCmd = c.Args().Slice()
 	if len(cfg.browserCmd) > 0 && !cfg.upstreamSet {
-		cfg.upstream = upstreamOf(cfg.browserCmd, cfg.upstream)
+		cfg.upstreams = []string{upstreamOf(cfg.browserCmd, defaultUpstream)}
 	}
 	return cfg, nil
 }
@@ -95,9 +123,32 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 // runRelay serves the relay until ctx ends.
 func runRelay(ctx context.Context, cfg relayConfig) error {
 	log := cfg.log
-	lim := limiter.New(cfg.limiter)
-	log.Info().Str("mode", modeName(cfg.limiter)).Int("burst", lim.Burst()).
-		Str("listen", cfg.listen).Str("upstream", cfg.upstream).Msg("cdp-throttle starting")
+	local := limiter.New(cfg.limiter)
+	start := log.Info().Str("mode", modeName(cfg.limiter)).Int("burst", local.Burst()).Str("listen", cfg.listen)
+	if len(cfg.upstreams) == 1 {
+		start = start.Str("upstream", cfg.upstreams[0])
+	} else {
+		start = start.Strs("upstreams", cfg.upstreams)
+	}
+	if cfg.store != "" {
+		start = start.Str("store", redactURL(cfg.store))
+	}
+	start.Msg("cdp-throttle starting")
+
+	var lim relay.Limiter = local
+	if cfg.store != "" {
+		storeLog := log.With().Str("store", redactURL(cfg.store)).Logger()
+		cfg.storeOpts.Log = &storeLog
+		redis.SetLogger(quietRedis{})
+		ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+		s, err := store.NewRedis(ctx, cfg.store, cfg.limiter, cfg.storeOpts)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		lim = s
+	}
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -114,8 +165,10 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	}
 
 	p := &relay.Proxy{
-		Upstream:       cfg.upstream,
+		Upstream:       cfg.upstreams[0],
+		Upstreams:      cfg.upstreams[1:],
 		Limiter:        lim,
+		Metrics:        relay.NewMetrics(lim),
 		Intercept:      cfg.intercept,
 		Log:            &log,
 		MaxMessageSize: cfg.maxMessage,
@@ -183,3 +236,18 @@ func loopbackListen(listen string) bool {
 	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip != nil && ip.IsLoopback()
 }
+
+// redactURL drops the password of a URL before it is logged.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// quietRedis drops go-redis's own logging (a line per failed dial while
+// Redis is down); the store logs each outage once.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -17,8 +17,10 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
+	"slices"
 	"time"
 )
 
@@ -344,4 +346,60 @@ func (h *host) drain(t int64) {
 // idle reports whether h is indistinguishable at t from a host never seen.
 func (h *host) idle(t int64) bool {
 	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown)
+}
+
+// HostState is what the limiter knows of one host at an instant.
+type HostState struct {
+	Host     string        `json:"host"`
+	Pressure int           `json:"pressure"`
+	Spacing  time.Duration `json:"-"`
+	// NextFree is how long from now until a navigation would go at once
+	// (the host's booked slots, less the burst allowance); 0 when one would
+	// go now.
+	NextFree time.Duration `json:"-"`
+}
+
+// Busiest returns up to n of the hosts under the most pressure at now,
+// busiest first (ties broken by the latest booked slot), for a status page.
+// It reads every shard under its lock, so it costs a pass over all hosts.
+func (l *Limiter) Busiest(now time.Time, n int) []HostState {
+	if l.mode == Off || n <= 0 {
+		return nil
+	}
+	t := l.nanos(now)
+	type entry struct {
+		HostState
+		tat int64
+	}
+	var all []entry
+	for i := range l.shard {
+		s := &l.shard[i]
+		s.mu.Lock()
+		for _, m := range []map[string]*record{*s.read.Load(), s.dirty} {
+			for name, r := range m {
+				r.mu.Lock()
+				h := r.host
+				r.mu.Unlock()
+				h.drain(t)
+				all = append(all, entry{HostState{
+					Host:     name,
+					Pressure: int(h.pressure),
+					Spacing:  l.spacing(h.pressure),
+					NextFree: time.Duration(max(0, h.tat-l.tau-t)),
+				}, h.tat})
+			}
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		if a.Pressure != b.Pressure {
+			return b.Pressure - a.Pressure
+		}
+		return cmp.Compare(b.tat, a.tat)
+	})
+	out := make([]HostState, 0, min(n, len(all)))
+	for _, e := range all[:min(n, len(all))] {
+		out = append(out, e.HostState)
+	}
+	return out
 }

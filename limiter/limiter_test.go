@@ -258,3 +258,26 @@ func TestRebuildDuringLookupKeepsTheBooking(t *testing.T) {
 		t.Fatalf("two bookings at 2 s: %v apart, want 70ms", gap)
 	}
 }
+
+func TestBusiest(t *testing.T) {
+	l := New(Config{Burst: 1})
+	l.Reserve("quiet.example", at(0))
+	for range 3 {
+		l.Reserve("busy.example", at(0))
+	}
+	l.Observe("pushed.example", Outcome{Status: 503}, at(0))
+	got := l.Busiest(at(0), 2)
+	if len(got) != 2 || got[0].Host != "pushed.example" || got[0].Pressure != 50 || got[1].Host != "busy.example" || got[1].Pressure != 3 {
+		t.Fatalf("Busiest(2): got %+v, want pushed.example (50) then busy.example (3)", got)
+	}
+	// busy: three bookings of 20 ms from 0, burst 1: the next goes at 60 ms.
+	if got[1].NextFree != 60*time.Millisecond || got[1].Spacing != 20*time.Millisecond {
+		t.Errorf("busy.example: got next free in %v, spacing %v, want 60ms and 20ms", got[1].NextFree, got[1].Spacing)
+	}
+	if got := l.Busiest(at(10_000), 10); len(got) != 3 || got[0].Pressure != 0 {
+		t.Errorf("Busiest after 10 s: got %+v, want three drained hosts", got)
+	}
+	if got := New(Config{Mode: Off}).Busiest(at(0), 10); got != nil {
+		t.Errorf("Busiest of an off limiter: got %+v, want nil", got)
+	}
+}

@@ -59,20 +59,20 @@ var documentPatterns = []*fetch.RequestPattern{
 
 // connect dials the browser endpoint and enables discovery and Fetch.
 func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
-	wsURL, err := h.p.upstream.browserWS(ctx)
+	wsURL, err := h.up.browserWS(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c, _, err := h.p.dialer.DialContext(ctx, wsURL, nil)
 	if err != nil {
-		h.p.upstream.forget(wsURL) // it may have restarted under a new endpoint
+		h.up.forget(wsURL) // it may have restarted under a new endpoint
 		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
 	}
 	c.SetReadLimit(h.p.MaxMessageSize)
 	fc := &fetchConn{
 		h:        h,
 		c:        c,
-		log:      h.p.log.With().Str("conn", "relay").Logger(),
+		log:      h.p.log.With().Str("conn", "relay").Str("upstream", h.up.name).Logger(),
 		calls:    make(map[int64]chan *cdproto.Message),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
@@ -302,7 +302,9 @@ func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
 	}
 	host, ok := limiter.Key(ev.Request.URL)
 	if !ok || limiter.Exempt(host) {
+		// Counted once it is known to be a page's, below or in classify.
 		fc.release(ev.RequestID)
+		fc.countUnbooked(ev, ok)
 		return
 	}
 	frame := string(ev.FrameID)
@@ -315,6 +317,7 @@ func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
 		fc.hold(ev, host)
 	case notPage:
 		fc.release(ev.RequestID)
+		fc.h.p.Metrics.navigation(navUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
 		// announcement has not arrived. Ask, without stopping the reader.
@@ -348,6 +351,24 @@ func (fc *fetchConn) classify(ev *fetch.EventRequestPaused, host string) {
 		fc.hold(ev, host)
 	} else {
 		fc.release(ev.RequestID)
+		fc.h.p.Metrics.navigation(navUntracked, 0)
+	}
+}
+
+// countUnbooked counts a document request that books nothing: exempt when
+// it is a page's navigation to an exempt host, untracked otherwise (not
+// http, or an iframe's).
+func (fc *fetchConn) countUnbooked(ev *fetch.EventRequestPaused, http bool) {
+	if fc.h.p.Metrics == nil {
+		return
+	}
+	fc.mu.Lock()
+	_, page := fc.pages[string(ev.FrameID)]
+	fc.mu.Unlock()
+	if http && page {
+		fc.h.p.Metrics.navigation(navExempt, 0)
+	} else {
+		fc.h.p.Metrics.navigation(navUntracked, 0)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 // each client's stream (navHold).
 type holder struct {
 	p        *Proxy
+	up       *upstream
 	inStream atomic.Bool // navigations are held in the client streams
 	conn     atomic.Pointer[fetchConn]
 }
@@ -26,7 +27,7 @@ func (h *holder) inStreamMode() bool { return h.inStream.Load() }
 // once what that cannot see.
 func (h *holder) fallback(browser, why string) {
 	h.inStream.Store(true)
-	h.p.log.Warn().Str("browser", browser).Str("why", why).
+	h.p.log.Warn().Str("upstream", h.up.name).Str("browser", browser).Str("why", why).
 		Msg("holding navigations in the client stream: only Page.navigate, Page.reload and Target.createTarget " +
 			"are held; link clicks, form submissions, script navigations, redirects and popups go unheld, " +
 			"and answers are read only from the Network events a client enabled itself")
@@ -50,15 +51,28 @@ func (h *holder) start(ctx, bg context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-// supervise keeps a Fetch connection up until bg ends.
+// startLater keeps trying to open the Fetch connection of a browser that
+// was not up at start, until bg ends.
+func (h *holder) startLater(bg context.Context, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.supervise(bg, nil)
+	}()
+}
+
+// supervise keeps a Fetch connection up until bg ends; fc nil starts by
+// reconnecting.
 func (h *holder) supervise(bg context.Context, fc *fetchConn) {
 	for {
-		fc.keepalive(bg, h.p.PingInterval, h.p.WriteTimeout)
-		h.conn.Store(nil)
-		if bg.Err() != nil {
-			return
+		if fc != nil {
+			fc.keepalive(bg, h.p.PingInterval, h.p.WriteTimeout)
+			h.conn.Store(nil)
+			if bg.Err() != nil {
+				return
+			}
+			h.p.log.Warn().Str("upstream", h.up.name).Msg("lost the relay's browser connection: navigations pass unheld until it is back")
 		}
-		h.p.log.Warn().Msg("lost the relay's browser connection: navigations pass unheld until it is back")
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 			select {
 			case <-bg.Done():
@@ -69,9 +83,13 @@ func (h *holder) supervise(bg context.Context, fc *fetchConn) {
 			next, err := h.connect(ctx)
 			cancel()
 			if err == nil {
+				if fc == nil {
+					h.p.log.Info().Str("upstream", h.up.name).Msg("relay's browser connection is up: holding navigations")
+				} else {
+					h.p.log.Info().Str("upstream", h.up.name).Msg("relay's browser connection is back: holding navigations again")
+				}
 				fc = next
 				h.conn.Store(fc)
-				h.p.log.Info().Msg("relay's browser connection is back: holding navigations again")
 				break
 			}
 			h.p.log.Debug().Err(err).Msg("browser still unreachable")
@@ -92,6 +110,7 @@ func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry 
 		log.Debug().Str("host", host).Dur("retry_in", d).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
 	}
+	h.p.Metrics.navigation(navBooked, d)
 	if d <= 0 {
 		return 0, false
 	}
@@ -111,6 +130,7 @@ func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry 
 // observe feeds the answer to a navigation of host back to the limiter.
 func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 	h.p.Limiter.Observe(host, o, time.Now())
+	h.p.Metrics.feedback(o)
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")

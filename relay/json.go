@@ -8,9 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // ServeHTTP serves the browser's HTTP endpoints, with every URL in them
@@ -26,20 +30,31 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	switch {
 	case path == "/json/version" || path == "/json/version/":
-		p.serveJSON(w, r, http.MethodGet, "/json/version", rewriteObject)
+		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/version", rewriteObject)
 	case path == "/json" || path == "/json/" || path == "/json/list" || path == "/json/list/":
-		p.serveJSON(w, r, http.MethodGet, "/json/list", rewriteList)
+		p.serveList(w, r)
 	case path == "/json/new" || path == "/json/new/":
 		if r.Method != http.MethodPut && r.Method != http.MethodGet {
 			http.Error(w, "Using unsafe HTTP verb "+r.Method+" to invoke /json/new. This action supports only PUT verb.", http.StatusMethodNotAllowed)
 			return
 		}
 		// Chrome wants PUT; older clients still GET.
-		p.serveJSON(w, r, http.MethodPut, "/json/new", rewriteObject)
+		p.serveJSON(w, r, p.pick(), http.MethodPut, "/json/new", rewriteObject)
 	case strings.HasPrefix(path, "/json/activate/"), strings.HasPrefix(path, "/json/close/"):
-		p.serveJSON(w, r, http.MethodGet, path, nil)
+		up := p.owner(r.Context(), path[strings.LastIndexByte(path, '/')+1:])
+		if up == nil {
+			http.Error(w, "No such target id: "+path[strings.LastIndexByte(path, '/')+1:], http.StatusNotFound)
+			return
+		}
+		p.serveJSON(w, r, up, http.MethodGet, path, nil)
 	case path == "/json/protocol" || path == "/json/protocol/":
-		p.serveJSON(w, r, http.MethodGet, "/json/protocol", nil)
+		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/protocol", nil)
+	case path == "/metrics" && p.Metrics != nil:
+		p.Metrics.Handler().ServeHTTP(w, r)
+	case path == "/hosts":
+		p.serveHosts(w, r)
+	case path == "/healthz":
+		p.serveHealth(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -49,14 +64,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // host as the client reached it and a function that adds the token.
 type rewriter func(body []byte, host string, token func(string) string) ([]byte, error)
 
-func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path string, rw rewriter) {
-	body, resp, err := p.upstream.get(r.Context(), method, path, p.withoutToken(r.URL.RawQuery))
+func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, up *upstream, method, path string, rw rewriter) {
+	body, resp, err := up.get(r.Context(), method, path, p.withoutToken(r.URL.RawQuery))
 	if err != nil && resp == nil {
-		p.log.Warn().Err(err).Str("path", path).Msg("browser HTTP endpoint unreachable")
+		p.log.Warn().Err(err).Str("upstream", up.name).Str("path", path).Msg("browser HTTP endpoint unreachable")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	if rw != nil && resp.StatusCode == http.StatusOK {
+		p.rememberTargets(body, up)
 		if out, err := rw(body, r.Host, p.withToken); err == nil {
 			body = out
 		} else {
@@ -69,6 +85,109 @@ func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, method, path s
 	w.WriteHeader(resp.StatusCode)
 	w.Write(body)
 }
+
+// serveList answers /json/list: every live browser's targets together.
+func (p *Proxy) serveList(w http.ResponseWriter, r *http.Request) {
+	if len(p.ups) == 1 {
+		p.serveJSON(w, r, p.ups[0], http.MethodGet, "/json/list", rewriteList)
+		return
+	}
+	var all []json.RawMessage
+	for _, up := range p.ups {
+		if !up.alive.Load() {
+			continue
+		}
+		body, _, err := up.get(r.Context(), http.MethodGet, "/json/list", "")
+		var list []json.RawMessage
+		if err != nil || json.Unmarshal(body, &list) != nil {
+			continue
+		}
+		p.rememberTargets(body, up)
+		all = append(all, list...)
+	}
+	merged, _ := json.Marshal(all)
+	out, err := rewriteList(merged, r.Host, p.withToken)
+	if err != nil {
+		http.Error(w, "cdp-throttle: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.Write(out)
+}
+
+// rememberTargets notes which browser the targets of a /json answer (one
+// target or a list) belong to.
+func (p *Proxy) rememberTargets(body []byte, up *upstream) {
+	if len(p.ups) == 1 {
+		return
+	}
+	var one struct {
+		ID string `json:"id"`
+	}
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(body, &list) == nil {
+		for _, t := range list {
+			p.remember(t.ID, up)
+		}
+	} else if json.Unmarshal(body, &one) == nil {
+		p.remember(one.ID, up)
+	}
+}
+
+// serveHosts answers /hosts: the busiest hosts, for people watching a crawl.
+func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
+	type busiest interface {
+		Busiest(now time.Time, n int) []limiter.HostState
+	}
+	n := 50
+	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
+		n = min(v, 1000)
+	}
+	type host struct {
+		Host       string  `json:"host"`
+		Pressure   int     `json:"pressure"`
+		SpacingMS  float64 `json:"spacing_ms"`
+		NextFreeMS float64 `json:"next_free_ms"`
+	}
+	out := []host{}
+	if b, ok := p.Limiter.(busiest); ok {
+		for _, h := range b.Busiest(time.Now(), n) {
+			out = append(out, host{h.Host, h.Pressure, ms(h.Spacing), ms(h.NextFree)})
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// serveHealth answers /healthz: 200 when a browser answers, 503 otherwise.
+func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
+	type browser struct {
+		Upstream string `json:"upstream"`
+		Alive    bool   `json:"alive"`
+		Clients  int64  `json:"clients"`
+		Holding  string `json:"holding"`
+	}
+	status := struct {
+		Status    string    `json:"status"`
+		Upstreams []browser `json:"upstreams"`
+	}{Status: "unavailable"}
+	for _, up := range p.ups {
+		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Holding: up.holding()}
+		if b.Alive {
+			status.Status = "ok"
+		}
+		status.Upstreams = append(status.Upstreams, b)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if status.Status != "ok" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	json.NewEncoder(w).Encode(status)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // get asks the browser's HTTP side. It returns the response with an error
 // only when the status is not 200.

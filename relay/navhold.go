@@ -94,9 +94,14 @@ func (h *navHold) fromClient(msg []byte) bool {
 	}
 	host, ok := limiter.Key(rawURL)
 	if !ok || limiter.Exempt(host) {
+		if ok {
+			h.pr.p.Metrics.navigation(navExempt, 0)
+		} else {
+			h.pr.p.Metrics.navigation(navUntracked, 0)
+		}
 		return false
 	}
-	d, retry := h.pr.p.holder.book(host, &h.pr.log)
+	d, retry := h.pr.up.holder.book(host, &h.pr.log)
 	if d <= 0 && !retry {
 		return false
 	}
@@ -112,11 +117,13 @@ func (h *navHold) fromClient(msg []byte) bool {
 			if !retry {
 				break
 			}
-			d, retry = h.pr.p.holder.book(host, &h.pr.log)
+			d, retry = h.pr.up.holder.book(host, &h.pr.log)
 		}
 		if err := pr.browser.writeMessage(websocket.TextMessage, held, pr.p.WriteTimeout); err != nil {
 			pr.log.Debug().Err(err).Msg("held navigation not delivered")
+			return
 		}
+		pr.p.Metrics.relayed(true, len(held))
 	}()
 	return true
 }
@@ -153,7 +160,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		prev, had := h.docs[key]
 		h.mu.Unlock()
 		if ev.Redirect != nil && had {
-			h.pr.p.holder.observe(prev, *ev.Redirect, &h.pr.log)
+			h.pr.up.holder.observe(prev, *ev.Redirect, &h.pr.log)
 		}
 		host, ok := limiter.Key(ev.URL)
 		if !ok || limiter.Exempt(host) {
@@ -165,7 +172,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		if ev.Redirect != nil && host != prev {
 			// The browser follows redirects by itself: book the new host so
 			// its schedule counts the request, though it cannot be held.
-			h.pr.p.holder.book(host, &h.pr.log)
+			h.pr.up.holder.book(host, &h.pr.log)
 		}
 		h.mu.Lock()
 		put(h.docs, key, host)
@@ -181,7 +188,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		delete(h.docs, key)
 		h.mu.Unlock()
 		if tracked {
-			h.pr.p.holder.observe(host, ev.Outcome, &h.pr.log)
+			h.pr.up.holder.observe(host, ev.Outcome, &h.pr.log)
 		}
 	}
 }

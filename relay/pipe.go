@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ func (c *conn) writeMessage(mt int, p []byte, timeout time.Duration) error {
 // queue: the browser side's writer is whoever holds its wmu.
 type pair struct {
 	p       *Proxy
+	up      *upstream // the browser this client is relayed to
 	client  *conn
 	browser *conn
 	log     zerolog.Logger
@@ -60,7 +62,13 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
 	}
-	target, err := p.upstream.pageWS(r.Context(), r.URL.Path)
+	up := p.route(r.Context(), r.URL.Path)
+	if up == nil {
+		http.Error(w, "cdp-throttle: no browser has "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	log = log.With().Str("upstream", up.name).Logger()
+	target, err := up.pageWS(r.Context(), r.URL.Path)
 	if err != nil {
 		log.Warn().Err(err).Msg("browser endpoint unknown")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
@@ -72,8 +80,8 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	if err != nil && (resp == nil || resp.StatusCode == http.StatusNotFound) {
 		// The browser may have restarted under a new endpoint (on the same
 		// port, Chromium answers the old one 404): look again.
-		p.upstream.forget(target)
-		if fresh, ferr := p.upstream.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
+		up.forget(target)
+		if fresh, ferr := up.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
 			target = fresh
 			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
 		}
@@ -96,7 +104,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		log.Debug().Err(err).Msg("websocket upgrade failed")
 		return
 	}
-	pr := p.newPair(cc, bc, r.URL.Path, log)
+	pr := p.newPair(cc, bc, up, r.URL.Path, log)
 	if pr == nil {
 		return
 	}
@@ -104,12 +112,13 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	pr.run()
 }
 
-func (p *Proxy) newPair(cc, bc *websocket.Conn, path string, log zerolog.Logger) *pair {
+func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log zerolog.Logger) *pair {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &pair{
 		p:       p,
 		client:  &conn{c: cc, side: "client"},
 		browser: &conn{c: bc, side: "browser", toBrowser: true},
+		up:      up,
 		log:     log,
 		path:    path,
 		ctx:     ctx,
@@ -124,7 +133,7 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, path string, log zerolog.Logger)
 	pongWait := 2*p.PingInterval + 10*time.Second
 	cc.SetReadDeadline(time.Now().Add(pongWait))
 	cc.SetPongHandler(func(string) error { return cc.SetReadDeadline(time.Now().Add(pongWait)) })
-	if p.holder != nil && p.holder.inStreamMode() {
+	if up.holder != nil && up.holder.inStreamMode() {
 		pr.hold = newNavHold(pr)
 	}
 	p.mu.Lock()
@@ -139,7 +148,22 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, path string, log zerolog.Logger)
 	}
 	p.pairs[pr] = struct{}{}
 	p.mu.Unlock()
+	up.conns.Add(1)
+	p.Metrics.connection(1)
 	return pr
+}
+
+// route finds the browser for a websocket path: the one a browser or page
+// id belongs to, or for a bare / the live one with the fewest clients. It
+// returns nil when no browser has the id.
+func (p *Proxy) route(ctx context.Context, path string) *upstream {
+	switch {
+	case strings.HasPrefix(path, "/devtools/browser/"):
+		return p.byBrowserID(strings.TrimPrefix(path, "/devtools/browser/"))
+	case strings.HasPrefix(path, "/devtools/page/"):
+		return p.owner(ctx, strings.TrimPrefix(path, "/devtools/page/"))
+	}
+	return p.pick()
 }
 
 // run relays until either side ends, passes the ending on to the other
@@ -159,6 +183,8 @@ func (pr *pair) run() {
 	pr.p.mu.Lock()
 	delete(pr.p.pairs, pr)
 	pr.p.mu.Unlock()
+	pr.up.conns.Add(-1)
+	pr.p.Metrics.connection(-1)
 	close(pr.ended)
 }
 
@@ -230,6 +256,7 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 		if err := dst.writeMessage(mt, msg, pr.p.WriteTimeout); err != nil {
 			return writeError{err}
 		}
+		pr.p.Metrics.relayed(dst.toBrowser, n)
 		return nil
 	case nil: // bigger than buf: stream it
 	default:
@@ -248,8 +275,10 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	if _, err := w.Write(buf); err != nil {
 		return writeError{err}
 	}
+	total := len(buf)
 	for {
 		n, rerr := r.Read(buf)
+		total += n
 		if n > 0 {
 			// A big message may take longer than one timeout; what matters
 			// is that the peer keeps reading.
@@ -268,6 +297,7 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	if err := w.Close(); err != nil {
 		return writeError{err}
 	}
+	pr.p.Metrics.relayed(dst.toBrowser, total)
 	return nil
 }
 

@@ -18,12 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -92,6 +89,12 @@ type Proxy struct {
 	// URL of its browser endpoint ("ws://127.0.0.1:9222/" for lightpanda
 	// serve).
 	Upstream string
+	// Upstreams are more browsers, in the same forms, after Upstream. A new
+	// client goes to the live browser with the fewest clients; a browser
+	// that stops answering is skipped until it answers again.
+	Upstreams []string
+	// Metrics, when set, counts what the relay does and serves /metrics.
+	Metrics *Metrics
 	// Limiter books the navigations. Nil, or a limiter that is Off, relays
 	// without ever delaying.
 	Limiter Limiter
@@ -125,17 +128,17 @@ type Proxy struct {
 	Token string
 
 	log      zerolog.Logger // set once by Start
-	upstream *upstream      // set once by Start
-	holder   *holder        // set once by Start; nil when nothing is held
+	ups      []*upstream    // set once by Start
 	dialer   *websocket.Dialer
 	upgrader *websocket.Upgrader
 	warned   warnOnce
 	stop     context.CancelFunc // set once by Start; ends the background goroutines
 	done     sync.WaitGroup     // background goroutines
 
-	mu     sync.Mutex
-	pairs  map[*pair]struct{} // guarded by mu
-	closed bool               // guarded by mu
+	mu      sync.Mutex
+	pairs   map[*pair]struct{}   // guarded by mu
+	targets map[string]*upstream // guarded by mu; which browser a target is in, with several
+	closed  bool                 // guarded by mu
 }
 
 // Start checks the upstream browser, waiting up to StartTimeout for it to
@@ -157,12 +160,21 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if p.StartTimeout <= 0 {
 		p.StartTimeout = DefaultStartTimeout
 	}
-	up, err := parseUpstream(p.Upstream)
-	if err != nil {
-		return err
+	for _, raw := range append([]string{p.Upstream}, p.Upstreams...) {
+		if raw == "" {
+			continue
+		}
+		up, err := parseUpstream(raw)
+		if err != nil {
+			return err
+		}
+		p.ups = append(p.ups, up)
 	}
-	p.upstream = up
+	if len(p.ups) == 0 {
+		return errors.New("relay: no upstream browser given")
+	}
 	p.pairs = make(map[*pair]struct{})
+	p.targets = make(map[string]*upstream)
 	// Write buffers are per connection and small: the server side writes
 	// a message of any size in one frame past its buffer, and Chromium
 	// takes a bigger command in fragments. (A shared buffer pool would
@@ -181,12 +193,28 @@ func (p *Proxy) Start(ctx context.Context) error {
 		},
 	}
 
+	// Wait for every browser, up to StartTimeout; one that answered is
+	// enough to start, the others are picked up when they answer.
 	waitCtx, cancel := context.WithTimeout(ctx, p.StartTimeout)
 	defer cancel()
-	version, err := up.waitVersion(waitCtx, p.log)
-	if err != nil {
-		return err
+	versions := make([]version, len(p.ups))
+	errs := make([]error, len(p.ups))
+	var wg sync.WaitGroup
+	for i, up := range p.ups {
+		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log) })
 	}
+	wg.Wait()
+	up := 0
+	for i := range p.ups {
+		if errs[i] == nil {
+			p.ups[i].alive.Store(true)
+			up++
+		}
+	}
+	if up == 0 {
+		return errors.Join(errs...)
+	}
+
 	bg, stop := context.WithCancel(context.Background())
 	p.stop = stop
 	p.done.Add(1)
@@ -194,28 +222,52 @@ func (p *Proxy) Start(ctx context.Context) error {
 		defer p.done.Done()
 		p.keepalive(bg)
 	}()
+	for i, u := range p.ups {
+		if errs[i] != nil {
+			p.log.Warn().Str("upstream", u.name).Err(errs[i]).Msg("browser not answering at start: skipped until it does")
+		}
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			u.health(bg, p.log)
+		}()
+	}
 
 	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
 	}
-	mode := p.Intercept
-	if mode == InterceptAuto && strings.HasPrefix(version.Browser, "Lightpanda") {
-		mode = InterceptNavigate // each of its connections is a browser of its own
-	}
-	h := &holder{p: p}
-	p.holder = h
-	if mode == InterceptNavigate {
-		h.fallback(version.Browser, "requested")
-		return nil
-	}
-	if err := h.start(waitCtx, bg, &p.done); err != nil {
-		if mode == InterceptFetch {
+	for i, u := range p.ups {
+		if err := p.arm(waitCtx, bg, u, versions[i], errs[i]); err != nil {
 			stop()
 			p.done.Wait()
 			return err
 		}
-		h.fallback(version.Browser, err.Error())
+	}
+	return nil
+}
+
+// arm sets up how the navigations of one browser are held.
+func (p *Proxy) arm(ctx, bg context.Context, up *upstream, v version, notUp error) error {
+	h := &holder{p: p, up: up}
+	up.holder = h
+	mode := p.Intercept
+	if mode == InterceptAuto && strings.HasPrefix(v.Browser, "Lightpanda") {
+		mode = InterceptNavigate // each of its connections is a browser of its own
+	}
+	switch {
+	case mode == InterceptNavigate:
+		h.fallback(v.Browser, "requested")
+		return nil
+	case notUp != nil:
+		h.startLater(bg, &p.done)
+		return nil
+	}
+	if err := h.start(ctx, bg, &p.done); err != nil {
+		if mode == InterceptFetch {
+			return err
+		}
+		h.fallback(v.Browser, err.Error())
 	}
 	return nil
 }
@@ -287,163 +339,5 @@ func (p *Proxy) keepalive(ctx context.Context) {
 			// An error means the connection is ending; its pumps see to that.
 			_ = pr.client.c.WriteControl(websocket.PingMessage, nil, deadline)
 		}
-	}
-}
-
-// upstream is the browser the relay talks to.
-type upstream struct {
-	http   *url.URL // http://host:port of its /json endpoints
-	wsURL  string   // the browser endpoint given as --upstream, "" to discover it
-	client *http.Client
-	// found is the browser endpoint last discovered through /json/version,
-	// so that a client dialling ws://relay/ costs no extra request; it is
-	// forgotten when dialling it fails (the browser restarted).
-	found atomic.Pointer[string]
-}
-
-func parseUpstream(raw string) (*upstream, error) {
-	if raw == "" {
-		return nil, errors.New("relay: no upstream browser given")
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", raw)
-	}
-	// Lightpanda takes only an IP address in the Host header; every browser
-	// takes the loopback address.
-	if h, port, err := net.SplitHostPort(u.Host); err == nil && strings.EqualFold(h, "localhost") {
-		u.Host = net.JoinHostPort("127.0.0.1", port)
-	}
-	up := &upstream{client: &http.Client{Timeout: 10 * time.Second}}
-	switch strings.ToLower(u.Scheme) {
-	case "http", "https":
-		up.http = &url.URL{Scheme: strings.ToLower(u.Scheme), Host: u.Host}
-	case "ws", "wss":
-		scheme := "http"
-		if strings.EqualFold(u.Scheme, "wss") {
-			scheme = "https"
-		}
-		up.http = &url.URL{Scheme: scheme, Host: u.Host}
-		if u.Path == "" {
-			u.Path = "/"
-		}
-		up.wsURL = u.String()
-	default:
-		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", raw)
-	}
-	return up, nil
-}
-
-// browserWS returns the URL of the browser endpoint.
-func (up *upstream) browserWS(ctx context.Context) (string, error) {
-	if up.wsURL != "" {
-		return up.wsURL, nil
-	}
-	if u := up.found.Load(); u != nil {
-		return *u, nil
-	}
-	v, err := up.version(ctx)
-	if err != nil {
-		return "", err
-	}
-	return v.WebSocketDebuggerURL, nil
-}
-
-// forget drops the discovered browser endpoint after dialling it failed.
-func (up *upstream) forget(wsURL string) {
-	if u := up.found.Load(); u != nil && *u == wsURL {
-		up.found.CompareAndSwap(u, nil)
-	}
-}
-
-// pageWS maps a websocket path a client asked the relay for to the
-// browser's URL for it.
-func (up *upstream) pageWS(ctx context.Context, path string) (string, error) {
-	if path == "/" || (up.wsURL != "" && strings.HasPrefix(path, "/devtools/browser/")) {
-		return up.browserWS(ctx)
-	}
-	scheme := "ws"
-	if up.http.Scheme == "https" {
-		scheme = "wss"
-	}
-	return (&url.URL{Scheme: scheme, Host: up.http.Host, Path: path}).String(), nil
-}
-
-// version is the part of /json/version the relay reads.
-type version struct {
-	Browser              string `json:"Browser"`
-	WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
-}
-
-func (up *upstream) version(ctx context.Context) (version, error) {
-	var v version
-	body, _, err := up.get(ctx, http.MethodGet, "/json/version", "")
-	if err != nil {
-		return v, err
-	}
-	if err := jsonUnmarshal(body, &v); err != nil {
-		return v, fmt.Errorf("relay: upstream /json/version: %w", err)
-	}
-	if v.WebSocketDebuggerURL == "" {
-		return v, errors.New("relay: upstream /json/version has no webSocketDebuggerUrl")
-	}
-	// Chrome builds the URL from the Host header it was sent; dial the
-	// address the relay was given, whatever name the browser printed.
-	ws, err := url.Parse(v.WebSocketDebuggerURL)
-	if err != nil {
-		return v, fmt.Errorf("relay: upstream webSocketDebuggerUrl: %w", err)
-	}
-	ws.Host = up.http.Host
-	v.WebSocketDebuggerURL = ws.String()
-	up.found.Store(&v.WebSocketDebuggerURL)
-	return v, nil
-}
-
-// waitVersion polls /json/version with backoff until the browser answers
-// or ctx ends, then reports the last error.
-func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger) (version, error) {
-	if up.wsURL != "" {
-		// The HTTP side is optional for a ws:// upstream; the websocket is not.
-		v, err := up.version(ctx)
-		if err == nil {
-			v.WebSocketDebuggerURL = up.wsURL
-			return v, nil
-		}
-		return version{WebSocketDebuggerURL: up.wsURL}, waitDial(ctx, up.wsURL, log)
-	}
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		v, err := up.version(ctx)
-		if err == nil {
-			return v, nil
-		}
-		if attempt == 1 {
-			log.Info().Str("upstream", up.http.String()).Msg("waiting for the browser")
-		}
-		select {
-		case <-ctx.Done():
-			return v, fmt.Errorf("relay: upstream %s did not answer: %w", up.http, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-func waitDial(ctx context.Context, wsURL string, log zerolog.Logger) error {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		c, _, err := websocket.DefaultDialer.DialContext(ctx, wsURL, nil)
-		if err == nil {
-			return c.Close()
-		}
-		if attempt == 1 {
-			log.Info().Str("upstream", wsURL).Msg("waiting for the browser")
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("relay: upstream %s did not answer: %w", wsURL, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

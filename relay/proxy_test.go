@@ -184,11 +184,11 @@ func TestStartChoosesInterception(t *testing.T) {
 			if got := fb.connCount(); got != tt.wantConns {
 				t.Errorf("got %d websockets from Start, want %d", got, tt.wantConns)
 			}
-			gotHolder := tp.p.holder != nil && tp.p.holder.conn.Load() != nil
+			gotHolder := tp.p.ups[0].holding() == "fetch"
 			if gotHolder != tt.wantHolder {
 				t.Errorf("got own Fetch connection %v, want %v", gotHolder, tt.wantHolder)
 			}
-			gotStream := tp.p.holder != nil && tp.p.holder.inStreamMode()
+			gotStream := tp.p.ups[0].holding() == "navigate"
 			if gotStream != tt.wantStream {
 				t.Errorf("got navigations held in the stream %v, want %v", gotStream, tt.wantStream)
 			}

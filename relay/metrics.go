@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// Metrics are the relay's Prometheus metrics, served at /metrics. They carry
+// no per-host labels: a crawl touches too many hosts. A nil *Metrics
+// records nothing. Its methods are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
+	delay                                          prometheus.Histogram
+	overload, failure, answered                    prometheus.Counter
+	conns                                          prometheus.Gauge
+	msgsToBrowser, msgsToClient                    prometheus.Counter
+	bytesToBrowser, bytesToClient                  prometheus.Counter
+}
+
+// NewMetrics creates the metrics of a relay booking with l. What only some
+// limiters know — how many hosts they track (Len), how often a shared store
+// fell back (Fallbacks) — is exported when l has it.
+func NewMetrics(l Limiter) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg}
+	nav := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_navigations_total",
+		Help: "Top-level navigations by outcome: passed (booked, no wait), delayed (held for their slot), exempt (loopback), untracked (not a page's main frame, or not http).",
+	}, []string{"outcome"})
+	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")
+	m.navExempt, m.navUntracked = nav.WithLabelValues("exempt"), nav.WithLabelValues("untracked")
+	m.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "cdp_throttle_navigation_delay_seconds",
+		Help:    "How long delayed navigations were held.",
+		Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60},
+	})
+	fb := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_feedback_total",
+		Help: "Answers to held navigations by class: overload (429, 503), failure (other 5xx, no answer), ok (the rest).",
+	}, []string{"class"})
+	m.overload, m.failure, m.answered = fb.WithLabelValues("overload"), fb.WithLabelValues("failure"), fb.WithLabelValues("ok")
+	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cdp_throttle_connections",
+		Help: "Client connections being relayed.",
+	})
+	msgs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_messages_total",
+		Help: "Messages relayed, by direction (to_browser, to_client).",
+	}, []string{"direction"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_bytes_total",
+		Help: "Message bytes relayed, by direction (to_browser, to_client).",
+	}, []string{"direction"})
+	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
+	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
+	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes)
+	if lenner, ok := l.(interface{ Len() int }); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cdp_throttle_hosts_tracked",
+			Help: "Hosts the limiter remembers (idle ones are forgotten).",
+		}, func() float64 { return float64(lenner.Len()) }))
+	}
+	if fallbacks, ok := l.(interface{ Fallbacks() uint64 }); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cdp_throttle_store_fallbacks_total",
+			Help: "Bookings and answers the shared store could not take, handled by the local fallback (or held).",
+		}, func() float64 { return float64(fallbacks.Fallbacks()) }))
+	}
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// navigation counts one navigation: booked for a wait of d (exempt and
+// untracked ones pass nothing to book).
+func (m *Metrics) navigation(outcome navOutcome, d time.Duration) {
+	if m == nil {
+		return
+	}
+	switch outcome {
+	case navBooked:
+		if d > 0 {
+			m.navDelayed.Inc()
+			m.delay.Observe(d.Seconds())
+		} else {
+			m.navPassed.Inc()
+		}
+	case navExempt:
+		m.navExempt.Inc()
+	case navUntracked:
+		m.navUntracked.Inc()
+	}
+}
+
+type navOutcome int
+
+const (
+	navBooked navOutcome = iota
+	navExempt
+	navUntracked
+)
+
+// feedback counts one answer fed back to the limiter.
+func (m *Metrics) feedback(o limiter.Outcome) {
+	if m == nil {
+		return
+	}
+	switch {
+	case o.Status == 429 || o.Status == 503:
+		m.overload.Inc()
+	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+		m.failure.Inc()
+	default:
+		m.answered.Inc()
+	}
+}
+
+func (m *Metrics) connection(delta float64) {
+	if m != nil {
+		m.conns.Add(delta)
+	}
+}
+
+// relayed counts one message of n bytes.
+func (m *Metrics) relayed(toBrowser bool, n int) {
+	if m == nil {
+		return
+	}
+	if toBrowser {
+		m.msgsToBrowser.Inc()
+		m.bytesToBrowser.Add(float64(n))
+	} else {
+		m.msgsToClient.Inc()
+		m.bytesToClient.Add(float64(n))
+	}
+}
