@@ -51,46 +51,7 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 	tp := relayTo(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
 	hc := fb.holder(t)
 
-	// The fake answered discovery and Fetch.enable by itself; from then on
-	// the browser's events are sent once the relay has sent what the
-	// recorder sent before them.
-	auto := fb.fetch.replyIndex(t, "Fetch.enable")
-	var pending []fakeMsg // relay commands not matched yet
-	var busyAnswered time.Time
-	for i, rm := range fb.fetch.msgs {
-		switch {
-		case rm.From == "client":
-			want := rm.m
-			found := -1
-			for found < 0 {
-				for j, got := range pending {
-					if got.m.Method == want.Method && bytes.Equal(got.m.Params, want.Params) && got.m.SessionID == "" {
-						found = j
-						break
-					}
-				}
-				if found < 0 {
-					pending = append(pending, hc.next(t))
-				}
-			}
-			pending = append(pending[:found], pending[found+1:]...)
-		case i <= auto, rm.m.ID != nil:
-			// Sent by the fake itself: discovery, and the replies to commands.
-		default:
-			if p, ok := readPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
-				busyAnswered = time.Now()
-			}
-			if err := hc.send(rm.Msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, m := range pending {
-		t.Errorf("relay sent %s %s, which the recorder did not", m.m.Method, m.m.Params)
-	}
-	if busyAnswered.IsZero() {
-		t.Fatal("the recording has no 429")
-	}
+	busyAnswered := replayChromium(t, fb, hc)
 
 	// a.test: six navigations, the last answered 429 with Retry-After 3;
 	// b.test: a redirect hop and a new page; c.test: refused. The iframes
@@ -422,4 +383,54 @@ func TestFetchHolderConcurrent(t *testing.T) {
 	if want := hosts * navs * len(chain); cont != want {
 		t.Errorf("relay continued %d pauses, want %d", cont, want)
 	}
+}
+
+// replayChromium plays the relay-side transcript recorded from Chromium
+// against the relay's own connection hc, in causal order, checks that the
+// relay sends the very commands the recorder sent (ids aside), and returns
+// when the recorded 429 was answered.
+func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
+	t.Helper()
+	// The fake answered discovery and Fetch.enable by itself; from then on
+	// the browser's events are sent once the relay has sent what the
+	// recorder sent before them.
+	auto := fb.fetch.replyIndex(t, "Fetch.enable")
+	var pending []fakeMsg // relay commands not matched yet
+	var busyAnswered time.Time
+	for i, rm := range fb.fetch.msgs {
+		switch {
+		case rm.From == "client":
+			want := rm.m
+			found := -1
+			for found < 0 {
+				for j, got := range pending {
+					if got.m.Method == want.Method && bytes.Equal(got.m.Params, want.Params) && got.m.SessionID == "" {
+						found = j
+						break
+					}
+				}
+				if found < 0 {
+					pending = append(pending, hc.next(t))
+				}
+			}
+			pending = append(pending[:found], pending[found+1:]...)
+		case i <= auto, rm.m.ID != nil:
+			// Sent by the fake itself: discovery, and the replies to commands.
+		default:
+			if p, ok := readPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
+				busyAnswered = time.Now()
+			}
+			if err := hc.send(rm.Msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, m := range pending {
+		t.Errorf("relay sent %s %s, which the recorder did not", m.m.Method, m.m.Params)
+	}
+	if busyAnswered.IsZero() {
+		t.Fatal("the recording has no 429")
+	}
+	return busyAnswered
+
 }

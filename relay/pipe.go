@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -67,6 +68,9 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cdp-throttle: no browser has "+r.URL.Path, http.StatusNotFound)
 		return
 	}
+	// Counted from now, so that clients arriving together spread out.
+	up.conns.Add(1)
+	defer up.conns.Add(-1)
 	log = log.With().Str("upstream", up.name).Logger()
 	target, err := up.pageWS(r.Context(), r.URL.Path)
 	if err != nil {
@@ -148,7 +152,6 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log z
 	}
 	p.pairs[pr] = struct{}{}
 	p.mu.Unlock()
-	up.conns.Add(1)
 	p.Metrics.connection(1)
 	return pr
 }
@@ -183,7 +186,6 @@ func (pr *pair) run() {
 	pr.p.mu.Lock()
 	delete(pr.p.pairs, pr)
 	pr.p.mu.Unlock()
-	pr.up.conns.Add(-1)
 	pr.p.Metrics.connection(-1)
 	close(pr.ended)
 }
@@ -226,6 +228,11 @@ func (e writeError) Error() string { return e.err.Error() }
 // written on; anything bigger is streamed through in pieces of this size.
 const smallMessage = 64 << 10
 
+// maxHeldCommand is the largest command read whole when navigations are
+// held in the client stream: Chromium's longest URL (2 MiB) with room for
+// the rest of a Page.navigate.
+const maxHeldCommand = 4 << 20
+
 var smallBufs = sync.Pool{New: func() any { b := make([]byte, smallMessage); return &b }}
 
 // relayMessage copies the message being read from src to dst. A message up
@@ -236,6 +243,19 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	defer smallBufs.Put(bp)
 	buf := *bp
 	n, err := io.ReadFull(r, buf)
+	if err == nil && pr.hold != nil && dst.toBrowser {
+		// A navigation's URL may be up to 2 MiB long: read a command up to
+		// maxHeldCommand whole, so that the hold sees it.
+		rest, rerr := io.ReadAll(io.LimitReader(r, maxHeldCommand-smallMessage))
+		switch {
+		case rerr != nil:
+			return rerr
+		case len(rest) < maxHeldCommand-smallMessage:
+			buf, n, err = append(buf[:n:n], rest...), n+len(rest), io.EOF
+		default: // no navigation is that big: stream it on
+			r = io.MultiReader(bytes.NewReader(rest), r)
+		}
+	}
 	switch err {
 	case io.EOF, io.ErrUnexpectedEOF: // the whole message is in buf[:n]
 		msg := buf[:n]
