@@ -1,0 +1,226 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// redisServer is a redis-server of the test's own on a free loopback port,
+// with no persistence; it can be killed and started again on that port.
+type redisServer struct {
+	t    *testing.T
+	port string
+	dir  string
+	cmd  *exec.Cmd
+}
+
+func startRedisServer(t *testing.T) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found: install it (apt-get install redis-server); %v", err)
+	}
+	rs := &redisServer{t: t, port: freePort(t), dir: t.TempDir()}
+	rs.start()
+	t.Cleanup(rs.kill)
+	return rs
+}
+
+func (rs *redisServer) url() string { return "redis://127.0.0.1:" + rs.port + "/0" }
+
+func (rs *redisServer) start() {
+	rs.t.Helper()
+	rs.cmd = exec.Command("redis-server", "--port", rs.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", rs.dir)
+	rs.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := rs.cmd.Start(); err != nil {
+		rs.t.Fatal(err)
+	}
+	for range 100 {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+rs.port); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rs.t.Fatalf("redis-server on %s did not come up", rs.port)
+}
+
+func (rs *redisServer) kill() {
+	if rs.cmd != nil {
+		rs.cmd.Process.Kill()
+		rs.cmd.Wait()
+		rs.cmd = nil
+	}
+}
+
+// relayProcess is the cdp-throttle binary in front of a Chromium of its own.
+type relayProcess struct {
+	url  string // http://127.0.0.1:PORT
+	logs *logLines
+	cmd  *exec.Cmd
+}
+
+func startRelayProcess(t *testing.T, args ...string) *relayProcess {
+	t.Helper()
+	bin := buildBinary(t)
+	httpURL, _, stop, err := startChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	listen := "127.0.0.1:" + freePort(t)
+	cmd := exec.Command(bin, append([]string{"--listen", listen, "--upstream", httpURL, "--log-format", "json", "--log-level", "debug"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rp := &relayProcess{url: "http://" + listen, logs: &logLines{seen: make(chan string, 1024)}, cmd: cmd}
+	go rp.logs.read(bufio.NewScanner(stderr))
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	rp.logs.waitFor(t, "relay ready", 40*time.Second)
+	return rp
+}
+
+// metric reads one sample of the relay's /metrics.
+func (rp *relayProcess) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	body, err := httpGet(rp.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// alternate navigates n times to host, back to back, alternating between
+// the relays: each navigation is issued the moment the server sees the one
+// before, through the next relay in turn.
+func alternate(t *testing.T, s *site, host string, n int, relays ...*relayProcess) []time.Time {
+	t.Helper()
+	clients := make([]*rawClient, len(relays))
+	sessions := make([]string, len(relays))
+	for i, rp := range relays {
+		clients[i] = dialRaw(t, browserWSVia(t, &relayed{url: rp.url}))
+		sessions[i], _ = clients[i].newPage()
+	}
+	prefix := fmt.Sprintf("/page/alt-%d", time.Now().UnixNano())
+	var mu sync.Mutex
+	var arrivals []time.Time
+	next := make(chan int, n)
+	s.onHit(func(h hit) {
+		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
+			return
+		}
+		mu.Lock()
+		arrivals = append(arrivals, h.At)
+		k := len(arrivals)
+		mu.Unlock()
+		if k < n {
+			next <- k
+		} else {
+			close(next)
+		}
+	})
+	defer s.onHit(nil)
+	navigate := func(i int) {
+		c := i % len(clients)
+		clients[c].send(sessions[c], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("%s/%d", prefix, i))})
+	}
+	navigate(0)
+	deadline := time.After(time.Duration(n)*1300*time.Millisecond + 15*time.Second)
+	for {
+		select {
+		case i, ok := <-next:
+			if !ok {
+				mu.Lock()
+				defer mu.Unlock()
+				return arrivals
+			}
+			navigate(i)
+		case <-deadline:
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("only %d of %d navigations reached the server", len(arrivals), n)
+		}
+	}
+}
+
+// TestTwoRelaysShareOneSchedule: two relays, each with its own Chromium,
+// sharing one Redis, give a host the schedule of a single relay: 200
+// navigations alternating between them span 16.06 s.
+func TestTwoRelaysShareOneSchedule(t *testing.T) {
+	rs := startRedisServer(t)
+	a := startRelayProcess(t, "--store", rs.url())
+	b := startRelayProcess(t, "--store", rs.url())
+	s := newSite(t)
+	at := alternate(t, s, "shared.test", 200, a, b)
+	st := statsOf(at)
+	t.Logf("two relays, one Redis: 200 navigations span %.2fs, gap p50 %.1fms p95 %.1fms", st.span.Seconds(), ms(st.p50), ms(st.p95))
+	if !within(st.span, 16060*time.Millisecond, 600*time.Millisecond) {
+		t.Errorf("200 navigations through two relays span %v, want 16.06s ± 0.6s (one schedule)", st.span)
+	}
+	if f := a.metric(t, "cdp_throttle_store_fallbacks_total") + b.metric(t, "cdp_throttle_store_fallbacks_total"); f != 0 {
+		t.Errorf("store fallbacks with Redis up: %v, want 0", f)
+	}
+}
+
+// TestRedisDiesMidCrawl: killing Redis mid-crawl keeps navigations flowing
+// on each relay's local limiter, the fallback metric rises, and once Redis
+// is back the relays book in it again.
+func TestRedisDiesMidCrawl(t *testing.T) {
+	rs := startRedisServer(t)
+	a := startRelayProcess(t, "--store", rs.url(), "--http-nav-delay", "50", "--http-nav-burst", "1")
+	s := newSite(t)
+	alternate(t, s, "before.test", 10, a)
+	if f := a.metric(t, "cdp_throttle_store_fallbacks_total"); f != 0 {
+		t.Fatalf("fallbacks with Redis up: %v, want 0", f)
+	}
+	rs.kill()
+	during := alternate(t, s, "during.test", 20, a)
+	st := statsOf(during)
+	if st.p50 < 45*time.Millisecond {
+		t.Errorf("with Redis down, navigations came %v apart, want the local limiter's 50 ms", st.p50)
+	}
+	down := a.metric(t, "cdp_throttle_store_fallbacks_total")
+	if down < 15 {
+		t.Errorf("fallbacks after 20 navigations with Redis down: %v, want about 20", down)
+	}
+	rs.start()
+	time.Sleep(2 * time.Second) // the store tries Redis again at most every second
+	alternate(t, s, "after.test", 10, a)
+	if after := a.metric(t, "cdp_throttle_store_fallbacks_total"); after > down+2 {
+		t.Errorf("fallbacks rose from %v to %v after Redis came back, want the relay back on Redis", down, after)
+	}
+	if !a.logs.has("lost redis") || !a.logs.has("redis answers again") {
+		t.Errorf("the relay log does not tell Redis was lost and came back:\n%s", a.logs.raw.String())
+	}
+}
+
+func (l *logLines) has(message string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.lines {
+		if strings.Contains(fmt.Sprint(m["message"]), message) {
+			return true
+		}
+	}
+	return false
+}
