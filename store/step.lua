@@ -14,8 +14,9 @@
 -- ARGV[6]  observe: the Retry-After wait, or -1 when there is none.
 -- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
 --          replay the rule on a simulated clock.
--- Returns {start, spacing, pressure, now}; peek returns pressure -1 for a
--- host it does not know.
+-- Returns {start, spacing, pressure, now}; peek writes nothing, returns the
+-- start a navigation would get and the spacing it would add, and pressure -1
+-- for a host it does not know.
 
 local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
 local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
@@ -104,7 +105,12 @@ end
 if op == 'p' then
   if not known then return {0, 0, -1, now} end
   drain()
-  return {0, 0, p, now}
+  local spacing = base
+  if adaptive then
+    spacing = math.min(base * (1 + math.floor(p / RAMP)), MAX_SPACING)
+  end
+  -- The earliest a navigation would go: max(now, tat - tau).
+  return {math.max(now, tat - tau), spacing, p, now}
 end
 
 return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

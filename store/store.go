@@ -30,6 +30,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -424,4 +425,57 @@ func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err err
 		return 0, false, nil
 	}
 	return int(v[2]), true, nil
+}
+
+// maxScan bounds how many keys Busiest looks at: a status page must not
+// walk a crawl's millions of hosts.
+const maxScan = 10_000
+
+// Busiest returns up to n of the hosts under the most pressure at now, as
+// limiter.Limiter's Busiest does, from the first maxScan keys of the store.
+// It reads Redis with its own, longer timeout; while Redis is down it
+// reports what the local fallback knows.
+func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
+	if s.local.Mode() == limiter.Off || n <= 0 {
+		return nil
+	}
+	if s.down.Load() {
+		return s.local.Busiest(now, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var keys []string
+	iter := s.client.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) && len(keys) < maxScan {
+		keys = append(keys, iter.Val())
+	}
+	if iter.Err() != nil {
+		return nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = step.Run(ctx, pipe, []string{k}, "p", s.adaptive, s.baseUS, s.tauUS, 0, -1, "")
+	}
+	pipe.Exec(ctx)
+	out := make([]limiter.HostState, 0, len(keys))
+	for i, c := range cmds {
+		v, err := c.Int64Slice()
+		if err != nil || len(v) != 4 || v[2] < 0 {
+			continue
+		}
+		out = append(out, limiter.HostState{
+			Host:     strings.TrimPrefix(keys[i], s.prefix),
+			Pressure: int(v[2]),
+			Spacing:  time.Duration(v[1]) * time.Microsecond,
+			NextFree: time.Duration(v[0]-v[3]) * time.Microsecond,
+		})
+	}
+	slices.SortFunc(out, func(a, b limiter.HostState) int {
+		if a.Pressure != b.Pressure {
+			return b.Pressure - a.Pressure
+		}
+		return int(b.NextFree - a.NextFree)
+	})
+	return out[:min(n, len(out))]
 }

@@ -542,3 +542,30 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestBusiest: the status page reads the same hosts, pressures and next
+// slots from Redis as the in-process limiter keeps.
+func TestBusiest(t *testing.T) {
+	srv := startRedis(t)
+	s := newStore(t, srv, limiter.Config{Burst: 1}, Options{})
+	l := limiter.New(limiter.Config{Burst: 1})
+	now := time.Now()
+	for _, b := range []interface {
+		Reserve(string, time.Time) limiter.Reservation
+		Observe(string, limiter.Outcome, time.Time)
+	}{s, l} {
+		b.Reserve("quiet.example", now)
+		for range 3 {
+			b.Reserve("busy.example", now)
+		}
+		b.Observe("pushed.example", limiter.Outcome{Status: 503}, now)
+	}
+	got, want := s.Busiest(now, 2), l.Busiest(now, 2)
+	if len(got) != 2 || got[0].Host != want[0].Host || got[1].Host != want[1].Host || got[0].Pressure != want[0].Pressure || got[1].Pressure != want[1].Pressure {
+		t.Fatalf("Busiest(2): got %+v, want %+v", got, want)
+	}
+	// Redis's clock runs on while the test does: next free within 50 ms of the limiter's.
+	if d := got[1].NextFree - want[1].NextFree; d > 0 || d < -50*time.Millisecond || got[1].Spacing != want[1].Spacing {
+		t.Errorf("busy.example: got next free %v, spacing %v; the limiter says %v, %v", got[1].NextFree, got[1].Spacing, want[1].NextFree, want[1].Spacing)
+	}
+}
