@@ -235,6 +235,11 @@ const maxHeldCommand = 4 << 20
 
 var smallBufs = sync.Pool{New: func() any { b := make([]byte, smallMessage); return &b }}
 
+// bigPiece is how much of a big message is read before it is written on.
+const bigPiece = 1 << 20
+
+var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigPiece); return &b }}
+
 // relayMessage copies the message being read from src to dst. A message up
 // to smallMessage is read whole and written in one frame, as the browser
 // wrote it; a bigger one is streamed, so the relay never holds it whole.
@@ -295,19 +300,24 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	if _, err := w.Write(buf); err != nil {
 		return writeError{err}
 	}
+	// The rest goes in big pieces: fewer frames and system calls for a
+	// screenshot, and still a bounded fraction of the message in memory.
+	bb := bigBufs.Get().(*[]byte)
+	defer bigBufs.Put(bb)
+	big := *bb
 	total := len(buf)
 	for {
-		n, rerr := r.Read(buf)
+		n, rerr := io.ReadFull(r, big)
 		total += n
 		if n > 0 {
 			// A big message may take longer than one timeout; what matters
 			// is that the peer keeps reading.
 			dst.c.SetWriteDeadline(time.Now().Add(pr.p.WriteTimeout))
-			if _, err := w.Write(buf[:n]); err != nil {
+			if _, err := w.Write(big[:n]); err != nil {
 				return writeError{err}
 			}
 		}
-		if rerr == io.EOF {
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			break
 		}
 		if rerr != nil {
