@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -341,36 +344,73 @@ func directAllocs(b *testing.B, eb *echoBrowser, msg []byte) float64 {
 }
 
 // BenchmarkIdleConnections opens 1,000 client connections through the
-// relay and reports the heap and goroutine stacks each one holds.
+// relay, run as its own process (the built binary), and reports how much
+// its resident memory grew per connection.
 func BenchmarkIdleConnections(b *testing.B) {
 	eb := newEchoBrowser(b)
-	url := benchRelay(b, eb)
+	bin := filepath.Join(b.TempDir(), "cdp-throttle")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "--listen", addr, "--upstream", eb.srv.URL, "--http-nav-delay", "0", "--log-level", "error")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	url := "ws://" + addr + "/devtools/browser/echo"
+	for i := 0; ; i++ {
+		if c, _, err := websocket.DefaultDialer.Dial(url, nil); err == nil {
+			c.Close()
+			break
+		}
+		if i > 200 {
+			b.Fatal("the relay did not come up")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	const n = 1000
 	for range b.N {
-		const n = 1000
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
+		time.Sleep(300 * time.Millisecond)
+		before := rssKiB(b, cmd.Process.Pid)
 		conns := make([]*websocket.Conn, n)
 		for i := range conns {
-			d := websocket.Dialer{NetDialContext: (&net.Dialer{}).DialContext}
+			d := websocket.Dialer{ReadBufferSize: 1024, WriteBufferSize: 1024}
 			c, _, err := d.Dial(url, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			conns[i] = c
 		}
-		// Let every pair settle into its blocking reads.
-		time.Sleep(500 * time.Millisecond)
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perConn := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / n
+		time.Sleep(time.Second) // every pair settles into its blocking reads
+		after := rssKiB(b, cmd.Process.Pid)
 		for _, c := range conns {
 			c.Close()
 		}
-		// Both ends of each connection live in this process: the client's
-		// and the echo browser's sides are counted too, so this is an upper
-		// bound on the relay's share.
-		b.ReportMetric(perConn/1024, "KiB/conn(upper-bound)")
-		_ = strconv.Itoa
+		b.ReportMetric(float64(after-before)/n, "KiB/conn")
 	}
+}
+
+// rssKiB reads a process's resident memory from /proc.
+func rssKiB(b *testing.B, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kib
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
 }
