@@ -152,8 +152,8 @@ type site struct {
 	srv  *http.Server
 
 	mu     sync.Mutex
-	hits   []hit                 // guarded by mu
-	notify func(hit)             // guarded by mu
+	hits   []hit     // guarded by mu
+	notify func(hit) // guarded by mu
 	routes map[string]http.HandlerFunc
 }
 
@@ -245,6 +245,11 @@ func defaultRoutes(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, `<iframe src="/frame?%[1]s"></iframe><img src="/img?%[1]s"><script src="/script?%[1]s"></script>
 <script>fetch("/fetch?%[1]s"); var x = new XMLHttpRequest(); x.open("GET", "/xhr?%[1]s"); x.send();</script>`, r.URL.RawQuery)
 		}
+		if to := q.Get("xframe"); to != "" {
+			// An iframe from another host, which gets a process and a
+			// target of its own.
+			fmt.Fprintf(w, `<iframe id="xframe" src="%s"></iframe>`, htmlEscape(to))
+		}
 		if to := q.Get("link"); to != "" {
 			fmt.Fprintf(w, `<a id="link" href="%s">next</a>`, htmlEscape(to))
 		}
@@ -310,7 +315,10 @@ func startRelay(t *testing.T, cfg limiter.Config, opts ...func(*relay.Proxy)) *r
 func startRelayTo(t *testing.T, upstream string, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
 	t.Helper()
 	logs := &syncBuffer{}
-	log := zerolog.New(logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	// at_ns puts each line on the clock the site's hits are on, to the
+	// nanosecond (the timestamp has whole seconds).
+	atNanos := zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) { e.Int64("at_ns", time.Now().UnixNano()) })
+	log := zerolog.New(logs).Level(zerolog.DebugLevel).Hook(atNanos).With().Timestamp().Logger()
 	p := &relay.Proxy{Upstream: upstream, Limiter: limiter.New(cfg), Log: &log}
 	for _, o := range opts {
 		o(p)
