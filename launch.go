@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // launched is a browser the relay started from the command after --. It is
@@ -60,7 +62,7 @@ func (b *launched) start() error {
 	b.mu.Lock()
 	b.cmd = cmd
 	b.mu.Unlock()
-	b.log.Info().Int("pid", cmd.Process.Pid).Strs("argv", b.argv).Msg("browser started")
+	b.log.Info().Int("pid", cmd.Process.Pid).Strs("argv", redactArgs(b.argv)).Msg("browser started")
 	return nil
 }
 
@@ -139,6 +141,25 @@ func (b *launched) stop() {
 	// Helpers left in the group after the browser itself exited.
 	syscall.Kill(-pid, syscall.SIGKILL)
 	b.log.Info().Msg("browser stopped")
+}
+
+// redactArgs returns argv fit for a log: a URL in it, alone or as a
+// flag's value (--proxy-server=http://user:pass@host), loses its userinfo
+// and query.
+func redactArgs(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = a
+		if !strings.Contains(a, "://") {
+			continue
+		}
+		if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			out[i] = name + "=" + relay.RedactURL(val)
+		} else {
+			out[i] = relay.RedactURL(a)
+		}
+	}
+	return out
 }
 
 // upstreamOf finds where a browser command will serve CDP: Chrome's

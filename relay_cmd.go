@@ -125,10 +125,14 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	log := cfg.log
 	local := limiter.New(cfg.limiter)
 	start := log.Info().Str("mode", modeName(cfg.limiter)).Int("burst", local.Burst()).Str("listen", cfg.listen)
-	if len(cfg.upstreams) == 1 {
-		start = start.Str("upstream", cfg.upstreams[0])
+	shown := make([]string, len(cfg.upstreams)) // a token or password in them stays out of the log
+	for i, u := range cfg.upstreams {
+		shown[i] = relay.RedactURL(u)
+	}
+	if len(shown) == 1 {
+		start = start.Str("upstream", shown[0])
 	} else {
-		start = start.Strs("upstreams", cfg.upstreams)
+		start = start.Strs("upstreams", shown)
 	}
 	if cfg.store != "" {
 		start = start.Str("store", redactURL(cfg.store))

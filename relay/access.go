@@ -93,3 +93,19 @@ func (p *Proxy) withoutToken(rawQuery string) string {
 	}
 	return strings.Join(kept, "&")
 }
+
+// RedactURL returns rawURL fit for a log: without its userinfo, and with
+// its query (which may hold a token, or for /json/new a page's URL) and
+// fragment elided.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User = nil
+	if u.RawQuery != "" || u.ForceQuery {
+		u.RawQuery, u.ForceQuery = "redacted", false
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}

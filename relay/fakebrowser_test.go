@@ -290,6 +290,12 @@ type fakeConfig struct {
 	// rejectFetch makes a Chromium-like browser refuse browser-level
 	// Fetch.enable, as one without the domain would.
 	rejectFetch bool
+	// silent lists methods of the relay's own commands that the fake
+	// receives (and acts on) but never answers, as a hung browser would.
+	silent map[string]bool
+	// listener, when set, is where the fake serves instead of a port of
+	// its own choosing.
+	listener net.Listener
 }
 
 // fakeBrowser is a CDP browser on an httptest.Server.
@@ -336,12 +342,17 @@ func newFakeBrowser(t *testing.T, cfg fakeConfig) *fakeBrowser {
 	}
 	fb.httpMeta, fb.httpLines = loadHTTP(t)
 	fb.upgrader = websocket.Upgrader{CheckOrigin: fb.checkOrigin}
-	fb.srv = httptest.NewServer(http.HandlerFunc(fb.serve))
+	fb.srv = httptest.NewUnstartedServer(http.HandlerFunc(fb.serve))
+	if cfg.listener != nil {
+		fb.srv.Listener.Close()
+		fb.srv.Listener = cfg.listener
+	}
 	fb.addr = fb.srv.Listener.Addr().String()
 	var v struct{ WebSocketDebuggerURL string }
 	json.Unmarshal([]byte(fb.answerFor(t, "GET", "/json/version").Body), &v)
 	fb.recordedID = v.WebSocketDebuggerURL[strings.LastIndexByte(v.WebSocketDebuggerURL, '/')+1:]
 	fb.browserID = fb.recordedID
+	fb.srv.Start() // a relay may be asking already
 	t.Cleanup(fb.close)
 	return fb
 }
@@ -706,6 +717,10 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 	}
 	fb := fc.fb
 	id := *m.ID
+	send := fc.send
+	if fb.cfg.silent[m.Method] {
+		send = func([]byte) error { return nil }
+	}
 	switch m.Method {
 	case "Target.setDiscoverTargets":
 		// Chromium announces the targets it has, then replies.
@@ -717,13 +732,13 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 				fc.send(rm.Msg)
 			}
 		}
-		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 	case "Fetch.enable":
 		switch {
 		case fb.cfg.lightpanda:
-			fc.send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-31998,"message":"BrowserContextNotLoaded"}}`, id))
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-31998,"message":"BrowserContextNotLoaded"}}`, id))
 		case fb.cfg.rejectFetch:
-			fc.send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32601,"message":"'Fetch.enable' wasn't found"}}`, id))
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32601,"message":"'Fetch.enable' wasn't found"}}`, id))
 		default:
 			// Marked before the reply, so the relay's Start cannot return
 			// before the fake knows which connection is the relay's own.
@@ -731,12 +746,12 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fc.holder = true
 			fb.broadcast()
 			fb.mu.Unlock()
-			fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+			send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		}
 	case "Fetch.continueRequest":
 		var p struct{ RequestID string }
 		json.Unmarshal(m.Params, &p)
-		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
+		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		fc.mu.Lock()
 		fc.continued[p.RequestID] = msg.at
 		fc.mu.Unlock()
@@ -747,10 +762,10 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		info, ok := fb.targets[p.TargetID]
 		fb.mu.Unlock()
 		if ok {
-			fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfo":%s}}`, id, info))
+			send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfo":%s}}`, id, info))
 			return
 		}
-		fc.send(withID(fb.fetch.reply(fb.t, m.Method, nil), id)) // No target with given id found
+		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id)) // No target with given id found
 	}
 }
 

@@ -36,7 +36,7 @@ type fetchConn struct {
 
 	mu       sync.Mutex
 	closed   bool                            // guarded by mu
-	calls    map[int64]chan *cdproto.Message // guarded by mu; nil channel: nobody waits
+	calls    map[int64]chan *cdproto.Message // guarded by mu; commands whose reply someone waits for
 	pages    map[string]struct{}             // guarded by mu; target ids of pages
 	notPages map[string]struct{}             // guarded by mu; frame ids known not to be pages
 	hops     map[string]hop                  // guarded by mu; interception id → navigation it belongs to
@@ -155,7 +155,9 @@ func (fc *fetchConn) send(method string, params any, reply chan *cdproto.Message
 		fc.mu.Unlock()
 		return 0, errConnClosed
 	}
-	fc.calls[id] = reply
+	if reply != nil {
+		fc.calls[id] = reply // a release waits for nothing: its reply is only logged
+	}
 	fc.mu.Unlock()
 	fc.c.SetWriteDeadline(time.Now().Add(fc.h.p.WriteTimeout))
 	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
@@ -237,12 +239,11 @@ func (fc *fetchConn) reply(m *cdproto.Message) {
 	delete(fc.calls, m.ID)
 	fc.mu.Unlock()
 	switch {
-	case !ok:
-	case ch != nil:
+	case ok:
 		ch <- m
 	case m.Error != nil:
 		// A request whose page went away meanwhile; nothing to do.
-		fc.log.Debug().Int64("id", m.ID).Str("error", m.Error.Message).Msg("browser refused a release")
+		fc.log.Debug().Int64("id", m.ID).Int64("code", m.Error.Code).Msg("browser refused a release")
 	}
 }
 
@@ -340,7 +341,7 @@ func (fc *fetchConn) classify(ev *fetch.EventRequestPaused, host string) {
 	fc.mu.Lock()
 	if isPage {
 		fc.pages[frame] = struct{}{}
-	} else {
+	} else if m != nil { // only what the browser said: after no answer, ask again next time
 		if len(fc.notPages) >= 10_000 {
 			clear(fc.notPages)
 		}

@@ -200,6 +200,9 @@ func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]b
 	}
 	resp, err := up.client.Do(req)
 	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			ue.URL = RedactURL(ue.URL) // the query of /json/new is a page's URL
+		}
 		return nil, nil, fmt.Errorf("relay: %w", err)
 	}
 	defer resp.Body.Close()

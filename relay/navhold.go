@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -91,6 +92,9 @@ func (h *navHold) fromClient(msg []byte) bool {
 		rawURL = p.URL
 	default:
 		return false
+	}
+	if !utf8.Valid(msg) {
+		return false // Chromium refuses the whole message (-32700): nothing navigates
 	}
 	host, ok := limiter.Key(rawURL)
 	if !ok || limiter.Exempt(host) {

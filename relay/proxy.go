@@ -283,12 +283,25 @@ func (p *Proxy) Close() error {
 		pairs = append(pairs, pr)
 	}
 	p.mu.Unlock()
+	// All at once, and a peer that does not read is cut off after the
+	// close grace: one after another, stalled clients would each cost the
+	// grace, and their pumps' writes WriteTimeout.
+	var wg sync.WaitGroup
 	for _, pr := range pairs {
-		pr.shutdown(websocket.CloseGoingAway, "relay shutting down")
+		wg.Go(func() {
+			grace := time.NewTimer(closeGrace)
+			defer grace.Stop()
+			pr.shutdown(websocket.CloseGoingAway, "relay shutting down")
+			select {
+			case <-pr.ended:
+			case <-grace.C:
+				pr.client.c.Close()
+				pr.browser.c.Close()
+				<-pr.ended
+			}
+		})
 	}
-	for _, pr := range pairs {
-		<-pr.ended
-	}
+	wg.Wait()
 	if p.stop != nil {
 		p.stop()
 	}
@@ -334,10 +347,16 @@ func (p *Proxy) keepalive(ctx context.Context) {
 			pairs = append(pairs, pr)
 		}
 		p.mu.Unlock()
-		deadline := time.Now().Add(p.WriteTimeout)
+		// Each ping waits for its connection's writer, so one at a time a
+		// client stalled in a write would hold up the pings of the others
+		// (who are closed when not pinged): ping all at once, each for at
+		// most an interval.
+		deadline := time.Now().Add(min(p.PingInterval, p.WriteTimeout))
+		var wg sync.WaitGroup
 		for _, pr := range pairs {
 			// An error means the connection is ending; its pumps see to that.
-			_ = pr.client.c.WriteControl(websocket.PingMessage, nil, deadline)
+			wg.Go(func() { _ = pr.client.c.WriteControl(websocket.PingMessage, nil, deadline) })
 		}
+		wg.Wait()
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // upstream is one browser the relay talks to.
 type upstream struct {
-	name   string   // as given, for logs
+	name   string   // as given, without credentials, for logs
 	http   *url.URL // http://host:port of its /json endpoints
 	wsURL  string   // the browser endpoint given as --upstream, "" to discover it
 	client *http.Client
@@ -44,7 +44,7 @@ func parseUpstream(raw string) (*upstream, error) {
 	if h, port, err := net.SplitHostPort(u.Host); err == nil && strings.EqualFold(h, "localhost") {
 		u.Host = net.JoinHostPort("127.0.0.1", port)
 	}
-	up := &upstream{name: raw, client: &http.Client{Timeout: 10 * time.Second}}
+	up := &upstream{name: RedactURL(raw), client: &http.Client{Timeout: 10 * time.Second}}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
 		up.http = &url.URL{Scheme: strings.ToLower(u.Scheme), Host: u.Host}
@@ -167,11 +167,11 @@ func waitDial(ctx context.Context, wsURL string, log zerolog.Logger) error {
 			return c.Close()
 		}
 		if attempt == 1 {
-			log.Info().Str("upstream", wsURL).Msg("waiting for the browser")
+			log.Info().Str("upstream", RedactURL(wsURL)).Msg("waiting for the browser")
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("relay: upstream %s did not answer: %w", wsURL, err)
+			return fmt.Errorf("relay: upstream %s did not answer: %w", RedactURL(wsURL), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)

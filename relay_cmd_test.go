@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/urfave/cli/v2"
+)
+
+// relayConfigOf reads a relay command line the way the command does, and
+// returns the configuration without running anything.
+func relayConfigOf(t *testing.T, args ...string) (relayConfig, error) {
+	t.Helper()
+	var cfg relayConfig
+	var err error
+	app := newApp(io.Discard, io.Discard)
+	app.Action = func(c *cli.Context) error {
+		cfg, err = relayConfigFrom(c, io.Discard)
+		return nil
+	}
+	if runErr := app.RunContext(context.Background(), append([]string{"cdp-throttle"}, args...)); runErr != nil {
+		return cfg, runErr
+	}
+	return cfg, err
+}
+
+// TestListenDefault checks that the relay listens on the loopback address
+// unless told otherwise.
+func TestListenDefault(t *testing.T) {
+	cfg, err := relayConfigOf(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.listen != "127.0.0.1:9322" || !loopbackListen(cfg.listen) {
+		t.Errorf("got --listen %q, want 127.0.0.1:9322", cfg.listen)
+	}
+}
+
+// TestListenBeyondLoopback checks that listening where other machines can
+// reach the relay needs a token (flag or environment) or
+// --insecure-listen, and that the refusal says why, on one line, with
+// exit status 2.
+func TestListenBeyondLoopback(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		ok   bool
+	}{
+		{name: "all IPv4 interfaces", args: []string{"--listen", "0.0.0.0:9322"}},
+		{name: "all IPv6 interfaces", args: []string{"--listen", "[::]:9322"}},
+		{name: "empty host", args: []string{"--listen", ":9322"}},
+		{name: "a LAN address", args: []string{"--listen", "192.0.2.10:9322"}},
+		{name: "a name", args: []string{"--listen", "relay.example:9322"}},
+		{name: "from the environment", env: map[string]string{"CDP_THROTTLE_LISTEN": "0.0.0.0:9322"}},
+		{name: "empty token", args: []string{"--listen", "0.0.0.0:9322", "--token", ""}},
+		{name: "loopback", args: []string{"--listen", "127.0.0.1:9322"}, ok: true},
+		{name: "other loopback address", args: []string{"--listen", "127.0.0.7:9322"}, ok: true},
+		{name: "IPv6 loopback", args: []string{"--listen", "[::1]:9322"}, ok: true},
+		{name: "localhost", args: []string{"--listen", "localhost:9322"}, ok: true},
+		{name: "with --token", args: []string{"--listen", "0.0.0.0:9322", "--token", "s3cret"}, ok: true},
+		{name: "with CDP_THROTTLE_TOKEN", args: []string{"--listen", "0.0.0.0:9322"}, env: map[string]string{"CDP_THROTTLE_TOKEN": "s3cret"}, ok: true},
+		{name: "with --insecure-listen", args: []string{"--listen", "0.0.0.0:9322", "--insecure-listen"}, ok: true},
+		{name: "with CDP_THROTTLE_INSECURE_LISTEN", args: []string{"--listen", "0.0.0.0:9322"}, env: map[string]string{"CDP_THROTTLE_INSECURE_LISTEN": "true"}, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := relayConfigOf(t, tt.args...)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("got %v, want the listen address accepted", err)
+				}
+				return
+			}
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("got %v (listen %q), want a usage error (exit status 2)", err, cfg.listen)
+			}
+			if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "--token") || !strings.Contains(msg, "--insecure-listen") || !strings.Contains(msg, "reachable from other machines") {
+				t.Errorf("got %q, want one line explaining the risk and naming --token and --insecure-listen", msg)
+			}
+		})
+	}
+	// The command itself refuses before it listens or looks for a browser.
+	_, _, err := runCLI(t, "--listen", "0.0.0.0:0", "--upstream", "http://127.0.0.1:1")
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Errorf("run: got %v, want a usage error", err)
+	}
+}
+
+// fakeChrome is the least a browser endpoint must do for the relay with
+// its limiter off: /json/version, and websockets that echo an empty result.
+func fakeChrome(t *testing.T) *httptest.Server {
+	t.Helper()
+	var wg sync.WaitGroup
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !websocket.IsWebSocketUpgrade(r) {
+			fmt.Fprintf(w, `{"Browser":"Chrome/156.0.0.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/fake"}`, r.Host)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		defer wg.Done()
+		defer c.Close()
+		for {
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			var m struct{ ID int64 }
+			json.Unmarshal(msg, &m)
+			if c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)) != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		wg.Wait()
+	})
+	return srv
+}
+
+// lockedBuffer collects what the relay logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRunTokenAndShutdown runs the relay command with its token from
+// CDP_THROTTLE_TOKEN and an upstream given with credentials, at debug
+// level: every endpoint wants the token, the URL the relay advertises
+// carries it and works, ending the command's context (as SIGINT and
+// SIGTERM do) closes the client with 1001 and returns no error (exit 0),
+// and the log names neither the token nor the credentials nor a message.
+func TestRunTokenAndShutdown(t *testing.T) {
+	const token = "env-token-5ecret"
+	browser := fakeChrome(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	t.Setenv("CDP_THROTTLE_TOKEN", token)
+	upstream := "http://user:upstreampw-5ecret@" + strings.TrimPrefix(browser.URL, "http://")
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"cdp-throttle", "--listen", listen, "--upstream", upstream, "--http-nav-delay", "0",
+			"--log-level", "debug", "--log-format", "json"}, io.Discard, logs)
+	}()
+	base := "http://" + listen
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/json/version")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("/json/version without the token: got %d, want 401", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay not up: %v\n%s", err, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, path := range []string{"/json/list", "/json/protocol", "/json/new", "/"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without the token: got %d, want 401", path, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(base + "/json/version?token=" + token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ WebSocketDebuggerURL string }
+	json.NewDecoder(resp.Body).Decode(&v)
+	resp.Body.Close()
+	c, _, err := websocket.DefaultDialer.Dial(v.WebSocketDebuggerURL, nil)
+	if err != nil {
+		t.Fatalf("dialing the advertised %q: %v", v.WebSocketDebuggerURL, err)
+	}
+	defer c.Close()
+	c.WriteMessage(websocket.TextMessage, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"'body-5ecret'"}}`))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, msg, err := c.ReadMessage(); err != nil || string(msg) != `{"id":1,"result":{}}` {
+		t.Fatalf("client got %q, %v", msg, err)
+	}
+
+	cancel() // what SIGINT and SIGTERM do
+	var ce *websocket.CloseError
+	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+		t.Errorf("client got %v, want close 1001", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v, want nil (exit status 0)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run still going 30 s after its context ended")
+	}
+	if _, err := net.DialTimeout("tcp", listen, time.Second); err == nil {
+		t.Errorf("relay still accepts connections after shutting down")
+	}
+	out := logs.String()
+	for _, secret := range []string{token, "upstreampw-5ecret", "body-5ecret"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log names %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, `"message":"shutting down"`) {
+		t.Errorf("log does not say it is shutting down:\n%s", out)
+	}
+}
+
+// TestRedactArgs checks what the log shows of a launched browser's command.
+func TestRedactArgs(t *testing.T) {
+	got := redactArgs([]string{"chromium", "--proxy-server=http://user:pw@proxy:3128", "--remote-debugging-port=9222",
+		"https://user:pw@site.example/start?token=abc", "--headless"})
+	want := []string{"chromium", "--proxy-server=http://proxy:3128", "--remote-debugging-port=9222",
+		"https://site.example/start?redacted", "--headless"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestMaxMessageSizeFlag checks the read limit is configurable, from the
+// flag or the environment, and refuses what would break CDP.
+func TestMaxMessageSizeFlag(t *testing.T) {
+	cfg, err := relayConfigOf(t, "--max-message-size", "2048")
+	if err != nil || cfg.maxMessage != 2048 {
+		t.Errorf("--max-message-size 2048: got %d, %v", cfg.maxMessage, err)
+	}
+	t.Setenv("CDP_THROTTLE_MAX_MESSAGE_SIZE", "4096")
+	if cfg, err = relayConfigOf(t); err != nil || cfg.maxMessage != 4096 {
+		t.Errorf("CDP_THROTTLE_MAX_MESSAGE_SIZE=4096: got %d, %v", cfg.maxMessage, err)
+	}
+	var ue usageError
+	if _, err := relayConfigOf(t, "--max-message-size", "10"); !errors.As(err, &ue) {
+		t.Errorf("--max-message-size 10: got %v, want a usage error", err)
+	}
+}
