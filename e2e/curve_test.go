@@ -30,7 +30,7 @@ func httpGet(url string) ([]byte, error) {
 // back" with the shortest load a real browser allows. Navigations rotate
 // over a few pages so none waits on a page still loading. It returns when
 // the server saw each request.
-func backToBack(t *testing.T, r *relayed, s *site, host string, n int) []time.Time {
+func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Time {
 	t.Helper()
 	rc := dialRaw(t, browserWSVia(t, r))
 	const pages = 1

@@ -147,7 +147,7 @@ type hit struct {
 // site is a web server on siteIP that records every request. Each *.test
 // name is a separate host to the limiter.
 type site struct {
-	t    *testing.T
+	t    testing.TB
 	port string
 	srv  *http.Server
 
@@ -157,10 +157,10 @@ type site struct {
 	routes map[string]http.HandlerFunc
 }
 
-func newSite(t *testing.T) *site { return newSiteAt(t, siteIP) }
+func newSite(t testing.TB) *site { return newSiteAt(t, siteIP) }
 
 // newSiteAt serves a site on ip, e.g. 127.0.0.1 for an exempt one.
-func newSiteAt(t *testing.T, ip string) *site {
+func newSiteAt(t testing.TB, ip string) *site {
 	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -307,12 +307,12 @@ type relayed struct {
 }
 
 // startRelay serves a relay with a limiter of its own.
-func startRelay(t *testing.T, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
+func startRelay(t testing.TB, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
 	t.Helper()
 	return startRelayTo(t, browser.http, cfg, opts...)
 }
 
-func startRelayTo(t *testing.T, upstream string, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
+func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
 	t.Helper()
 	logs := &syncBuffer{}
 	// at_ns puts each line on the clock the site's hits are on, to the
@@ -369,7 +369,7 @@ func (s *syncBuffer) String() string {
 
 // runNode runs e2e/js/<script> with node and the given environment, and
 // returns its standard output. The script fails the test by exiting non-zero.
-func runNode(t *testing.T, timeout time.Duration, script string, env ...string) []byte {
+func runNode(t testing.TB, timeout time.Duration, script string, env ...string) []byte {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
 		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)

@@ -16,7 +16,7 @@ import (
 // rawClient is a bare CDP client over one websocket, the way any raw
 // websocket user would talk to the relay. It records every message it gets.
 type rawClient struct {
-	t  *testing.T
+	t  testing.TB
 	c  *websocket.Conn
 	wm sync.Mutex
 
@@ -40,7 +40,7 @@ type rawMessage struct {
 	SessionID string `json:"sessionId,omitempty"`
 }
 
-func dialRaw(t *testing.T, url string) *rawClient {
+func dialRaw(t testing.TB, url string) *rawClient {
 	t.Helper()
 	c, _, err := websocket.DefaultDialer.Dial(url, nil)
 	if err != nil {
@@ -172,7 +172,7 @@ func (rc *rawClient) messages() []rawMessage {
 }
 
 // browserWSVia returns the browser websocket URL the relay advertises.
-func browserWSVia(t *testing.T, r *relayed) string {
+func browserWSVia(t testing.TB, r *relayed) string {
 	t.Helper()
 	resp, err := httpGet(r.url + "/json/version")
 	if err != nil {

@@ -1,0 +1,154 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// BenchmarkPuppeteerLoop is BENCHMARKS.md's (a): the loop "new browser
+// context, new page, goto a local page, evaluate, close page and context"
+// 100 times with puppeteer-core, directly against Chromium and through the
+// relay (loopback, so nothing is throttled), in 5 alternating pairs. It
+// reports the median ratio relay/direct.
+func BenchmarkPuppeteerLoop(b *testing.B) {
+	s := newSiteAt(b, "127.0.0.1")
+	r := startRelay(b, limiter.Config{})
+	page := s.url("127.0.0.1", "/page/bench")
+	run := func(url string) float64 {
+		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+url, "PAGE_URL="+page, "N=100")
+		var res struct{ MS float64 }
+		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
+			b.Fatalf("bench-loop output %q: %v", out, err)
+		}
+		return res.MS
+	}
+	for range b.N {
+		run(browser.http) // warm up Chromium
+		var ratios, direct, relayed []float64
+		for range 5 {
+			d := run(browser.http)
+			rl := run(r.url)
+			direct, relayed = append(direct, d), append(relayed, rl)
+			ratios = append(ratios, rl/d)
+		}
+		b.ReportMetric(median(direct)/100, "direct-ms/loop")
+		b.ReportMetric(median(relayed)/100, "relay-ms/loop")
+		b.ReportMetric(median(ratios), "relay/direct")
+	}
+}
+
+// BenchmarkTimingAccuracy is (g): the gaps a web server sees between
+// navigations that the relay spaces 100 ms apart (fixed, burst 1), back to
+// back through real Chromium.
+func BenchmarkTimingAccuracy(b *testing.B) {
+	s := newSite(b)
+	for range b.N {
+		r := startRelay(b, fixed(100*time.Millisecond, 1))
+		at := backToBack(b, r, s, "accuracy.test", 101)
+		st := statsOf(at[1:]) // the first gap includes a fresh host's first connection
+		b.ReportMetric(ms(st.p50), "gap-p50-ms")
+		b.ReportMetric(ms(st.p95), "gap-p95-ms")
+		b.ReportMetric(ms(st.max), "gap-max-ms")
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
+}
+
+func lastLineOf(b []byte) []byte {
+	lines := splitLines(b)
+	return lines[len(lines)-1]
+}
+
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	start := 0
+	for i, c := range b {
+		if c == '\n' {
+			if i > start {
+				out = append(out, b[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if start < len(b) {
+		out = append(out, b[start:])
+	}
+	return out
+}
+
+// BenchmarkThroughputChromium is (c) against the real browser: 100 clients
+// on the browser endpoint each keep 8 Browser.getVersion commands in flight
+// for 5 s, directly and through the relay, in 3 alternating pairs; it
+// reports messages per second (a command and its reply count as one) and
+// the median ratio.
+func BenchmarkThroughputChromium(b *testing.B) {
+	r := startRelay(b, limiter.Config{})
+	relayWS := browserWSVia(b, r)
+	for range b.N {
+		var ratios, direct, relayed []float64
+		for range 3 {
+			d := throughput(b, browser.ws, 100, 8, 5*time.Second)
+			rl := throughput(b, relayWS, 100, 8, 5*time.Second)
+			direct, relayed = append(direct, d), append(relayed, rl)
+			ratios = append(ratios, rl/d)
+		}
+		b.ReportMetric(median(direct), "direct-msgs/s")
+		b.ReportMetric(median(relayed), "relay-msgs/s")
+		b.ReportMetric(median(ratios), "relay/direct")
+	}
+}
+
+func throughput(b *testing.B, url string, clients, window int, d time.Duration) float64 {
+	var done atomic.Int64
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range clients {
+		c, _, err := websocket.DefaultDialer.Dial(url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			id := 0
+			send := func() bool {
+				id++
+				return c.WriteMessage(websocket.TextMessage, []byte(`{"id":`+strconv.Itoa(id)+`,"method":"Browser.getVersion"}`)) == nil
+			}
+			inFlight := 0
+			for range window {
+				if send() {
+					inFlight++
+				}
+			}
+			for inFlight > 0 {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+				inFlight--
+				done.Add(1)
+				if time.Now().Before(stop) && send() {
+					inFlight++
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds()
+}
