@@ -77,6 +77,8 @@ func TestFetchHolder(t *testing.T) {
 		name   string
 		cfg    limiter.Config
 		late   bool     // the pages are not announced before their requests
+		// prime prepares the limiter before the navigations play.
+		prime func(*limiter.Limiter)
 		chains []string // recorded navigations played in turn, by URL
 		check  func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes)
 	}{
@@ -96,6 +98,14 @@ func TestFetchHolder(t *testing.T) {
 		},
 		{
 			name: "adaptive mode warns once per host", cfg: limiter.Config{Burst: 1},
+			// A host already answered with 503s: its spacing is long enough
+			// that the navigations played back to back wait, however slow
+			// the machine.
+			prime: func(l *limiter.Limiter) {
+				for range 12 {
+					l.Observe("a.test", limiter.Outcome{Status: 503}, time.Now())
+				}
+			},
 			chains: []string{"/page?first", "/page?first", "/page?first"},
 			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
 				if waited := hops[2][0].continued.Sub(hops[1][0].paused); waited <= 0 {
@@ -216,6 +226,9 @@ func TestFetchHolder(t *testing.T) {
 			checkLeaks(t)
 			fb := newFakeBrowser(t, fakeConfig{})
 			tp := relayTo(t, fb, tt.cfg)
+			if tt.prime != nil {
+				tt.prime(tp.lim)
+			}
 			hc := fb.holder(t)
 			announcePages(t, fb, hc, tt.late)
 			var hops [][]hopTimes
