@@ -74,11 +74,11 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 func TestFetchHolder(t *testing.T) {
 	const hour = time.Hour // an interval no test waits for: a booked host shows
 	tests := []struct {
-		name   string
-		cfg    limiter.Config
-		late   bool     // the pages are not announced before their requests
+		name string
+		cfg  limiter.Config
+		late bool // the pages are not announced before their requests
 		// prime prepares the limiter before the navigations play.
-		prime func(*limiter.Limiter)
+		prime  func(*limiter.Limiter)
 		chains []string // recorded navigations played in turn, by URL
 		check  func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes)
 	}{
