@@ -25,22 +25,29 @@ func httpGet(url string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// backToBack navigates n times to host through the relay, issuing each
-// navigation the moment the server sees the one before: the seed's "back to
-// back" with the shortest load a real browser allows. Navigations rotate
-// over a few pages so none waits on a page still loading. It returns when
-// the server saw each request.
+// backToBack navigates n times to host through the relay, back to back.
 func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Time {
 	t.Helper()
 	rc := dialRaw(t, browserWSVia(t, r))
-	const pages = 1
-	sessions := make([]string, pages)
-	for i := range sessions {
-		sessions[i], _ = rc.newPage()
+	session, _ := rc.newPage()
+	at, err := drive(s, host, n, time.Duration(n)*1300*time.Millisecond+10*time.Second, func(url string) {
+		rc.send(session, "Page.navigate", map[string]any{"url": url})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("/page/curve-%d", time.Now().UnixNano())
-	arrivals := make([]time.Time, 0, n)
+	return at
+}
+
+// drive issues n navigations to host, each the moment the server sees the
+// one before: the seed's "back to back" with the shortest load a real
+// browser allows. navigate sends navigation i to url (without waiting for
+// it). It returns when the server saw each request, or an error after
+// timeout; it fails no test, so that it can run on any goroutine.
+func drive(s *site, host string, n int, timeout time.Duration, navigate func(url string)) ([]time.Time, error) {
+	prefix := fmt.Sprintf("/page/b2b-%x", time.Now().UnixNano())
 	var mu sync.Mutex
+	arrivals := make([]time.Time, 0, n)
 	next := make(chan int, n)
 	s.onHit(func(h hit) {
 		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
@@ -52,27 +59,27 @@ func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Ti
 		mu.Unlock()
 		if k < n {
 			next <- k
-		} else {
+		} else if k == n {
 			close(next)
 		}
 	})
 	defer s.onHit(nil)
-	navigate := func(i int) {
-		rc.send(sessions[i%pages], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("%s/%d", prefix, i))})
-	}
-	navigate(0)
-	deadline := time.After(time.Duration(n)*1300*time.Millisecond + 10*time.Second)
+	url := func(i int) string { return s.url(host, fmt.Sprintf("%s/%d", prefix, i)) }
+	navigate(url(0))
+	deadline := time.After(timeout)
 	for {
 		select {
 		case i, ok := <-next:
 			if !ok {
-				return arrivals
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]time.Time(nil), arrivals...), nil
 			}
-			navigate(i)
+			navigate(url(i))
 		case <-deadline:
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("only %d of %d navigations reached the server", len(arrivals), n)
+			return nil, fmt.Errorf("%s: only %d of %d navigations reached the server", host, len(arrivals), n)
 		}
 	}
 }

@@ -156,52 +156,6 @@ func TestFeedbackRetryAfter(t *testing.T) {
 	}
 }
 
-// backToBackOn is backToBack for one of several hosts driven at once:
-// each navigation of session is sent the moment s sees the one before. It
-// reports errors instead of failing, so that it can run on any goroutine.
-func backToBackOn(rc *rawClient, session string, s *site, host string, n int) ([]time.Time, error) {
-	prefix := fmt.Sprintf("/page/b2b-%x", time.Now().UnixNano())
-	var (
-		mu       sync.Mutex
-		arrivals []time.Time
-	)
-	next := make(chan int, n)
-	s.onHit(func(h hit) {
-		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
-			return
-		}
-		mu.Lock()
-		arrivals = append(arrivals, h.At)
-		k := len(arrivals)
-		mu.Unlock()
-		if k < n {
-			next <- k
-		} else {
-			close(next)
-		}
-	})
-	defer s.onHit(nil)
-	navigate := func(i int) {
-		rc.send(session, "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("%s/%d", prefix, i))})
-	}
-	navigate(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		select {
-		case i, ok := <-next:
-			if !ok {
-				return arrivals, nil
-			}
-			navigate(i)
-		case <-ctx.Done():
-			mu.Lock()
-			defer mu.Unlock()
-			return nil, fmt.Errorf("%s: only %d of %d navigations reached the server", host, len(arrivals), n)
-		}
-	}
-}
-
 // pressured is how many 503s each host of TestHostsIndependent answers,
 // all at once from as many tabs, before its run: 150 units of pressure
 // space its navigations 320 ms apart at first and 220 ms at the end. Five
@@ -308,7 +262,9 @@ func TestHostsIndependent(t *testing.T) {
 				}
 			}
 			ask1 := time.Since(t0)
-			at, err := backToBackOn(rc, mine[0], sites[i], host, n)
+			at, err := drive(sites[i], host, n, 30*time.Second, func(url string) {
+				rc.send(mine[0], "Page.navigate", map[string]any{"url": url})
+			})
 			if err != nil {
 				errs[i] = err
 				return

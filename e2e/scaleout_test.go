@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,8 +110,7 @@ func (rp *relayProcess) metric(t *testing.T, name string) float64 {
 }
 
 // alternate navigates n times to host, back to back, alternating between
-// the relays: each navigation is issued the moment the server sees the one
-// before, through the next relay in turn.
+// the relays: each navigation goes through the next relay in turn.
 func alternate(t *testing.T, s *site, host string, n int, relays ...*relayProcess) []time.Time {
 	t.Helper()
 	clients := make([]*rawClient, len(relays))
@@ -121,46 +119,16 @@ func alternate(t *testing.T, s *site, host string, n int, relays ...*relayProces
 		clients[i] = dialRaw(t, browserWSVia(t, &relayed{url: rp.url}))
 		sessions[i], _ = clients[i].newPage()
 	}
-	prefix := fmt.Sprintf("/page/alt-%d", time.Now().UnixNano())
-	var mu sync.Mutex
-	var arrivals []time.Time
-	next := make(chan int, n)
-	s.onHit(func(h hit) {
-		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
-			return
-		}
-		mu.Lock()
-		arrivals = append(arrivals, h.At)
-		k := len(arrivals)
-		mu.Unlock()
-		if k < n {
-			next <- k
-		} else {
-			close(next)
-		}
-	})
-	defer s.onHit(nil)
-	navigate := func(i int) {
+	i := 0
+	at, err := drive(s, host, n, time.Duration(n)*1300*time.Millisecond+15*time.Second, func(url string) {
 		c := i % len(clients)
-		clients[c].send(sessions[c], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("%s/%d", prefix, i))})
+		i++
+		clients[c].send(sessions[c], "Page.navigate", map[string]any{"url": url})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	navigate(0)
-	deadline := time.After(time.Duration(n)*1300*time.Millisecond + 15*time.Second)
-	for {
-		select {
-		case i, ok := <-next:
-			if !ok {
-				mu.Lock()
-				defer mu.Unlock()
-				return arrivals
-			}
-			navigate(i)
-		case <-deadline:
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("only %d of %d navigations reached the server", len(arrivals), n)
-		}
-	}
+	return at
 }
 
 // TestTwoRelaysShareOneSchedule: two relays, each with its own Chromium,

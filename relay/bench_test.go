@@ -321,7 +321,8 @@ func BenchmarkPassThrough(b *testing.B) {
 	// Mallocs counts the whole process: the client and the echo browser
 	// too. Subtract theirs, measured alone, to leave the relay's.
 	total := float64(after.Mallocs-before.Mallocs) / float64(b.N)
-	b.ReportMetric(total-directAllocs(b, eb, msg), "relay-allocs/msg")
+	// A round trip is two messages: the command and its reply.
+	b.ReportMetric((total-directAllocs(b, eb, msg))/2, "relay-allocs/msg")
 }
 
 // directAllocs is what one round trip allocates without the relay.
