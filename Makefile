@@ -11,7 +11,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo run test unit e2e deps chromium redis node-deps bench fuzz fmt vet clean
+.PHONY: all build demo run test unit e2e deps chromium redis node-deps bench bench-e2e fuzz fmt vet clean
 
 all: build
 
@@ -62,6 +62,10 @@ node-deps:
 bench: redis
 	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
 	$(GO) test -run XXX -bench . -benchmem ./store ./relay
+
+# Against real Chromium: the puppeteer loop, throughput, timing accuracy.
+bench-e2e: deps
+	cd e2e && $(GO) test -tags e2e -run XXX -bench . -benchtime 1x -timeout 60m .
 
 # Longer fuzzing than the seed runs in `make test`: FUZZTIME per target.
 FUZZTIME ?= 2m
