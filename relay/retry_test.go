@@ -1,0 +1,78 @@
+package relay
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// holdingStore stands in for a shared store that cannot book for a while
+// (store.Redis with --store-fallback closed while Redis is down): until
+// up, every Reserve is a hold, asked again after retry.
+type holdingStore struct {
+	*limiter.Limiter
+	retry time.Duration
+
+	mu    sync.Mutex
+	up    time.Time // guarded by mu
+	holds int       // guarded by mu
+}
+
+func (s *holdingStore) Reserve(host string, now time.Time) limiter.Reservation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Before(s.up) {
+		s.holds++
+		return limiter.Reservation{Start: now.Add(s.retry), Retry: true}
+	}
+	return s.Limiter.Reserve(host, now)
+}
+
+// TestStoreHoldsUntilBack: a navigation the store cannot book is held, and
+// asked about again, until the store books it; then it goes at once.
+func TestStoreHoldsUntilBack(t *testing.T) {
+	for _, mode := range []Intercept{InterceptFetch, InterceptNavigate} {
+		t.Run(mode.String(), func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			st := &holdingStore{Limiter: limiter.New(limiter.Config{}), retry: 50 * time.Millisecond, up: time.Now().Add(400 * time.Millisecond)}
+			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
+				p.Limiter = st
+				p.Intercept = mode
+			})
+			var paused, released time.Time
+			if mode == InterceptFetch {
+				hc := fb.holder(t)
+				announcePages(t, fb, hc, false)
+				hops := hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))
+				paused, released = hops[0].paused, hops[0].continued
+			} else {
+				c := tp.dial(t, "/", nil)
+				bc := fb.accept(t)
+				paused = time.Now()
+				if err := c.WriteMessage(1, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/"}}`)); err != nil {
+					t.Fatal(err)
+				}
+				m := bc.next(t)
+				if m.m.Method != "Page.navigate" {
+					t.Fatalf("browser got %s first, want the navigation", m.m.Method)
+				}
+				released = m.at
+			}
+			if held := released.Sub(paused); held < 350*time.Millisecond {
+				t.Errorf("navigation released %v after it was asked for, want it held until the store books it (≥ 400 ms)", held)
+			}
+			st.mu.Lock()
+			holds := st.holds
+			st.mu.Unlock()
+			if holds < 4 {
+				t.Errorf("the store was asked %d times while it could not book, want it asked again every %v", holds, st.retry)
+			}
+			if st.Len() != 1 {
+				t.Errorf("the store booked %d hosts once back, want a.test", st.Len())
+			}
+		})
+	}
+}
