@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -191,4 +192,64 @@ func (l *logLines) has(message string) bool {
 		}
 	}
 	return false
+}
+
+// TestTwoRelaysNeverOverlap: pages on two relay processes navigate to one
+// host all at once (fixed 200 ms, burst 1, shared Redis): the slots the two
+// processes book never overlap, so the server sees the navigations a slot
+// apart whichever relay each came through.
+func TestTwoRelaysNeverOverlap(t *testing.T) {
+	rs := startRedisServer(t)
+	args := []string{"--store", rs.url(), "--http-nav-delay", "200", "--http-nav-burst", "1"}
+	relays := []*relayProcess{startRelayProcess(t, args...), startRelayProcess(t, args...)}
+	s := newSite(t)
+	const host, perPage, pagesPerRelay = "overlap.test", 3, 3
+	var clients []*rawClient
+	var sessions []string
+	for _, rp := range relays {
+		rc := dialRaw(t, browserWSVia(t, &relayed{url: rp.url}))
+		for range pagesPerRelay {
+			session, _ := rc.newPage()
+			// A page's first request leaves its browser late; spend it elsewhere.
+			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?warm=1")})
+			clients, sessions = append(clients, rc), append(sessions, session)
+		}
+	}
+	run := fmt.Sprintf("%x", time.Now().UnixNano())
+	done := make(chan error, len(sessions))
+	for i := range sessions {
+		go func() {
+			for k := range perPage {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := clients[i].call(ctx, sessions[i], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/page/%s/%d/%d", run, i, k))})
+				cancel()
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range sessions {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	hits := s.hitsOf(func(h hit) bool { return h.Host == host && strings.Contains(h.Path, run) })
+	if len(hits) != len(sessions)*perPage {
+		t.Fatalf("the server saw %d navigations, want %d", len(hits), len(sessions)*perPage)
+	}
+	// One schedule: the navigations span their slots, and no two arrive
+	// close together. Had each relay booked on its own, pairs would arrive
+	// at once and the run would take half as long. (Single gaps scatter
+	// by the time each request takes to leave its browser, tens of ms.)
+	if span, want := hits[len(hits)-1].At.Sub(hits[0].At), time.Duration(len(hits)-1)*200*time.Millisecond; span < want-100*time.Millisecond {
+		t.Errorf("%d navigations span %v, want at least %v: two relays booked overlapping slots", len(hits), span, want)
+	}
+	for k := 1; k < len(hits); k++ {
+		if gap := hits[k].At.Sub(hits[k-1].At); gap < 100*time.Millisecond {
+			t.Errorf("navigations %d and %d arrived %v apart, want about 200ms: two relays booked overlapping slots", k, k+1, gap)
+		}
+	}
 }
