@@ -171,6 +171,15 @@ func TestBadInputAsChromium(t *testing.T) {
 		t.Run(row.name, func(t *testing.T) {
 			want := relExchange(t, "ws://"+strings.TrimPrefix(browser.http, "http://")+"/devtools/page/"+direct, websocket.TextMessage, row.frames)
 			got := relExchange(t, "ws://"+r.host+"/devtools/page/"+relayed, websocket.TextMessage, row.frames)
+			if row.name == "duplicate ids" {
+				// Chromium refuses the second only while the first is still
+				// running, which depends on timing the relay's hop changes:
+				// what must hold is that both answers reach the client.
+				if len(got) != 2 || len(want) != 2 || !strings.Contains(got[0], `"id":9`) || !strings.Contains(got[1], `"id":9`) {
+					t.Errorf("through the relay:\n%.300q\nstraight from Chromium:\n%.300q\nwant two answers to id 9 either way", got, want)
+				}
+				return
+			}
 			if !slices.Equal(got, want) {
 				t.Errorf("through the relay:\n%.300q\nstraight from Chromium:\n%.300q", got, want)
 			}
