@@ -252,7 +252,7 @@ func (p *Proxy) arm(ctx, bg context.Context, up *upstream, v version, notUp erro
 	h := &holder{p: p, up: up}
 	up.holder = h
 	mode := p.Intercept
-	if mode == InterceptAuto && strings.HasPrefix(v.Browser, "Lightpanda") {
+	if mode == InterceptAuto && strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda") {
 		mode = InterceptNavigate // each of its connections is a browser of its own
 	}
 	switch {
