@@ -31,6 +31,7 @@ func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Ti
 	rc := dialRaw(t, browserWSVia(t, r))
 	session, _ := rc.newPage()
 	warm(t, rc, session, s, host)
+	time.Sleep(hostForgotten)
 	at, err := drive(s, host, n, time.Duration(n)*1300*time.Millisecond+10*time.Second, func(url string) {
 		rc.send(session, "Page.navigate", map[string]any{"url": url})
 	})
@@ -42,14 +43,16 @@ func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Ti
 
 // warm spends the first request of a fresh page to host, which leaves
 // the browser later than any after it (a new connection in a new browser
-// context), and waits until the limiter has forgotten it: the run that
-// follows then starts from an idle host whose first slot the server sees on
+// context). After hostForgotten the limiter has forgotten it, and the run
+// that follows starts from an idle host whose first slot the server sees on
 // time.
 func warm(t testing.TB, rc *rawClient, session string, s *site, host string) {
 	t.Helper()
 	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?warm=1")})
-	time.Sleep(1500 * time.Millisecond)
 }
+
+// hostForgotten is how long after one navigation its host is idle again.
+const hostForgotten = 1500 * time.Millisecond
 
 // drive issues n navigations to host, each the moment the server sees the
 // one before: the seed's "back to back" with the shortest load a real

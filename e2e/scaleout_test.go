@@ -119,9 +119,9 @@ func alternate(t *testing.T, s *site, host string, n int, relays ...*relayProces
 	for i, rp := range relays {
 		clients[i] = dialRaw(t, browserWSVia(t, &relayed{url: rp.url}))
 		sessions[i], _ = clients[i].newPage()
-		clients[i].mustCall(sessions[i], "Page.navigate", map[string]any{"url": s.url(host, "/page?warm=1")})
+		warm(t, clients[i], sessions[i], s, host)
 	}
-	time.Sleep(1500 * time.Millisecond) // every host idle again (see warm)
+	time.Sleep(hostForgotten)
 	i := 0
 	at, err := drive(s, host, n, time.Duration(n)*1300*time.Millisecond+15*time.Second, func(url string) {
 		c := i % len(clients)
