@@ -1,5 +1,10 @@
 // Command cdp-throttle is a Chrome DevTools Protocol relay that spaces out
 // top-level navigations to the same host with an adaptive per-host limiter.
+//
+// This package is only the command line: flags.go turns flags into
+// configuration, run.go wires the relay command together; the simulate and
+// demo commands are packages simulate and demo. Nothing here knows CDP or
+// how a navigation is held.
 package main
 
 import (

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/urfave/cli/v2"
+
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // relayConfigOf reads a relay command line the way the command does, and
@@ -42,7 +44,7 @@ func TestListenDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.listen != "127.0.0.1:9322" || !loopbackListen(cfg.listen) {
+	if cfg.listen != "127.0.0.1:9322" || !relay.Loopback(cfg.listen) {
 		t.Errorf("got --listen %q, want 127.0.0.1:9322", cfg.listen)
 	}
 }
@@ -255,27 +257,16 @@ func TestRunTokenAndShutdown(t *testing.T) {
 	}
 }
 
-// TestRedactArgs checks what the log shows of a launched browser's command.
-func TestRedactArgs(t *testing.T) {
-	got := redactArgs([]string{"chromium", "--proxy-server=http://user:pw@proxy:3128", "--remote-debugging-port=9222",
-		"https://user:pw@site.example/start?token=abc", "--headless"})
-	want := []string{"chromium", "--proxy-server=http://proxy:3128", "--remote-debugging-port=9222",
-		"https://site.example/start?redacted", "--headless"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 // TestMaxMessageSizeFlag checks the read limit is configurable, from the
 // flag or the environment, and refuses what would break CDP.
 func TestMaxMessageSizeFlag(t *testing.T) {
 	cfg, err := relayConfigOf(t, "--max-message-size", "2048")
-	if err != nil || cfg.maxMessage != 2048 {
-		t.Errorf("--max-message-size 2048: got %d, %v", cfg.maxMessage, err)
+	if err != nil || cfg.proxy.MaxMessageSize != 2048 {
+		t.Errorf("--max-message-size 2048: got %d, %v", cfg.proxy.MaxMessageSize, err)
 	}
 	t.Setenv("CDP_THROTTLE_MAX_MESSAGE_SIZE", "4096")
-	if cfg, err = relayConfigOf(t); err != nil || cfg.maxMessage != 4096 {
-		t.Errorf("CDP_THROTTLE_MAX_MESSAGE_SIZE=4096: got %d, %v", cfg.maxMessage, err)
+	if cfg, err = relayConfigOf(t); err != nil || cfg.proxy.MaxMessageSize != 4096 {
+		t.Errorf("CDP_THROTTLE_MAX_MESSAGE_SIZE=4096: got %d, %v", cfg.proxy.MaxMessageSize, err)
 	}
 	var ue usageError
 	if _, err := relayConfigOf(t, "--max-message-size", "10"); !errors.As(err, &ue) {

@@ -1,26 +1,65 @@
 package cdp
 
 import (
+	"encoding/json"
 	"strings"
-
-	"github.com/chromedp/cdproto/fetch"
-
-	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// PausedOutcome reads the answer a document request got from a
-// Fetch.requestPaused event at the Response stage. ok is false for an event
-// at the Request stage, which carries no answer yet.
-func PausedOutcome(ev *fetch.EventRequestPaused) (o limiter.Outcome, ok bool) {
+// Outcome is the answer a document request got. It has the fields of
+// limiter.Outcome, in the same order, so the relay converts one into the
+// other without this package knowing the limiter. The zero Outcome (an
+// aborted load, for one) says nothing about the host.
+type Outcome struct {
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// RetryAfter is the answer's Retry-After header as sent, "" when absent.
+	RetryAfter string
+	// NoAnswer reports that the request got no answer at all: the connection
+	// was refused, reset or closed, or it timed out.
+	NoAnswer bool
+}
+
+// RequestPaused is what the relay reads of a Fetch.requestPaused event.
+type RequestPaused struct {
+	RequestID           string `json:"requestId"`
+	FrameID             string `json:"frameId"`
+	ResourceType        string `json:"resourceType"`
+	RedirectedRequestID string `json:"redirectedRequestId"`
+	NetworkID           string `json:"networkId"`
+	Request             struct {
+		URL string `json:"url"`
+	} `json:"request"`
+	ResponseStatusCode  int     `json:"responseStatusCode"`
+	ResponseErrorReason string  `json:"responseErrorReason"`
+	ResponseHeaders     []entry `json:"responseHeaders"`
+}
+
+type entry struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// ReadRequestPaused reads the params of a Fetch.requestPaused event.
+func ReadRequestPaused(params []byte) (RequestPaused, bool) {
+	var ev RequestPaused
+	if json.Unmarshal(params, &ev) != nil || ev.RequestID == "" {
+		return RequestPaused{}, false
+	}
+	return ev, true
+}
+
+// Outcome reads the answer of a request paused at the Response stage. ok
+// is false at the Request stage, where there is no answer yet.
+func (ev *RequestPaused) Outcome() (o Outcome, ok bool) {
 	if ev.ResponseErrorReason != "" {
-		return limiter.Outcome{NoAnswer: NoAnswer(string(ev.ResponseErrorReason))}, true
+		return Outcome{NoAnswer: NoAnswer(ev.ResponseErrorReason)}, true
 	}
 	if ev.ResponseStatusCode == 0 {
 		return o, false
 	}
-	o.Status = int(ev.ResponseStatusCode)
+	o.Status = ev.ResponseStatusCode
 	for _, h := range ev.ResponseHeaders {
-		if h != nil && strings.EqualFold(h.Name, "Retry-After") {
+		if strings.EqualFold(h.Name, "Retry-After") {
 			// The first counts, as where Network events join repeated headers.
 			o.RetryAfter = h.Value
 			break

@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"encoding/json"
-
-	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // Navigate is what the relay reads of Page.navigate and
@@ -73,7 +71,7 @@ type Request struct {
 	URL       string
 	// Redirect is the answer of the previous hop when this request follows
 	// a redirect, nil otherwise.
-	Redirect *limiter.Outcome
+	Redirect *Outcome
 }
 
 // RequestWillBeSent reads a Network.requestWillBeSent event.
@@ -103,8 +101,8 @@ type response struct {
 	Headers map[string]string `json:"headers"`
 }
 
-func (r *response) outcome() limiter.Outcome {
-	o := limiter.Outcome{Status: int(r.Status)}
+func (r *response) outcome() Outcome {
+	o := Outcome{Status: int(r.Status)}
 	for k, v := range r.Headers {
 		if strings.EqualFold(k, "Retry-After") {
 			// Lightpanda joins repeated headers with newlines; the first counts.
@@ -118,7 +116,7 @@ func (r *response) outcome() limiter.Outcome {
 // Network.loadingFailed.
 type Answer struct {
 	RequestID string
-	Outcome   limiter.Outcome
+	Outcome   Outcome
 }
 
 // DocumentAnswer reads Network.responseReceived (of a document) or
@@ -149,4 +147,68 @@ func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
 		return a, false
 	}
 	return a, true
+}
+
+// TargetInfo is what the relay reads of a target's info.
+type TargetInfo struct {
+	TargetID string `json:"targetId"`
+	Type     string `json:"type"` // page, iframe, worker, tab, browser…
+	OpenerID string `json:"openerId"`
+}
+
+// ReadTargetInfo reads the targetInfo member of Target.targetCreated,
+// Target.targetInfoChanged or Target.attachedToTarget params, or of
+// Target.getTargetInfo's result.
+func ReadTargetInfo(params []byte) (TargetInfo, bool) {
+	var p struct {
+		TargetInfo *TargetInfo `json:"targetInfo"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.TargetInfo == nil || p.TargetInfo.TargetID == "" {
+		return TargetInfo{}, false
+	}
+	return *p.TargetInfo, true
+}
+
+// ReadTargetID reads the targetId of Target.targetDestroyed params.
+func ReadTargetID(params []byte) (string, bool) {
+	var p struct {
+		TargetID string `json:"targetId"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.TargetID == "" {
+		return "", false
+	}
+	return p.TargetID, true
+}
+
+// Error is the error of a reply.
+type Error struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
+}
+
+// ReadReply reads the result, or the error, of a reply.
+func ReadReply(msg []byte) (result json.RawMessage, e *Error, ok bool) {
+	var r struct {
+		Result json.RawMessage `json:"result"`
+		Error  *Error          `json:"error"`
+	}
+	if json.Unmarshal(msg, &r) != nil {
+		return nil, nil, false
+	}
+	return r.Result, r.Error, true
+}
+
+// Command encodes a command of the relay's own: id, method, the session
+// it is for ("" for the connection's own) and params.
+func Command(id int64, method, session string, params any) ([]byte, error) {
+	p, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		ID        int64           `json:"id"`
+		SessionID string          `json:"sessionId,omitempty"`
+		Method    string          `json:"method"`
+		Params    json.RawMessage `json:"params"`
+	}{id, session, method, p})
 }

@@ -2,8 +2,6 @@ package cdp
 
 import (
 	"testing"
-
-	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 func TestNavigateParams(t *testing.T) {
@@ -94,13 +92,13 @@ func TestRequestWillBeSent(t *testing.T) {
 			want:   Request{RequestID: "1FBF0E083D5CBBAB7C108EECC7612353", FrameID: "E6E0B21E17CBA60F6F29DD511B3CEF19", Type: "Document", URL: "http://a.test:38201/r"},
 			wantOK: true},
 		{name: "redirect hop", params: `{"requestId":"1FBF","loaderId":"1FBF","request":{"url":"http://b.test:38201/x","method":"GET"},"redirectHasExtraInfo":true,"redirectResponse":{"url":"http://a.test:38201/r","status":302,"statusText":"Found","headers":{"Content-Length":"0","Location":"http://b.test:38201/x"}},"type":"Document","frameId":"F"}`,
-			want:   Request{RequestID: "1FBF", FrameID: "F", Type: "Document", URL: "http://b.test:38201/x", Redirect: &limiter.Outcome{Status: 302}},
+			want:   Request{RequestID: "1FBF", FrameID: "F", Type: "Document", URL: "http://b.test:38201/x", Redirect: &Outcome{Status: 302}},
 			wantOK: true},
 		{name: "redirect answered 503 with Retry-After", params: `{"requestId":"R","request":{"url":"http://b.test/"},"redirectResponse":{"status":503,"headers":{"retry-after":"7"}},"type":"Document","frameId":"F"}`,
-			want:   Request{RequestID: "R", FrameID: "F", Type: "Document", URL: "http://b.test/", Redirect: &limiter.Outcome{Status: 503, RetryAfter: "7"}},
+			want:   Request{RequestID: "R", FrameID: "F", Type: "Document", URL: "http://b.test/", Redirect: &Outcome{Status: 503, RetryAfter: "7"}},
 			wantOK: true},
 		{name: "lightpanda joins repeated headers", params: `{"requestId":"LID-0000000002","request":{"url":"http://b.test/"},"redirectResponse":{"status":429,"headers":{"Retry-After":"5\n9"}},"type":"Document","frameId":"FID-0000000001"}`,
-			want:   Request{RequestID: "LID-0000000002", FrameID: "FID-0000000001", Type: "Document", URL: "http://b.test/", Redirect: &limiter.Outcome{Status: 429, RetryAfter: "5"}},
+			want:   Request{RequestID: "LID-0000000002", FrameID: "FID-0000000001", Type: "Document", URL: "http://b.test/", Redirect: &Outcome{Status: 429, RetryAfter: "5"}},
 			wantOK: true},
 		{name: "no requestId", params: `{"request":{"url":"http://a.test/"}}`},
 		{name: "not JSON", params: `[`},
@@ -132,19 +130,19 @@ func TestDocumentAnswer(t *testing.T) {
 	}{
 		{name: "200", method: "Network.responseReceived",
 			params: `{"requestId":"943","loaderId":"943","timestamp":2179.4,"type":"Document","response":{"url":"http://a.test:38201/page?first","status":200,"statusText":"OK","headers":{"Cache-Control":"no-store","Content-Type":"text/html"}},"hasExtraInfo":true,"frameId":"E6E"}`,
-			want:   Answer{RequestID: "943", Outcome: limiter.Outcome{Status: 200}}, wantOK: true},
+			want:   Answer{RequestID: "943", Outcome: Outcome{Status: 200}}, wantOK: true},
 		{name: "429 with Retry-After", method: "Network.responseReceived",
 			params: `{"requestId":"3A3","type":"Document","response":{"url":"http://a.test:38201/busy","status":429,"statusText":"Too Many Requests","headers":{"Cache-Control":"no-store","Content-Length":"11","Content-Type":"text/html","Date":"Sun, 29 Nov 2026 23:44:55 GMT","Retry-After":"3"}}}`,
-			want:   Answer{RequestID: "3A3", Outcome: limiter.Outcome{Status: 429, RetryAfter: "3"}}, wantOK: true},
+			want:   Answer{RequestID: "3A3", Outcome: Outcome{Status: 429, RetryAfter: "3"}}, wantOK: true},
 		{name: "lower-case retry-after", method: "Network.responseReceived",
 			params: `{"requestId":"R","type":"Document","response":{"status":503,"headers":{"retry-after":"120"}}}`,
-			want:   Answer{RequestID: "R", Outcome: limiter.Outcome{Status: 503, RetryAfter: "120"}}, wantOK: true},
+			want:   Answer{RequestID: "R", Outcome: Outcome{Status: 503, RetryAfter: "120"}}, wantOK: true},
 		{name: "not a document", method: "Network.responseReceived",
 			params: `{"requestId":"6882.2","type":"Other","response":{"url":"http://b.test:38201/favicon.ico","status":404}}`},
 		{name: "no response", method: "Network.responseReceived", params: `{"requestId":"R","type":"Document"}`},
 		{name: "refused", method: "Network.loadingFailed",
 			params: `{"requestId":"BF3","timestamp":2181.308764,"type":"Document","errorText":"net::ERR_CONNECTION_REFUSED","canceled":false}`,
-			want:   Answer{RequestID: "BF3", Outcome: limiter.Outcome{NoAnswer: true}}, wantOK: true},
+			want:   Answer{RequestID: "BF3", Outcome: Outcome{NoAnswer: true}}, wantOK: true},
 		{name: "name not resolved reached no host", method: "Network.loadingFailed",
 			params: `{"requestId":"R","type":"Document","errorText":"net::ERR_NAME_NOT_RESOLVED","canceled":false}`,
 			want:   Answer{RequestID: "R"}, wantOK: true},
@@ -153,7 +151,7 @@ func TestDocumentAnswer(t *testing.T) {
 			want:   Answer{RequestID: "R"}, wantOK: true},
 		{name: "lightpanda could not connect", method: "Network.loadingFailed",
 			params: `{"requestId":"LID-0000000003","timestamp":1,"type":"Ping","errorText":"CouldntConnect","canceled":false}`,
-			want:   Answer{RequestID: "LID-0000000003", Outcome: limiter.Outcome{NoAnswer: true}}, wantOK: true},
+			want:   Answer{RequestID: "LID-0000000003", Outcome: Outcome{NoAnswer: true}}, wantOK: true},
 		{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
 		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
 		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},

@@ -1,7 +1,12 @@
-// Package cdp reads what the relay needs of Chrome DevTools Protocol
-// messages straight from their bytes: a message's id, method and sessionId
-// without decoding its params, and the answer a document request got. It
-// imports no websocket code, so everything in it can be fuzzed.
+// Package cdp reads and writes what the relay needs of Chrome DevTools
+// Protocol messages, straight from their bytes: a message's id, method and
+// sessionId without decoding its params (Scan, on every relayed message),
+// the few events and commands the relay looks into (navigations, targets,
+// paused requests, the answer a document got), and the relay's own
+// commands. It decodes with encoding/json, the one JSON library of the
+// relay's own code. It owns CDP's shapes and nothing else: it knows neither
+// the limiter (an answer is its own Outcome, which the relay converts) nor
+// the websocket library, so everything in it can be fuzzed.
 package cdp
 
 import (

@@ -21,6 +21,7 @@ import (
 	"context"
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -101,6 +102,28 @@ type Config struct {
 	// Zero means DefaultBurst; negative values act as 1.
 	Burst int
 }
+
+// Name names the configuration the way the tables of the limiter's
+// published measurement do: off, fixed100 (the spacing in ms), adaptive.
+func (c Config) Name() string {
+	if c.Mode == Fixed {
+		return "fixed" + strconv.FormatInt(c.Interval.Milliseconds(), 10)
+	}
+	return c.Mode.String()
+}
+
+// Quantum is the unit the enforced gaps of a schedule are read in: the
+// base interval of the configuration.
+func (c Config) Quantum() time.Duration {
+	if c.Mode == Fixed && c.Interval > 0 {
+		return c.Interval
+	}
+	return AdaptiveInterval
+}
+
+// Millis is d in (fractional) milliseconds, the unit the rule, its tables
+// and the relay's reports speak in.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Outcome is the answer a throttled navigation got, as Observe reads it.
 // The zero Outcome (an aborted navigation, for one) changes nothing.

@@ -94,18 +94,16 @@ func (p *Proxy) withoutToken(rawQuery string) string {
 	return strings.Join(kept, "&")
 }
 
-// RedactURL returns rawURL fit for a log: without its userinfo, and with
-// its query (which may hold a token, or for /json/new a page's URL) and
-// fragment elided.
-func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
+// Loopback reports whether a listen address is reachable only from this
+// machine.
+func Loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "(unparsable URL)"
+		return false
 	}
-	u.User = nil
-	if u.RawQuery != "" || u.ForceQuery {
-		u.RawQuery, u.ForceQuery = "redacted", false
+	if strings.EqualFold(host, "localhost") {
+		return true
 	}
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

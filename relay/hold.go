@@ -19,6 +19,7 @@ type holder struct {
 	up       *upstream
 	inStream atomic.Bool // navigations are held in the client streams
 	conn     atomic.Pointer[fetchConn]
+	waiting  atomic.Int64 // navigations waiting for their slot now
 }
 
 func (h *holder) inStreamMode() bool { return h.inStream.Load() }
@@ -127,6 +128,56 @@ func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry 
 	return d, false
 }
 
+// wait books host's slot for a navigation and calls release when the slot
+// comes, booking again while a shared store asks to retry. It reports false,
+// calling nothing, when the navigation may go at once. When ctx ends first,
+// release is never called. done, when set, is called once the hold is over,
+// either way.
+func (h *holder) wait(ctx context.Context, host string, log *zerolog.Logger, release, done func()) bool {
+	d, retry := h.book(host, log)
+	if d <= 0 && !retry {
+		return false
+	}
+	h.waiting.Add(1)
+	after(ctx, d, func() {
+		h.waiting.Add(-1)
+		if retry && h.wait(ctx, host, log, release, done) {
+			return
+		}
+		release()
+		if done != nil {
+			done()
+		}
+	}, func() {
+		h.waiting.Add(-1)
+		if done != nil {
+			done()
+		}
+	})
+	return true
+}
+
+// after calls fire once d has passed, or cancelled (when set) if ctx ends
+// first: exactly one of them, exactly once. No goroutine waits meanwhile.
+func after(ctx context.Context, d time.Duration, fire, cancelled func()) {
+	ready := make(chan struct{})
+	var stop func() bool
+	t := time.AfterFunc(d, func() {
+		<-ready
+		if stop() { // ctx had not ended, and now its hook never runs
+			fire()
+		} else if cancelled != nil {
+			cancelled()
+		}
+	})
+	stop = context.AfterFunc(ctx, func() {
+		if t.Stop() && cancelled != nil { // the timer had not fired, and now never will
+			cancelled()
+		}
+	})
+	close(ready)
+}
+
 // observe feeds the answer to a navigation of host back to the limiter.
 func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 	h.p.Limiter.Observe(host, o, time.Now())
@@ -135,4 +186,31 @@ func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")
 	}
+}
+
+// warnOnce remembers the hosts already warned about, so each is warned
+// once for the life of the process. Memory is bounded: past max hosts the
+// older half is forgotten, and a host from it may be warned once more.
+type warnOnce struct {
+	mu       sync.Mutex
+	cur, old map[string]struct{} // guarded by mu
+}
+
+const maxWarned = 100_000
+
+// first reports whether host has not been warned about, and marks it.
+func (w *warnOnce) first(host string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.cur[host]; ok {
+		return false
+	}
+	if _, ok := w.old[host]; ok {
+		return false
+	}
+	if w.cur == nil || len(w.cur) >= maxWarned/2 {
+		w.old, w.cur = w.cur, make(map[string]struct{})
+	}
+	w.cur[host] = struct{}{}
+	return true
 }

@@ -3,21 +3,32 @@
 // each top-level navigation is held until its host's slot in a
 // limiter.Limiter comes up.
 //
-// Navigations are caught in one of two ways. With a Chromium upstream the
-// relay opens its own connection to the browser endpoint and enables Fetch
-// interception there for document requests; the browser pauses every
-// document request of every page for it, however the navigation started,
-// and the relay never touches a client's sessions. A browser that does not
-// support that (Lightpanda gives each connection a browser of its own) gets
-// the fallback: the relay holds Page.navigate, Page.reload and
-// Target.createTarget commands in the client's own stream and reads the
-// answers from the Network events the client enabled.
+// It owns the connections (pipe.go: one client and its browser connection,
+// a reading goroutine each), the browsers it fronts (upstream.go), the
+// browser's HTTP surface as Chrome serves it (devtools.go: /json/*, its
+// URLs rewritten to the relay), its own status surface (status.go,
+// metrics.go: /hosts, /healthz, /metrics) and who may use it (access.go).
+// It reads messages with package cdp and books slots through the Limiter
+// interface; it knows neither the limiter's rule nor Redis.
+//
+// Navigations are held in one of two ways, each in a file of its own, and
+// both go through the same book → wait → release → observe steps of
+// hold.go. With a Chromium upstream (hold_fetch.go) the relay opens its own
+// connection to the browser endpoint and enables Fetch interception there
+// for document requests; the browser pauses every document request of
+// every page for it, however the navigation started, and the relay never
+// touches a client's sessions. A browser that does not support that
+// (Lightpanda gives each connection a browser of its own) gets the
+// in-stream fallback (hold_stream.go): the relay holds Page.navigate,
+// Page.reload and Target.createTarget commands in the client's own stream
+// and reads the answers from the Network events the client enabled.
 package relay
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -307,6 +318,73 @@ func (p *Proxy) Close() error {
 	}
 	p.done.Wait()
 	return nil
+}
+
+// Serve answers clients on ln until ctx ends, then closes every relayed
+// connection and returns nil; or returns the error that stopped serving.
+// Call it after Start.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	p.log.Info().Str("listen", "http://"+ln.Addr().String()).Msg("relay ready")
+	var err error
+	select {
+	case <-ctx.Done():
+		p.log.Info().Msg("shutting down")
+	case err = <-serveErr:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdownCtx)
+	p.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// ServeHTTP serves the browser's HTTP endpoints, with every URL in them
+// pointing at the relay, and relays websockets.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.authorize(w, r) {
+		return
+	}
+	if websocket.IsWebSocketUpgrade(r) {
+		p.serveWebsocket(w, r)
+		return
+	}
+	path := r.URL.Path
+	switch {
+	case path == "/json/version" || path == "/json/version/":
+		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/version", rewriteObject)
+	case path == "/json" || path == "/json/" || path == "/json/list" || path == "/json/list/":
+		p.serveList(w, r)
+	case path == "/json/new" || path == "/json/new/":
+		if r.Method != http.MethodPut && r.Method != http.MethodGet {
+			http.Error(w, "Using unsafe HTTP verb "+r.Method+" to invoke /json/new. This action supports only PUT verb.", http.StatusMethodNotAllowed)
+			return
+		}
+		// Chrome wants PUT; older clients still GET.
+		p.serveJSON(w, r, p.pick(), http.MethodPut, "/json/new", rewriteObject)
+	case strings.HasPrefix(path, "/json/activate/"), strings.HasPrefix(path, "/json/close/"):
+		up := p.owner(r.Context(), path[strings.LastIndexByte(path, '/')+1:])
+		if up == nil {
+			http.Error(w, "No such target id: "+path[strings.LastIndexByte(path, '/')+1:], http.StatusNotFound)
+			return
+		}
+		p.serveJSON(w, r, up, http.MethodGet, path, nil)
+	case path == "/json/protocol" || path == "/json/protocol/":
+		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/protocol", nil)
+	case path == "/metrics" && p.Metrics != nil:
+		p.Metrics.Handler().ServeHTTP(w, r)
+	case path == "/hosts":
+		p.serveHosts(w, r)
+	case path == "/healthz":
+		p.serveHealth(w, r)
+	default:
+		http.NotFound(w, r)
+	}
 }
 
 // Conns reports how many client connections are being relayed.

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
 // upstream is one browser the relay talks to.
@@ -44,7 +47,7 @@ func parseUpstream(raw string) (*upstream, error) {
 	if h, port, err := net.SplitHostPort(u.Host); err == nil && strings.EqualFold(h, "localhost") {
 		u.Host = net.JoinHostPort("127.0.0.1", port)
 	}
-	up := &upstream{name: RedactURL(raw), client: &http.Client{Timeout: 10 * time.Second}}
+	up := &upstream{name: redact.URL(raw), client: &http.Client{Timeout: 10 * time.Second}}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
 		up.http = &url.URL{Scheme: strings.ToLower(u.Scheme), Host: u.Host}
@@ -111,7 +114,7 @@ func (up *upstream) version(ctx context.Context) (version, error) {
 	if err != nil {
 		return v, err
 	}
-	if err := jsonUnmarshal(body, &v); err != nil {
+	if err := json.Unmarshal(body, &v); err != nil {
 		return v, fmt.Errorf("relay: upstream /json/version: %w", err)
 	}
 	if v.WebSocketDebuggerURL == "" {
@@ -167,11 +170,11 @@ func waitDial(ctx context.Context, wsURL string, log zerolog.Logger) error {
 			return c.Close()
 		}
 		if attempt == 1 {
-			log.Info().Str("upstream", RedactURL(wsURL)).Msg("waiting for the browser")
+			log.Info().Str("upstream", redact.URL(wsURL)).Msg("waiting for the browser")
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("relay: upstream %s did not answer: %w", RedactURL(wsURL), err)
+			return fmt.Errorf("relay: upstream %s did not answer: %w", redact.URL(wsURL), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
@@ -281,7 +284,7 @@ func (p *Proxy) owner(ctx context.Context, target string) *upstream {
 		var list []struct {
 			ID string `json:"id"`
 		}
-		if jsonUnmarshal(body, &list) != nil {
+		if json.Unmarshal(body, &list) != nil {
 			continue
 		}
 		for _, t := range list {

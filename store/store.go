@@ -1,5 +1,8 @@
 // Package store keeps the limiter's per-host state in Redis, so that every
-// relay process of a fleet books a host's navigations on one schedule.
+// relay process of a fleet books a host's navigations on one schedule. It
+// owns the Redis keys and the Lua step that applies the rule there; it
+// knows the limiter's rule and configuration, and nothing of CDP or the
+// relay, which use it as they would a limiter.Limiter.
 //
 // Redis books with the same rule as the in-process limiter.Limiter (SPEC
 // §1). Each host is one hash (tat, pressure, clock) under Options.Prefix +
@@ -153,6 +156,7 @@ const (
 // wrong address fails here rather than at the first navigation; once
 // running, the store rides out outages as opts.Fallback says.
 func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options) (*Redis, error) {
+	redis.SetLogger(quietRedis{})
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: redis URL: %w", err)
@@ -479,3 +483,9 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	})
 	return out[:min(n, len(out))]
 }
+
+// quietRedis drops go-redis's own logging (a line per failed dial while
+// Redis is down); the store logs each outage once.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

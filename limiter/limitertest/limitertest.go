@@ -4,7 +4,8 @@
 // the shared Redis store in package store run these same checks and must
 // book the same slots at the same instants.
 //
-// It is imported by tests only.
+// It is imported by tests only, and knows nothing of CDP or Redis: each
+// implementation is driven through the Limiter interface.
 package limitertest
 
 import (

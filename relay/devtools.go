@@ -8,57 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/gorilla/websocket"
-
-	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 )
-
-// ServeHTTP serves the browser's HTTP endpoints, with every URL in them
-// pointing at the relay, and relays websockets.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.authorize(w, r) {
-		return
-	}
-	if websocket.IsWebSocketUpgrade(r) {
-		p.serveWebsocket(w, r)
-		return
-	}
-	path := r.URL.Path
-	switch {
-	case path == "/json/version" || path == "/json/version/":
-		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/version", rewriteObject)
-	case path == "/json" || path == "/json/" || path == "/json/list" || path == "/json/list/":
-		p.serveList(w, r)
-	case path == "/json/new" || path == "/json/new/":
-		if r.Method != http.MethodPut && r.Method != http.MethodGet {
-			http.Error(w, "Using unsafe HTTP verb "+r.Method+" to invoke /json/new. This action supports only PUT verb.", http.StatusMethodNotAllowed)
-			return
-		}
-		// Chrome wants PUT; older clients still GET.
-		p.serveJSON(w, r, p.pick(), http.MethodPut, "/json/new", rewriteObject)
-	case strings.HasPrefix(path, "/json/activate/"), strings.HasPrefix(path, "/json/close/"):
-		up := p.owner(r.Context(), path[strings.LastIndexByte(path, '/')+1:])
-		if up == nil {
-			http.Error(w, "No such target id: "+path[strings.LastIndexByte(path, '/')+1:], http.StatusNotFound)
-			return
-		}
-		p.serveJSON(w, r, up, http.MethodGet, path, nil)
-	case path == "/json/protocol" || path == "/json/protocol/":
-		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/protocol", nil)
-	case path == "/metrics" && p.Metrics != nil:
-		p.Metrics.Handler().ServeHTTP(w, r)
-	case path == "/hosts":
-		p.serveHosts(w, r)
-	case path == "/healthz":
-		p.serveHealth(w, r)
-	default:
-		http.NotFound(w, r)
-	}
-}
 
 // rewriter turns the browser's JSON into the relay's, given the relay's
 // host as the client reached it and a function that adds the token.
@@ -136,59 +89,6 @@ func (p *Proxy) rememberTargets(body []byte, up *upstream) {
 	}
 }
 
-// serveHosts answers /hosts: the busiest hosts, for people watching a crawl.
-func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
-	type busiest interface {
-		Busiest(now time.Time, n int) []limiter.HostState
-	}
-	n := 50
-	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
-		n = min(v, 1000)
-	}
-	type host struct {
-		Host       string  `json:"host"`
-		Pressure   int     `json:"pressure"`
-		SpacingMS  float64 `json:"spacing_ms"`
-		NextFreeMS float64 `json:"next_free_ms"`
-	}
-	out := []host{}
-	if b, ok := p.Limiter.(busiest); ok {
-		for _, h := range b.Busiest(time.Now(), n) {
-			out = append(out, host{h.Host, h.Pressure, ms(h.Spacing), ms(h.NextFree)})
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(out)
-}
-
-// serveHealth answers /healthz: 200 when a browser answers, 503 otherwise.
-func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
-	type browser struct {
-		Upstream string `json:"upstream"`
-		Alive    bool   `json:"alive"`
-		Clients  int64  `json:"clients"`
-		Holding  string `json:"holding"`
-	}
-	status := struct {
-		Status    string    `json:"status"`
-		Upstreams []browser `json:"upstreams"`
-	}{Status: "unavailable"}
-	for _, up := range p.ups {
-		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Holding: up.holding()}
-		if b.Alive {
-			status.Status = "ok"
-		}
-		status.Upstreams = append(status.Upstreams, b)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if status.Status != "ok" {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}
-	json.NewEncoder(w).Encode(status)
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // get asks the browser's HTTP side. It returns the response with an error
 // only when the status is not 200.
 func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]byte, *http.Response, error) {
@@ -201,7 +101,7 @@ func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]b
 	resp, err := up.client.Do(req)
 	if err != nil {
 		if ue, ok := err.(*url.Error); ok {
-			ue.URL = RedactURL(ue.URL) // the query of /json/new is a page's URL
+			ue.URL = redact.URL(ue.URL) // the query of /json/new is a page's URL
 		}
 		return nil, nil, fmt.Errorf("relay: %w", err)
 	}
@@ -215,8 +115,6 @@ func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]b
 	}
 	return body, resp, nil
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // rewriteList rewrites each target of /json/list.
 func rewriteList(body []byte, host string, token func(string) string) ([]byte, error) {

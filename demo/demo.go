@@ -1,14 +1,18 @@
-package main
+// Package demo reproduces the limiter's published measurement (the rate
+// limiter designed for Lightpanda: 400 navigations back to back against one
+// host, off, fixed 100 ms and adaptive, two phases 8 s apart) through a real
+// Chromium and in-process relays, and charts what a web server saw. It owns
+// the demo's site, its chromedp driver and its chart; the tables are
+// package report's.
+package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,73 +22,43 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 	"github.com/rs/zerolog"
-	"github.com/urfave/cli/v2"
 
+	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/report"
 )
 
-// demoOptions is what `cdp-throttle demo` runs.
-type demoOptions struct {
-	navigations int
-	phases      int
-	idle        time.Duration
-	fixed       time.Duration
-	browser     string
-	siteIP      string
-	out         string
+// Options is what a demo runs.
+type Options struct {
+	Navigations int           // per phase
+	Phases      int           // per mode
+	Idle        time.Duration // between phases
+	Fixed       time.Duration // spacing of the fixed mode
+	Browser     string        // the Chromium to run
+	SiteIP      string        // non-exempt loopback address the site listens on
+	Out         string        // where the chart goes; "" for none
+	// Live rewrites the progress line in place, for a terminal.
+	Live bool
 }
 
-func demoFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.IntFlag{Name: "navigations", Value: 200, Usage: "navigations per phase (400 reproduces the seed's run)"},
-		&cli.IntFlag{Name: "phases", Value: 2, Usage: "phases per mode, separated by --idle"},
-		&cli.DurationFlag{Name: "idle", Value: 8 * time.Second, Usage: "time without navigations between phases"},
-		&cli.DurationFlag{Name: "fixed", Value: 100 * time.Millisecond, Usage: "spacing of the fixed mode"},
-		&cli.StringFlag{Name: "browser", Usage: "Chromium to run (default: chromium on PATH)", EnvVars: env("BROWSER")},
-		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "non-exempt loopback address the demo site listens on"},
-		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "where to write the chart"},
-	}
-}
-
-func demoOptionsFrom(c *cli.Context) (demoOptions, error) {
-	o := demoOptions{
-		navigations: c.Int("navigations"),
-		phases:      c.Int("phases"),
-		idle:        c.Duration("idle"),
-		fixed:       c.Duration("fixed"),
-		browser:     c.String("browser"),
-		siteIP:      c.String("site"),
-		out:         c.String("out"),
-	}
+// Check reports what is wrong with o, naming the flag that sets it.
+func (o Options) Check() error {
 	switch {
-	case o.navigations < 2 || o.navigations > 100_000:
-		return o, usagef("--navigations %d: want 2 to 100000", o.navigations)
-	case o.phases < 1 || o.phases > 100:
-		return o, usagef("--phases %d: want 1 to 100", o.phases)
-	case o.idle < 0:
-		return o, usagef("--idle %v: want a duration ≥ 0", o.idle)
-	case o.fixed < time.Millisecond:
-		return o, usagef("--fixed %v: want at least 1ms", o.fixed)
-	case net.ParseIP(o.siteIP) == nil:
-		return o, usagef("--site %q: want an IP address", o.siteIP)
-	case limiter.Exempt(o.siteIP):
-		return o, usagef("--site %s is exempt from the limiter; use another loopback address such as 127.0.0.2", o.siteIP)
-	case c.NArg() > 0:
-		return o, usagef("demo takes no arguments, got %q", c.Args().First())
+	case o.Navigations < 2 || o.Navigations > 100_000:
+		return fmt.Errorf("--navigations %d: want 2 to 100000", o.Navigations)
+	case o.Phases < 1 || o.Phases > 100:
+		return fmt.Errorf("--phases %d: want 1 to 100", o.Phases)
+	case o.Idle < 0:
+		return fmt.Errorf("--idle %v: want a duration ≥ 0", o.Idle)
+	case o.Fixed < time.Millisecond:
+		return fmt.Errorf("--fixed %v: want at least 1ms", o.Fixed)
+	case net.ParseIP(o.SiteIP) == nil:
+		return fmt.Errorf("--site %q: want an IP address", o.SiteIP)
+	case limiter.Exempt(o.SiteIP):
+		return fmt.Errorf("--site %s is exempt from the limiter; use another loopback address such as 127.0.0.2", o.SiteIP)
 	}
-	if o.browser == "" {
-		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-			if p, err := exec.LookPath(name); err == nil {
-				o.browser = p
-				break
-			}
-		}
-		if o.browser == "" {
-			return o, errors.New("demo: no Chromium on PATH: install it (apt-get install chromium) or pass --browser PATH")
-		}
-	}
-	return o, nil
+	return nil
 }
 
 // demoSite serves the pages the demo navigates to and records when each
@@ -141,10 +115,10 @@ func (s *demoSite) recorded() []time.Time {
 	return s.hits
 }
 
-// runDemo runs the three modes against a real Chromium through in-process
+// Run runs the three modes against a real Chromium through in-process
 // relays and prints what the server saw.
-func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
-	site, err := startDemoSite(o.siteIP)
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	site, err := startDemoSite(o.SiteIP)
 	if err != nil {
 		return err
 	}
@@ -159,40 +133,33 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		return err
 	}
 	defer os.RemoveAll(profile)
-	argv := append([]string{o.browser}, headlessFlags()...)
+	argv := append([]string{o.Browser}, launcher.HeadlessChromium...)
 	argv = append(argv, "--user-data-dir="+profile, "--remote-debugging-port="+port, "about:blank")
 	quiet := zerolog.New(io.Discard)
-	browser, err := launch(argv, quiet)
+	browser, err := launcher.Start(argv, quiet)
 	if err != nil {
 		return err
 	}
-	defer browser.stop()
+	defer browser.Stop()
 
-	modes := []struct {
-		name string
-		cfg  limiter.Config
-	}{
-		{"off", limiter.Config{Mode: limiter.Off}},
-		{"fixed" + strconv.FormatInt(o.fixed.Milliseconds(), 10), limiter.Config{Mode: limiter.Fixed, Interval: o.fixed}},
-		{"adaptive", limiter.Config{}},
-	}
+	modes := []limiter.Config{{Mode: limiter.Off}, {Mode: limiter.Fixed, Interval: o.Fixed}, {}}
 	fmt.Fprintf(stdout, "%d navigations per phase, %d phases %v apart, to %s through Chromium (%s) and the relay\n\n",
-		o.navigations, o.phases, o.idle, site.url, o.browser)
-	var runs []modeRun
-	for _, m := range modes {
-		run, err := demoMode(ctx, "http://127.0.0.1:"+port, m.name, m.cfg, site, o, stderr)
+		o.Navigations, o.Phases, o.Idle, site.url, o.Browser)
+	var runs []report.Run
+	for _, cfg := range modes {
+		run, err := demoMode(ctx, "http://127.0.0.1:"+port, cfg, site, o, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr)
 			return err
 		}
 		runs = append(runs, run)
 	}
-	if isTerminal(stderr) {
+	if o.Live {
 		fmt.Fprintf(stderr, "\r%60s\r", "")
 	}
-	writeReport(stdout, runs...)
-	if o.out != "" {
-		f, err := os.Create(o.out)
+	report.Write(stdout, runs...)
+	if o.Out != "" {
+		f, err := os.Create(o.Out)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
@@ -200,14 +167,15 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
-		fmt.Fprintf(stdout, "\nchart: %s\n", o.out)
+		fmt.Fprintf(stdout, "\nchart: %s\n", o.Out)
 	}
 	return nil
 }
 
 // demoMode runs the phases of one mode through a relay of its own.
-func demoMode(ctx context.Context, upstream, name string, cfg limiter.Config, site *demoSite, o demoOptions, stderr io.Writer) (modeRun, error) {
-	run := modeRun{mode: name, quantum: quantumFor(cfg)}
+func demoMode(ctx context.Context, upstream string, cfg limiter.Config, site *demoSite, o Options, stderr io.Writer) (report.Run, error) {
+	name := cfg.Name()
+	run := report.Run{Mode: name, Quantum: cfg.Quantum()}
 	quiet := zerolog.New(io.Discard)
 	lim := &bookings{Limiter: limiter.New(cfg)}
 	p := &relay.Proxy{Upstream: upstream, Limiter: lim, Log: &quiet}
@@ -230,19 +198,19 @@ func demoMode(ctx context.Context, upstream, name string, cfg limiter.Config, si
 	if err := chromedp.Do(tab); err != nil {
 		return run, fmt.Errorf("demo: opening a tab through the relay: %w", err)
 	}
-	for phase := 1; phase <= o.phases; phase++ {
+	for phase := 1; phase <= o.Phases; phase++ {
 		if phase > 1 {
-			progress(stderr, "%-9s idle %v before phase %d", name, o.idle, phase)
+			progress(stderr, o.Live, "%-9s idle %v before phase %d", name, o.Idle, phase)
 			select {
-			case <-time.After(o.idle):
+			case <-time.After(o.Idle):
 			case <-ctx.Done():
 				return run, ctx.Err()
 			}
 		}
 		lim.reset()
-		at, err := demoPhase(ctx, tab, site, o.navigations, func(n int) {
-			if n == o.navigations || isTerminal(stderr) {
-				progress(stderr, "%-9s phase %d: %d/%d navigations", name, phase, n, o.navigations)
+		at, err := demoPhase(ctx, tab, site, o.Navigations, func(n int) {
+			if n == o.Navigations || o.Live {
+				progress(stderr, o.Live, "%-9s phase %d: %d/%d navigations", name, phase, n, o.Navigations)
 			}
 		})
 		if err != nil {
@@ -252,9 +220,9 @@ func demoMode(ctx context.Context, upstream, name string, cfg limiter.Config, si
 		for i, t := range at {
 			starts[i] = t.Sub(at[0])
 		}
-		run.phases = append(run.phases, starts)
+		run.Phases = append(run.Phases, starts)
 		if phase == 1 {
-			run.booked = lim.since()
+			run.Booked = lim.since()
 		}
 	}
 	return run, nil
@@ -289,12 +257,12 @@ func (b *bookings) reset() {
 }
 
 // since returns the starts booked since reset, from the first.
-func (b *bookings) since() []booking {
+func (b *bookings) since() []report.Booking {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]booking, len(b.navs))
+	out := make([]report.Booking, len(b.navs))
 	for i, n := range b.navs {
-		out[i] = booking{start: n.start.Sub(b.navs[0].start), waited: n.waited}
+		out[i] = report.Booking{Start: n.start.Sub(b.navs[0].start), Waited: n.waited}
 	}
 	return out
 }
@@ -327,13 +295,6 @@ func demoPhase(ctx, tab context.Context, site *demoSite, n int, progress func(in
 	return site.recorded(), nil
 }
 
-// headlessFlags are what Chromium needs to run headless on a server, as
-// root too, without calling out to Google's services.
-func headlessFlags() []string {
-	return []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"}
-}
-
 func freeLoopbackPort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -346,8 +307,8 @@ func freeLoopbackPort() (string, error) {
 
 // progress shows what the demo is doing: one line rewritten in place on a
 // terminal, a line each otherwise.
-func progress(w io.Writer, format string, args ...any) {
-	if isTerminal(w) {
+func progress(w io.Writer, live bool, format string, args ...any) {
+	if live {
 		fmt.Fprintf(w, "\r%-60s", fmt.Sprintf(format, args...))
 		return
 	}

@@ -1,7 +1,12 @@
-package main
+// Package launcher starts a browser from the command line a user gave after
+// --, keeps it running (restarting it when it dies, giving up when it keeps
+// dying at once), stops it with its helpers, and works out where it serves
+// CDP. It knows nothing of CDP messages, the relay or the limiter.
+package launcher
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -14,12 +19,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
-// launched is a browser the relay started from the command after --. It is
-// restarted when it exits, unless it keeps dying at once.
-type launched struct {
+// Browser is a browser started from a command line. It is restarted when
+// it exits, unless it keeps dying at once. Its methods are safe for
+// concurrent use; create it with Start.
+type Browser struct {
 	argv []string
 	log  zerolog.Logger
 
@@ -32,6 +38,21 @@ type launched struct {
 	done     chan struct{} // closed when the supervising goroutine returns
 }
 
+// HeadlessChromium are the flags Chromium needs to run headless on a
+// server, as root too, without calling out to Google's services.
+var HeadlessChromium = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+	"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"}
+
+// FindChromium looks for Chromium on PATH.
+func FindChromium() (string, error) {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no Chromium on PATH: install it (apt-get install chromium) or pass --browser PATH")
+}
+
 // maxQuickExits is how many times in a row a browser may die within
 // quickExit of starting before the relay gives up on it.
 const (
@@ -40,8 +61,9 @@ const (
 	stopGrace     = 5 * time.Second
 )
 
-func launch(argv []string, log zerolog.Logger) (*launched, error) {
-	b := &launched{argv: argv, log: log.With().Str("browser", filepath.Base(argv[0])).Logger(),
+// Start starts argv as a browser and supervises it until Stop.
+func Start(argv []string, log zerolog.Logger) (*Browser, error) {
+	b := &Browser{argv: argv, log: log.With().Str("browser", filepath.Base(argv[0])).Logger(),
 		tail: &tailBuffer{max: 4 << 10}, exited: make(chan struct{}), done: make(chan struct{})}
 	if err := b.start(); err != nil {
 		return nil, err
@@ -50,7 +72,7 @@ func launch(argv []string, log zerolog.Logger) (*launched, error) {
 	return b, nil
 }
 
-func (b *launched) start() error {
+func (b *Browser) start() error {
 	cmd := exec.Command(b.argv[0], b.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = b.tail, b.tail
 	// Its own process group, so stopping it stops its helpers too; killed
@@ -62,11 +84,11 @@ func (b *launched) start() error {
 	b.mu.Lock()
 	b.cmd = cmd
 	b.mu.Unlock()
-	b.log.Info().Int("pid", cmd.Process.Pid).Strs("argv", redactArgs(b.argv)).Msg("browser started")
+	b.log.Info().Int("pid", cmd.Process.Pid).Strs("argv", redact.Args(b.argv)).Msg("browser started")
 	return nil
 }
 
-func (b *launched) supervise() {
+func (b *Browser) supervise() {
 	defer close(b.done)
 	quick := 0
 	for {
@@ -107,7 +129,25 @@ func (b *launched) supervise() {
 	}
 }
 
-func (b *launched) exitError() error {
+// Exited is closed when the browser is given up on, or stopped.
+func (b *Browser) Exited() <-chan struct{} { return b.exited }
+
+// Bind returns a context that ends with parent, or when the browser is
+// given up on, with Err as its cause.
+func (b *Browser) Bind(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-b.exited:
+			cancel(b.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// Err says why the browser was given up on.
+func (b *Browser) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err == nil {
@@ -116,9 +156,9 @@ func (b *launched) exitError() error {
 	return b.err
 }
 
-// stop ends the browser: SIGTERM to its process group, then SIGKILL after
+// Stop ends the browser: SIGTERM to its process group, then SIGKILL after
 // stopGrace.
-func (b *launched) stop() {
+func (b *Browser) Stop() {
 	b.mu.Lock()
 	b.stopping = true
 	cmd := b.cmd
@@ -143,28 +183,9 @@ func (b *launched) stop() {
 	b.log.Info().Msg("browser stopped")
 }
 
-// redactArgs returns argv fit for a log: a URL in it, alone or as a
-// flag's value (--proxy-server=http://user:pass@host), loses its userinfo
-// and query.
-func redactArgs(argv []string) []string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		out[i] = a
-		if !strings.Contains(a, "://") {
-			continue
-		}
-		if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
-			out[i] = name + "=" + relay.RedactURL(val)
-		} else {
-			out[i] = relay.RedactURL(a)
-		}
-	}
-	return out
-}
-
-// upstreamOf finds where a browser command will serve CDP: Chrome's
+// Endpoint finds where a browser command will serve CDP: Chrome's
 // --remote-debugging-port=N or lightpanda serve's --host/--port, else def.
-func upstreamOf(argv []string, def string) string {
+func Endpoint(argv []string, def string) string {
 	host, port := "127.0.0.1", ""
 	serve := false
 	for i, a := range argv {

@@ -1,10 +1,8 @@
 package relay
 
 import (
-	"context"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
@@ -105,30 +103,21 @@ func (h *navHold) fromClient(msg []byte) bool {
 		}
 		return false
 	}
-	d, retry := h.pr.up.holder.book(host, &h.pr.log)
-	if d <= 0 && !retry {
-		return false
-	}
 	held := append([]byte(nil), msg...)
 	pr := h.pr
 	pr.held.Add(1)
-	go func() {
-		defer pr.held.Done()
-		for {
-			if !sleepCtx(pr.ctx, d) {
-				return // the connection ended; the navigation goes nowhere
-			}
-			if !retry {
-				break
-			}
-			d, retry = h.pr.up.holder.book(host, &h.pr.log)
-		}
+	write := func() {
 		if err := pr.browser.writeMessage(websocket.TextMessage, held, pr.p.WriteTimeout); err != nil {
 			pr.log.Debug().Err(err).Msg("held navigation not delivered")
 			return
 		}
 		pr.p.Metrics.relayed(true, len(held))
-	}()
+	}
+	// When the connection ends first, the navigation goes nowhere.
+	if !pr.up.holder.wait(pr.ctx, host, &pr.log, write, pr.held.Done) {
+		pr.held.Done()
+		return false
+	}
 	return true
 }
 
@@ -164,7 +153,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		prev, had := h.docs[key]
 		h.mu.Unlock()
 		if ev.Redirect != nil && had {
-			h.pr.up.holder.observe(prev, *ev.Redirect, &h.pr.log)
+			h.pr.up.holder.observe(prev, limiter.Outcome(*ev.Redirect), &h.pr.log)
 		}
 		host, ok := limiter.Key(ev.URL)
 		if !ok || limiter.Exempt(host) {
@@ -192,7 +181,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		delete(h.docs, key)
 		h.mu.Unlock()
 		if tracked {
-			h.pr.up.holder.observe(host, ev.Outcome, &h.pr.log)
+			h.pr.up.holder.observe(host, limiter.Outcome(ev.Outcome), &h.pr.log)
 		}
 	}
 }
@@ -204,16 +193,4 @@ func (h *navHold) mainFrame(session, frame string) bool {
 	defer h.mu.Unlock()
 	main, ok := h.targets[session]
 	return !ok || main == frame
-}
-
-// sleepCtx waits for d and reports true, or reports false as soon as ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

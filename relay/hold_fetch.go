@@ -2,13 +2,12 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/chromedp/cdproto"
-	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/target"
@@ -35,13 +34,16 @@ type fetchConn struct {
 	nextID int64      // guarded by wmu
 
 	mu       sync.Mutex
-	closed   bool                            // guarded by mu
-	calls    map[int64]chan *cdproto.Message // guarded by mu; commands whose reply someone waits for
-	pages    map[string]struct{}             // guarded by mu; target ids of pages
-	notPages map[string]struct{}             // guarded by mu; frame ids known not to be pages
-	hops     map[string]hop                  // guarded by mu; interception id → navigation it belongs to
-	timers   map[*time.Timer]struct{}        // guarded by mu; held navigations
-	readDone chan struct{}                   // closed when the reader ends
+	closed   bool                 // guarded by mu
+	calls    map[int64]chan reply // guarded by mu; commands whose reply someone waits for
+	pages    map[string]struct{}  // guarded by mu; target ids of pages
+	notPages map[string]struct{}  // guarded by mu; frame ids known not to be pages
+	hops     map[string]hop       // guarded by mu; interception id → navigation it belongs to
+	readDone chan struct{}        // closed when the reader ends
+	// held ends when the connection is closed: the navigations it holds
+	// are given up (the browser releases their requests itself).
+	held    context.Context
+	dropAll context.CancelFunc
 }
 
 // hop is a document request of a top-level navigation under way.
@@ -55,6 +57,12 @@ type hop struct {
 var documentPatterns = []*fetch.RequestPattern{
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse},
+}
+
+// reply is the answer to one of the relay's own commands.
+type reply struct {
+	result json.RawMessage
+	err    *cdp.Error
 }
 
 // connect dials the browser endpoint and enables discovery and Fetch.
@@ -73,13 +81,13 @@ func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
 		h:        h,
 		c:        c,
 		log:      h.p.log.With().Str("conn", "relay").Str("upstream", h.up.name).Logger(),
-		calls:    make(map[int64]chan *cdproto.Message),
+		calls:    make(map[int64]chan reply),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
 		hops:     make(map[string]hop),
-		timers:   make(map[*time.Timer]struct{}),
 		readDone: make(chan struct{}),
 	}
+	fc.held, fc.dropAll = context.WithCancel(context.Background())
 	go fc.read()
 	if _, err := fc.call(ctx, "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
@@ -124,11 +132,8 @@ func (fc *fetchConn) close() {
 		return
 	}
 	fc.closed = true
-	for t := range fc.timers {
-		t.Stop()
-	}
-	fc.timers = nil
 	fc.mu.Unlock()
+	fc.dropAll()
 	fc.c.Close()
 	<-fc.readDone
 }
@@ -137,16 +142,12 @@ var errConnClosed = errors.New("relay: browser connection closed")
 
 // send writes a command and returns its id; its reply goes to reply, or is
 // only logged when reply is nil.
-func (fc *fetchConn) send(method string, params any, reply chan *cdproto.Message) (int64, error) {
-	p, err := jsonv2.Marshal(params)
-	if err != nil {
-		return 0, fmt.Errorf("relay: %s: %w", method, err)
-	}
+func (fc *fetchConn) send(method string, params any, answer chan reply) (int64, error) {
 	fc.wmu.Lock()
 	defer fc.wmu.Unlock()
 	fc.nextID++
 	id := fc.nextID
-	msg, err := jsonv2.Marshal(&cdproto.Message{ID: id, Method: cdproto.MethodType(method), Params: p})
+	msg, err := cdp.Command(id, method, "", params)
 	if err != nil {
 		return 0, fmt.Errorf("relay: %s: %w", method, err)
 	}
@@ -155,8 +156,8 @@ func (fc *fetchConn) send(method string, params any, reply chan *cdproto.Message
 		fc.mu.Unlock()
 		return 0, errConnClosed
 	}
-	if reply != nil {
-		fc.calls[id] = reply // a release waits for nothing: its reply is only logged
+	if answer != nil {
+		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
 	}
 	fc.mu.Unlock()
 	fc.c.SetWriteDeadline(time.Now().Add(fc.h.p.WriteTimeout))
@@ -170,21 +171,22 @@ func (fc *fetchConn) send(method string, params any, reply chan *cdproto.Message
 }
 
 // call sends a command and waits for its reply.
-func (fc *fetchConn) call(ctx context.Context, method string, params any) (*cdproto.Message, error) {
-	reply := make(chan *cdproto.Message, 1)
-	id, err := fc.send(method, params, reply)
+// The result is nil when the browser did not answer.
+func (fc *fetchConn) call(ctx context.Context, method string, params any) (*reply, error) {
+	answer := make(chan reply, 1)
+	id, err := fc.send(method, params, answer)
 	if err != nil {
 		return nil, err
 	}
 	select {
-	case m := <-reply:
-		if m == nil {
+	case r, ok := <-answer:
+		if !ok {
 			return nil, errConnClosed
 		}
-		if m.Error != nil {
-			return m, fmt.Errorf("relay: %s: %s (%d)", method, m.Error.Message, m.Error.Code)
+		if r.err != nil {
+			return &r, fmt.Errorf("relay: %s: %s (%d)", method, r.err.Message, r.err.Code)
 		}
-		return m, nil
+		return &r, nil
 	case <-ctx.Done():
 		fc.mu.Lock()
 		delete(fc.calls, id)
@@ -194,9 +196,9 @@ func (fc *fetchConn) call(ctx context.Context, method string, params any) (*cdpr
 }
 
 // release lets a paused request go on, at either stage.
-func (fc *fetchConn) release(id fetch.RequestID) {
-	if _, err := fc.send("Fetch.continueRequest", &fetch.ContinueRequestParams{RequestID: id}, nil); err != nil && !errors.Is(err, errConnClosed) {
-		fc.log.Debug().Err(err).Str("request", string(id)).Msg("releasing a request failed")
+func (fc *fetchConn) release(id string) {
+	if _, err := fc.send("Fetch.continueRequest", &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}, nil); err != nil && !errors.Is(err, errConnClosed) {
+		fc.log.Debug().Err(err).Str("request", id).Msg("releasing a request failed")
 	}
 }
 
@@ -220,60 +222,55 @@ func (fc *fetchConn) read() {
 			fc.log.Debug().Err(err).Msg("browser connection ended")
 			return
 		}
-		var m cdproto.Message
-		if err := jsonv2.Unmarshal(data, &m); err != nil {
+		hd, err := cdp.Scan(data)
+		if err != nil {
 			fc.log.Warn().Err(err).Int("size", len(data)).Msg("unreadable message from the browser")
 			continue
 		}
-		if m.ID != 0 {
-			fc.reply(&m)
+		if hd.HasID {
+			fc.reply(hd.ID, data)
 			continue
 		}
-		fc.event(&m)
+		fc.event(string(hd.Method), hd.Params)
 	}
 }
 
-func (fc *fetchConn) reply(m *cdproto.Message) {
+func (fc *fetchConn) reply(id int64, msg []byte) {
 	fc.mu.Lock()
-	ch, ok := fc.calls[m.ID]
-	delete(fc.calls, m.ID)
+	ch, ok := fc.calls[id]
+	delete(fc.calls, id)
 	fc.mu.Unlock()
+	result, e, _ := cdp.ReadReply(msg)
 	switch {
 	case ok:
-		ch <- m
-	case m.Error != nil:
+		ch <- reply{result: result, err: e}
+	case e != nil:
 		// A request whose page went away meanwhile; nothing to do.
-		fc.log.Debug().Int64("id", m.ID).Int64("code", m.Error.Code).Msg("browser refused a release")
+		fc.log.Debug().Int64("id", id).Int64("code", e.Code).Msg("browser refused a release")
 	}
 }
 
-func (fc *fetchConn) event(m *cdproto.Message) {
-	switch m.Method {
+func (fc *fetchConn) event(method string, params []byte) {
+	switch method {
 	case "Fetch.requestPaused":
-		var ev fetch.EventRequestPaused
-		if err := jsonv2.Unmarshal(m.Params, &ev); err != nil || ev.Request == nil {
-			fc.log.Warn().Err(err).Msg("unreadable Fetch.requestPaused")
+		ev, ok := cdp.ReadRequestPaused(params)
+		if !ok {
+			fc.log.Warn().Msg("unreadable Fetch.requestPaused")
 			return
 		}
 		fc.paused(&ev)
 	case "Target.targetCreated", "Target.targetInfoChanged":
-		var ev target.EventTargetCreated // targetInfoChanged has the same shape
-		if jsonv2.Unmarshal(m.Params, &ev) != nil || ev.TargetInfo == nil {
-			return
-		}
-		if ev.TargetInfo.Type == "page" {
+		if ti, ok := cdp.ReadTargetInfo(params); ok && ti.Type == "page" {
 			fc.mu.Lock()
-			fc.pages[string(ev.TargetInfo.TargetID)] = struct{}{}
+			fc.pages[ti.TargetID] = struct{}{}
 			fc.mu.Unlock()
 		}
 	case "Target.targetDestroyed":
-		var ev target.EventTargetDestroyed
-		if jsonv2.Unmarshal(m.Params, &ev) != nil {
-			return
+		if id, ok := cdp.ReadTargetID(params); ok {
+			fc.mu.Lock()
+			delete(fc.pages, id)
+			fc.mu.Unlock()
 		}
-		fc.mu.Lock()
-		delete(fc.pages, string(ev.TargetID))
-		fc.mu.Unlock()
 	}
 }
 
@@ -286,9 +283,9 @@ const (
 )
 
 // paused handles one paused document request.
-func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
-	id := string(ev.RequestID)
-	if o, ok := cdp.PausedOutcome(ev); ok {
+func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
+	id := ev.RequestID
+	if o, ok := ev.Outcome(); ok {
 		fc.mu.Lock()
 		hp, tracked := fc.hops[id]
 		if tracked && !isRedirect(o.Status) {
@@ -296,19 +293,19 @@ func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked {
-			fc.h.observe(hp.host, o, &fc.log)
+			fc.h.observe(hp.host, limiter.Outcome(o), &fc.log)
 		}
-		fc.release(ev.RequestID)
+		fc.release(id)
 		return
 	}
 	host, ok := limiter.Key(ev.Request.URL)
 	if !ok || limiter.Exempt(host) {
 		// Counted once it is known to be a page's, below or in classify.
-		fc.release(ev.RequestID)
+		fc.release(id)
 		fc.countUnbooked(ev, ok)
 		return
 	}
-	frame := string(ev.FrameID)
+	frame := ev.FrameID
 	fc.mu.Lock()
 	_, page := fc.pages[frame]
 	_, notPage := fc.notPages[frame]
@@ -317,7 +314,7 @@ func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
 	case page:
 		fc.hold(ev, host)
 	case notPage:
-		fc.release(ev.RequestID)
+		fc.release(id)
 		fc.h.p.Metrics.navigation(navUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
@@ -328,20 +325,20 @@ func (fc *fetchConn) paused(ev *fetch.EventRequestPaused) {
 
 // classify asks the browser whether frame is a page's main frame, then
 // holds or releases the request.
-func (fc *fetchConn) classify(ev *fetch.EventRequestPaused, host string) {
+func (fc *fetchConn) classify(ev *cdp.RequestPaused, host string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	frame := string(ev.FrameID)
-	m, err := fc.call(ctx, "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
+	frame := ev.FrameID
+	r, err := fc.call(ctx, "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
 	isPage := false
 	if err == nil {
-		var res target.GetTargetInfoResult
-		isPage = jsonv2.Unmarshal(m.Result, &res) == nil && res.TargetInfo != nil && res.TargetInfo.Type == "page"
+		ti, ok := cdp.ReadTargetInfo(r.result)
+		isPage = ok && ti.Type == "page"
 	}
 	fc.mu.Lock()
 	if isPage {
 		fc.pages[frame] = struct{}{}
-	} else if m != nil { // only what the browser said: after no answer, ask again next time
+	} else if r != nil { // only what the browser said: after no answer, ask again next time
 		if len(fc.notPages) >= 10_000 {
 			clear(fc.notPages)
 		}
@@ -359,12 +356,12 @@ func (fc *fetchConn) classify(ev *fetch.EventRequestPaused, host string) {
 // countUnbooked counts a document request that books nothing: exempt when
 // it is a page's navigation to an exempt host, untracked otherwise (not
 // http, or an iframe's).
-func (fc *fetchConn) countUnbooked(ev *fetch.EventRequestPaused, http bool) {
+func (fc *fetchConn) countUnbooked(ev *cdp.RequestPaused, http bool) {
 	if fc.h.p.Metrics == nil {
 		return
 	}
 	fc.mu.Lock()
-	_, page := fc.pages[string(ev.FrameID)]
+	_, page := fc.pages[ev.FrameID]
 	fc.mu.Unlock()
 	if http && page {
 		fc.h.p.Metrics.navigation(navExempt, 0)
@@ -375,13 +372,13 @@ func (fc *fetchConn) countUnbooked(ev *fetch.EventRequestPaused, http bool) {
 
 // hold books the navigation's slot and releases its request when it comes.
 // A redirect hop within the host of the hop before it books nothing.
-func (fc *fetchConn) hold(ev *fetch.EventRequestPaused, host string) {
-	id := string(ev.RequestID)
+func (fc *fetchConn) hold(ev *cdp.RequestPaused, host string) {
+	id := ev.RequestID
 	now := time.Now()
 	fc.mu.Lock()
-	prev, redirected := fc.hops[string(ev.RedirectedRequestID)]
+	prev, redirected := fc.hops[ev.RedirectedRequestID]
 	if ev.RedirectedRequestID != "" {
-		delete(fc.hops, string(ev.RedirectedRequestID))
+		delete(fc.hops, ev.RedirectedRequestID)
 	}
 	if len(fc.hops) >= maxHops {
 		for k, hp := range fc.hops {
@@ -393,40 +390,19 @@ func (fc *fetchConn) hold(ev *fetch.EventRequestPaused, host string) {
 	fc.hops[id] = hop{host: host, since: now}
 	fc.mu.Unlock()
 	if redirected && prev.host == host {
-		fc.release(ev.RequestID)
+		fc.release(id)
 		return
 	}
-	fc.await(ev.RequestID, host)
+	fc.await(id, host)
 }
 
 // await books host's slot for a held request and releases the request when
 // the slot comes (at once if it has come already).
-func (fc *fetchConn) await(id fetch.RequestID, host string) {
-	d, retry := fc.h.book(host, &fc.log)
-	if d <= 0 && !retry {
-		fc.release(id)
-		return
+func (fc *fetchConn) await(id, host string) {
+	release := func() { fc.release(id) }
+	if !fc.h.wait(fc.held, host, &fc.log, release, nil) {
+		release()
 	}
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	if fc.closed {
-		return // the browser releases it with the connection
-	}
-	var t *time.Timer
-	t = time.AfterFunc(d, func() {
-		fc.mu.Lock()
-		_, live := fc.timers[t]
-		delete(fc.timers, t)
-		fc.mu.Unlock()
-		switch {
-		case !live:
-		case retry:
-			fc.await(id, host)
-		default:
-			fc.release(id)
-		}
-	})
-	fc.timers[t] = struct{}{}
 }
 
 func isRedirect(status int) bool {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/report"
 )
 
 // seriesColor gives each mode of the demo a colour of its own.
@@ -26,9 +29,9 @@ func colorOf(mode string) string {
 // writeChart writes a self-contained HTML page (inline SVG, no external
 // assets): when each request reached the server, one series per mode and
 // phase, and the gap before each navigation; then the tables.
-func writeChart(w io.Writer, runs []modeRun, o demoOptions) {
+func writeChart(w io.Writer, runs []report.Run, o Options) {
 	var tables bytes.Buffer
-	writeReport(&tables, runs...)
+	report.Write(&tables, runs...)
 	fmt.Fprintf(w, `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cdp-throttle demo</title>
 <style>
@@ -40,9 +43,9 @@ svg text { font: 12px system-ui, sans-serif; fill: #333; }
 .legend i { display: inline-block; width: 22px; height: 4px; margin-right: 6px; vertical-align: middle; }
 </style></head><body>
 <h1>cdp-throttle demo: %d navigations per phase, %d phases %v apart</h1>
-<p class="legend">`, o.navigations, o.phases, o.idle)
+<p class="legend">`, o.Navigations, o.Phases, o.Idle)
 	for _, r := range runs {
-		fmt.Fprintf(w, `<span><i style="background:%s"></i>%s</span>`, colorOf(r.mode), html.EscapeString(r.mode))
+		fmt.Fprintf(w, `<span><i style="background:%s"></i>%s</span>`, colorOf(r.Mode), html.EscapeString(r.Mode))
 	}
 	fmt.Fprint(w, `<span>phase 2 and later dashed</span></p>
 <h2>When each request reached the server</h2>
@@ -96,11 +99,11 @@ func polyline(w io.Writer, mode string, phase int, pts []string) {
 		html.EscapeString(mode), phase, colorOf(mode), dash, strings.Join(pts, " "))
 }
 
-func arrivalChart(w io.Writer, runs []modeRun) {
+func arrivalChart(w io.Writer, runs []report.Run) {
 	var span time.Duration
 	n := 0
 	for _, r := range runs {
-		for _, ph := range r.phases {
+		for _, ph := range r.Phases {
 			span = max(span, ph[len(ph)-1])
 			n = max(n, len(ph))
 		}
@@ -109,22 +112,22 @@ func arrivalChart(w io.Writer, runs []modeRun) {
 		xmax: niceCeil(span.Seconds()), ymax: float64(n), xlabel: "seconds since the phase's first navigation", ylabel: "navigation"}
 	p.open(w, "arrivals")
 	for _, r := range runs {
-		for i, ph := range r.phases {
+		for i, ph := range r.Phases {
 			pts := make([]string, len(ph))
 			for k, at := range ph {
 				pts[k] = fmt.Sprintf("%.1f,%.1f", p.x(at.Seconds()), p.y(float64(k+1)))
 			}
-			polyline(w, r.mode, i+1, pts)
+			polyline(w, r.Mode, i+1, pts)
 		}
 	}
 	fmt.Fprint(w, "</svg>\n")
 }
 
-func gapChart(w io.Writer, runs []modeRun) {
+func gapChart(w io.Writer, runs []report.Run) {
 	var all []time.Duration
 	n := 0
 	for _, r := range runs {
-		ph := r.phases[0]
+		ph := r.Phases[0]
 		n = max(n, len(ph))
 		for k := 1; k < len(ph); k++ {
 			all = append(all, ph[k]-ph[k-1])
@@ -133,17 +136,17 @@ func gapChart(w io.Writer, runs []modeRun) {
 	// A few slow page loads must not flatten the rest: the scale stops at
 	// the 98th percentile and taller gaps are drawn at the top.
 	slices.Sort(all)
-	top := msf(percentile(all, 0.98))
+	top := limiter.Millis(report.Percentile(all, 0.98))
 	p := plot{w: 900, h: 320, left: 56, right: 20, top: 16, bot: 44,
 		xmax: float64(n), ymax: niceCeil(top * 1.1), xlabel: "navigation", ylabel: "gap before it (ms)"}
 	p.open(w, "gaps")
 	for _, r := range runs {
-		ph := r.phases[0]
+		ph := r.Phases[0]
 		pts := make([]string, 0, len(ph))
 		for k := 1; k < len(ph); k++ {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", p.x(float64(k+1)), p.y(min(msf(ph[k]-ph[k-1]), p.ymax))))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", p.x(float64(k+1)), p.y(min(limiter.Millis(ph[k]-ph[k-1]), p.ymax))))
 		}
-		polyline(w, r.mode, 1, pts)
+		polyline(w, r.Mode, 1, pts)
 	}
 	fmt.Fprint(w, "</svg>\n")
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cdp-throttle/cdp-throttle/launcher"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/redact"
+	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/store"
+)
+
+// runRelay serves the relay until ctx ends.
+func runRelay(ctx context.Context, cfg relayConfig) error {
+	log := cfg.log
+	local := limiter.New(cfg.limiter)
+	start := log.Info().Str("mode", cfg.limiter.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen)
+	shown := make([]string, len(cfg.upstreams)) // a token or password in them stays out of the log
+	for i, u := range cfg.upstreams {
+		shown[i] = redact.URL(u)
+	}
+	if len(shown) == 1 {
+		start = start.Str("upstream", shown[0])
+	} else {
+		start = start.Strs("upstreams", shown)
+	}
+	if cfg.store != "" {
+		start = start.Str("store", redact.URL(cfg.store))
+	}
+	start.Msg("cdp-throttle starting")
+
+	var lim relay.Limiter = local
+	if cfg.store != "" {
+		storeLog := log.With().Str("store", redact.URL(cfg.store)).Logger()
+		cfg.storeOpts.Log = &storeLog
+		ctx, cancel := context.WithTimeout(ctx, cfg.proxy.StartTimeout)
+		s, err := store.NewRedis(ctx, cfg.store, cfg.limiter, cfg.storeOpts)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		lim = s
+	}
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	defer ln.Close()
+
+	var browser *launcher.Browser
+	if len(cfg.browserCmd) > 0 {
+		if browser, err = launcher.Start(cfg.browserCmd, log); err != nil {
+			return err
+		}
+		defer browser.Stop()
+	}
+
+	p := cfg.proxy
+	p.Upstream, p.Upstreams = cfg.upstreams[0], cfg.upstreams[1:]
+	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(lim), &log
+	if browser != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = browser.Bind(ctx) // ends, with the browser's error, when it is given up on
+		defer cancel()
+	}
+	if err := p.Start(ctx); err != nil {
+		return quit(ctx, err)
+	}
+	return quit(ctx, p.Serve(ctx, ln))
+}
+
+// quit is what the relay command returns: nil when it was interrupted,
+// the browser's error when the browser was given up on, else err.
+func quit(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
