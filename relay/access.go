@@ -37,7 +37,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request) bool {
 	p.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Bool("token_given", got != "").
 		Msg("request refused: missing or wrong token")
 	w.Header().Set("WWW-Authenticate", `Bearer realm="cdp-throttle"`)
-	http.Error(w, "cdp-throttle: a token is required: send Authorization: Bearer TOKEN or ?token=TOKEN", http.StatusUnauthorized)
+	http.Error(w, "cdp-throttle: a token is required: send Authorization: Bearer TOKEN or ?token=TOKEN, query-escaped", http.StatusUnauthorized)
 	return false
 }
 
@@ -65,7 +65,9 @@ func (p *Proxy) hostAllowed(hostport string) bool {
 }
 
 // withToken adds the relay's token to a URL the relay advertises, so a
-// client that follows it gets in.
+// client that follows it gets in. The token is escaped as url.Values
+// escapes it ("+" as %2B, a space as "+"), which is how authorize reads it
+// back; the rest of the URL stays as the browser wrote it.
 func (p *Proxy) withToken(u string) string {
 	if p.Token == "" {
 		return u
@@ -74,12 +76,14 @@ func (p *Proxy) withToken(u string) string {
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	return u + sep + "token=" + p.Token
+	return u + sep + url.Values{"token": {p.Token}}.Encode()
 }
 
 // withoutToken drops the relay's own token from a query before it goes on
 // to the browser: /json/new would open it as part of the page's URL and
-// send it to the site.
+// send it to the site. The pair is dropped however the client escaped it
+// (%20 or "+" for a space, %2B or %2b, the key too); pairs that are
+// anything else stay byte for byte, since /json/new's query is a URL.
 func (p *Proxy) withoutToken(rawQuery string) string {
 	if p.Token == "" || rawQuery == "" {
 		return rawQuery
@@ -87,11 +91,33 @@ func (p *Proxy) withoutToken(rawQuery string) string {
 	parts := strings.Split(rawQuery, "&")
 	kept := parts[:0]
 	for _, part := range parts {
-		if part != "token="+p.Token && part != "token="+url.QueryEscape(p.Token) {
+		if !p.isTokenPair(part) {
 			kept = append(kept, part)
 		}
 	}
 	return strings.Join(kept, "&")
+}
+
+// isTokenPair reports whether one key=value pair of a query is the relay's
+// token: read as url.ParseQuery reads it (and so authorize), or with "+"
+// left as it is, or not unescaped at all, so that no spelling of it a
+// page could read as the token passes.
+func (p *Proxy) isTokenPair(pair string) bool {
+	k, v, ok := strings.Cut(pair, "=")
+	if !ok {
+		return false
+	}
+	if k, err := url.QueryUnescape(k); err != nil || k != "token" {
+		return false
+	}
+	if v == p.Token {
+		return true
+	}
+	if u, err := url.QueryUnescape(v); err == nil && u == p.Token {
+		return true
+	}
+	u, err := url.PathUnescape(v)
+	return err == nil && u == p.Token
 }
 
 // Loopback reports whether a listen address is reachable only from this

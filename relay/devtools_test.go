@@ -3,11 +3,16 @@ package relay
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -299,6 +304,157 @@ func TestJSONToken(t *testing.T) {
 			json.Unmarshal(body, &v)
 			if !strings.HasSuffix(v.WebSocketDebuggerURL, "?token="+token) {
 				t.Errorf("got webSocketDebuggerUrl %q, want it to carry the token", v.WebSocketDebuggerURL)
+			}
+		})
+	}
+}
+
+// escapedTokens are relay tokens that a query must escape, and one that
+// it need not.
+var escapedTokens = []struct{ name, token string }{
+	{"plain", "s3cret"},
+	{"plus slash equals space", "a+b/c=d e"},
+	{"unicode", "jeton-é-令牌"},
+	{"percent", "100%25%"}, // looks escaped once, is not
+}
+
+// tokenForms returns the ways a client may write the pair token=TOKEN in a
+// query, each of which url.ParseQuery reads as TOKEN.
+func tokenForms(token string) []struct{ name, pair string } {
+	q := url.QueryEscape(token)
+	lower := regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(q, strings.ToLower)
+	var every strings.Builder
+	for _, b := range []byte(token) {
+		fmt.Fprintf(&every, "%%%02X", b)
+	}
+	return []struct{ name, pair string }{
+		{"url.Values", "token=" + q},
+		{"encodeURIComponent", "token=" + strings.ReplaceAll(q, "+", "%20")},
+		{"lowercase hex", "token=" + lower},
+		{"every byte escaped, key too", "%74oken=" + every.String()},
+	}
+}
+
+// advertisedRest checks that an advertised URL ends with the relay's token
+// as url.Values escapes it and that the token reads back as itself, and
+// returns the URL without it.
+func advertisedRest(t *testing.T, advertised, token string) string {
+	t.Helper()
+	u, err := url.Parse(advertised)
+	if err != nil {
+		t.Fatalf("advertised URL %q: %v", advertised, err)
+	}
+	if got := u.Query()["token"]; len(got) != 1 || got[0] != token {
+		t.Errorf("advertised URL %q reads back token %q, want [%q]", advertised, got, token)
+	}
+	suffix := "token=" + url.QueryEscape(token)
+	rest, ok := strings.CutSuffix(advertised, suffix)
+	if !ok || !(strings.HasSuffix(rest, "?") || strings.HasSuffix(rest, "&")) {
+		t.Fatalf("got advertised URL %q, want it to end with ?%s", advertised, suffix)
+	}
+	return rest[:len(rest)-1]
+}
+
+// TestJSONTokenEscaped checks tokens that need escaping in a query: the
+// URLs the relay advertises carry them escaped as url.Values escapes them,
+// with the rest as the browser wrote it, and a client following them gets
+// in; every escaping of the token a client may send is accepted, and
+// dropped from /json/new's query, so that the page the browser opens never
+// carries it.
+func TestJSONTokenEscaped(t *testing.T) {
+	const page = "http://a.test:8080/page?x=1&y=a+b"
+	for _, tok := range escapedTokens {
+		t.Run(tok.name, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = tok.token })
+			// ask sends a request and returns the body and the query the browser got.
+			ask := func(t *testing.T, method, target string, hdr http.Header, want int) ([]byte, string) {
+				t.Helper()
+				before := len(fb.httpHits())
+				req, err := http.NewRequest(method, "http://"+tp.addr+target, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k, v := range hdr {
+					req.Header[k] = v
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("%s %s: got status %d (%s), want %d", method, target, resp.StatusCode, body, want)
+				}
+				hits := fb.httpHits()[before:]
+				if want != http.StatusOK {
+					if len(hits) != 0 {
+						t.Errorf("browser got %d requests, want none", len(hits))
+					}
+					return body, ""
+				}
+				if len(hits) != 1 {
+					t.Fatalf("got %d requests to the browser, want 1", len(hits))
+				}
+				return body, hits[0].Query
+			}
+			for _, form := range tokenForms(tok.token) {
+				t.Run(form.name, func(t *testing.T) {
+					body, query := ask(t, "GET", "/json/version?"+form.pair, nil, http.StatusOK)
+					if query != "" {
+						t.Errorf("browser got /json/version?%s, want no query", query)
+					}
+					var v struct{ WebSocketDebuggerURL string }
+					json.Unmarshal(body, &v)
+					if rest, want := advertisedRest(t, v.WebSocketDebuggerURL, tok.token), strings.Replace(fb.wsURL(), fb.addr, tp.addr, 1); rest != want {
+						t.Errorf("got advertised URL %q without its token, want the browser's %q", rest, want)
+					}
+					// A client following the advertised URL as it is gets in.
+					c, resp, err := websocket.DefaultDialer.Dial(v.WebSocketDebuggerURL, nil)
+					if err != nil {
+						t.Fatalf("dialing the advertised %q: %v (%v)", v.WebSocketDebuggerURL, err, resp)
+					}
+					defer c.Close()
+					fb.accept(t)
+
+					// The token, before or after the page's URL, never reaches the page.
+					for _, target := range []string{page + "&" + form.pair, form.pair + "&" + page} {
+						body, query := ask(t, "PUT", "/json/new?"+target, nil, http.StatusOK)
+						if query != page {
+							t.Errorf("/json/new?%s: browser got the page %q, want %q", target, query, page)
+						}
+						var created struct{ WebSocketDebuggerURL string }
+						json.Unmarshal(body, &created)
+						if rest := advertisedRest(t, created.WebSocketDebuggerURL, tok.token); !strings.HasPrefix(rest, "ws://"+tp.addr+"/devtools/page/") {
+							t.Errorf("got /json/new's advertised URL %q, want a page of the relay", created.WebSocketDebuggerURL)
+						}
+					}
+				})
+			}
+			t.Run("bearer", func(t *testing.T) {
+				bearer := http.Header{"Authorization": {"Bearer " + tok.token}}
+				body, _ := ask(t, "GET", "/json/list", bearer, http.StatusOK)
+				var list []struct{ WebSocketDebuggerURL string }
+				if err := json.Unmarshal(body, &list); err != nil || len(list) == 0 {
+					t.Fatalf("got /json/list %s (%v), want targets", body, err)
+				}
+				for _, target := range list {
+					if rest := advertisedRest(t, target.WebSocketDebuggerURL, tok.token); !strings.HasPrefix(rest, "ws://"+tp.addr+"/devtools/page/") {
+						t.Errorf("got /json/list's advertised URL %q, want a page of the relay", target.WebSocketDebuggerURL)
+					}
+				}
+				// A page URL's own token stays, when it is not the relay's.
+				if _, query := ask(t, "PUT", "/json/new?"+page+"&token=site", bearer, http.StatusOK); query != page+"&token=site" {
+					t.Errorf("browser got the page %q, want %q", query, page+"&token=site")
+				}
+			})
+			if strings.ContainsAny(tok.token, "+ ") {
+				// Unescaped, "+" reads as a space: not the token.
+				t.Run("unescaped", func(t *testing.T) {
+					ask(t, "GET", "/json/version?token="+strings.ReplaceAll(tok.token, " ", "%20"), nil, http.StatusUnauthorized)
+				})
 			}
 		})
 	}
