@@ -27,7 +27,8 @@ type RequestPaused struct {
 	RedirectedRequestID string `json:"redirectedRequestId"`
 	NetworkID           string `json:"networkId"`
 	Request             struct {
-		URL string `json:"url"`
+		URL    string `json:"url"`
+		Method string `json:"method"`
 	} `json:"request"`
 	ResponseStatusCode  int     `json:"responseStatusCode"`
 	ResponseErrorReason string  `json:"responseErrorReason"`

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -595,7 +596,7 @@ func (fb *fakeBrowser) holder(t testing.TB) *fakeConn {
 	var got *fakeConn
 	fb.await(t, "relay connection with Fetch enabled", func() bool {
 		for _, c := range fb.conns {
-			if c.holder && !fb.returned[c] {
+			if c.holder && !fb.returned[c] && !c.ended_() {
 				got, fb.returned[c] = c, true
 				return true
 			}
@@ -842,6 +843,16 @@ func (fc *fakeConn) ended(t testing.TB) error {
 	}
 }
 
+// ended reports whether the connection has ended.
+func (fc *fakeConn) ended_() bool {
+	select {
+	case <-fc.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // pingCount reports how many pings the fake has answered.
 func (fc *fakeConn) pingCount() int {
 	fc.mu.Lock()
@@ -904,6 +915,59 @@ func (fc *fakeConn) play(chain [][]byte) ([]hopTimes, error) {
 		out = append(out, hopTimes{requestID: p.RequestID, paused: sent, continued: at})
 	}
 	return out, nil
+}
+
+// holders returns the live connections that enabled browser-level Fetch,
+// in the order they did: the order Chromium passes a request along.
+func (fb *fakeBrowser) holders() []*fakeConn {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	var out []*fakeConn
+	for _, c := range fb.conns {
+		if c.holder && !c.ended_() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// playAll replays a recorded chain the way Chromium passes each paused
+// request from one interceptor to the next: a Request-stage hop pauses at
+// every live holder in turn (a Response-stage hop in the reverse order),
+// each with an interception id of its own, and goes on once the last one
+// continued it. A holder that ends while it holds a hop hands it to the
+// next, as Chromium does. It returns, per hop, when the first holder got it
+// and when the last one let it go.
+func (fb *fakeBrowser) playAll(t testing.TB, chain [][]byte) []hopTimes {
+	t.Helper()
+	var out []hopTimes
+	for _, msg := range chain {
+		p, _ := readPause(msg)
+		hs := fb.holders()
+		if !p.requestStage() {
+			slices.Reverse(hs)
+		}
+		var ht hopTimes
+		for i, hc := range hs {
+			job := fb.newJob()
+			m := renumberJob(msg, job)
+			mp, _ := readPause(m)
+			sent := time.Now()
+			if err := hc.send(m); err != nil {
+				continue // gone already: the next one gets it
+			}
+			at, err := hc.continuedAt(mp.RequestID)
+			if err != nil {
+				continue // ended while holding: the next one gets it
+			}
+			if i == 0 || ht.paused.IsZero() {
+				ht.paused, ht.requestID = sent, mp.RequestID
+			}
+			ht.continued = at
+		}
+		out = append(out, ht)
+	}
+	return out
 }
 
 func (fc *fakeConn) mustPlay(t testing.TB, chain [][]byte) []hopTimes {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,98 +12,231 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// holder books navigations in the limiter and holds them until their slot,
-// either through its own browser connection (Fetch) or, as a fallback, in
-// each client's stream (navHold).
+// via is how the navigations of one browser are held.
+type via int32
+
+const (
+	// viaNone: nothing is held yet (the relay's own connection is not up
+	// in Fetch mode); navigations wait until something holds them.
+	viaNone via = iota
+	// viaFetch: the relay's own browser connections pause document
+	// requests (hold_fetch.go).
+	viaFetch
+	// viaSession: the relay's own interception in each client session
+	// (hold_session.go).
+	viaSession
+	// viaStream: navigation commands held in each client stream
+	// (hold_stream.go).
+	viaStream
+)
+
+func (v via) String() string {
+	return [...]string{"none", "fetch", "session", "navigate"}[v]
+}
+
+// holder holds the navigations of the relay's clients on one browser: it
+// chooses how (via), books slots in the Proxy's Limiter, lets navigations
+// go when their slot comes and feeds answers back. It fails closed: while
+// it cannot hold through its chosen way, navigations wait (armed).
 type holder struct {
-	p        *Proxy
-	up       *upstream
-	inStream atomic.Bool // navigations are held in the client streams
-	conn     atomic.Pointer[fetchConn]
+	p       *Proxy
+	up      *upstream
+	browser string // as /json/version names it, for logs
+	// lightpanda is set for a browser that gives each connection a browser
+	// of its own and honours only the "*" Fetch pattern everywhere.
+	lightpanda bool
+
+	way      atomic.Int32 // a via
+	fetch    *fetchHold   // the relay's own connections; nil unless Fetch was chosen
+	claims   claims       // the pages of the relay's own clients, for Fetch
 	waiting  atomic.Int64 // navigations waiting for their slot now
+	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
+
+	mu    sync.Mutex
+	armed chan struct{} // guarded by mu; closed while navigations can be held
 }
 
-func (h *holder) inStreamMode() bool { return h.inStream.Load() }
-
-// fallback switches to holding navigations in the client streams and says
-// once what that cannot see.
-func (h *holder) fallback(browser, why string) {
-	h.inStream.Store(true)
-	h.p.log.Warn().Str("upstream", h.up.name).Str("browser", browser).Str("why", why).
-		Msg("holding navigations in the client stream: only Page.navigate, Page.reload and Target.createTarget " +
-			"are held; link clicks, form submissions, script navigations, redirects and popups go unheld, " +
-			"and answers are read only from the Network events a client enabled itself")
+func newHolder(p *Proxy, up *upstream, v version) *holder {
+	h := &holder{p: p, up: up, browser: v.Browser, armed: make(chan struct{})}
+	h.lightpanda = strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
+	h.claims.init()
+	h.claims.all = p.everyPage
+	return h
 }
 
-// start opens the relay's own browser connection with Fetch interception
-// and keeps it open, reconnecting when it drops, until bg ends. The first
-// connection must succeed within ctx.
-func (h *holder) start(ctx, bg context.Context, wg *sync.WaitGroup) error {
-	fc, err := h.connect(ctx)
-	if err != nil {
-		return err
+// via reports how navigations are held now.
+func (h *holder) via() via { return via(h.way.Load()) }
+
+// use holds navigations the given way from now on, in every client
+// connection of this browser.
+func (h *holder) use(v via) {
+	h.way.Store(int32(v))
+	if v == viaSession || v == viaStream {
+		h.setArmed(true) // held in each client connection: nothing to wait for
 	}
-	h.conn.Store(fc)
-	h.p.log.Info().Msg("holding top-level navigations through the relay's own browser connection (Fetch)")
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		h.supervise(bg, fc)
-	}()
-	return nil
-}
-
-// startLater keeps trying to open the Fetch connection of a browser that
-// was not up at start, until bg ends.
-func (h *holder) startLater(bg context.Context, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		h.supervise(bg, nil)
-	}()
-}
-
-// supervise keeps a Fetch connection up until bg ends; fc nil starts by
-// reconnecting.
-func (h *holder) supervise(bg context.Context, fc *fetchConn) {
-	for {
-		if fc != nil {
-			fc.keepalive(bg, h.p.PingInterval, h.p.WriteTimeout)
-			h.conn.Store(nil)
-			if bg.Err() != nil {
-				return
-			}
-			h.p.log.Warn().Str("upstream", h.up.name).Msg("lost the relay's browser connection: navigations pass unheld until it is back")
+	h.p.mu.Lock()
+	pairs := make([]*pair, 0, len(h.p.pairs))
+	for pr := range h.p.pairs {
+		if pr.up == h.up && pr.watch != nil {
+			pairs = append(pairs, pr)
 		}
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			select {
-			case <-bg.Done():
-				return
-			case <-time.After(backoff):
-			}
-			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-			next, err := h.connect(ctx)
-			cancel()
-			if err == nil {
-				if fc == nil {
-					h.p.log.Info().Str("upstream", h.up.name).Msg("relay's browser connection is up: holding navigations")
-				} else {
-					h.p.log.Info().Str("upstream", h.up.name).Msg("relay's browser connection is back: holding navigations again")
-				}
-				fc = next
-				h.conn.Store(fc)
-				break
-			}
-			h.p.log.Debug().Err(err).Msg("browser still unreachable")
-		}
+	}
+	h.p.mu.Unlock()
+	for _, pr := range pairs {
+		pr.watch.switchTo(v)
 	}
 }
 
-// book reserves host's next slot for a navigation wanted now and returns
-// how long it must wait, logging the first delay of each host. retry is set
-// when nothing could be booked (a shared store that holds navigations while
-// it is unreachable): the navigation waits d and then books again.
-func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry bool) {
+// fallOver leaves the way navigations are held now for the next one, and
+// says once what the browser did and what the relay does instead.
+func (h *holder) fallOver(why string) {
+	next := viaSession
+	if h.via() == viaSession {
+		next = viaStream
+	}
+	if h.via() == next || h.via() == viaStream {
+		return
+	}
+	if h.fellOver.CompareAndSwap(false, true) {
+		h.p.log.Warn().Str("upstream", h.up.name).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
+			Msg(fallOverMsg[next])
+	}
+	if h.fetch != nil && next != viaFetch {
+		h.fetch.stopAll()
+	}
+	h.use(next)
+}
+
+var fallOverMsg = map[via]string{
+	viaSession: "holding navigations through each client session instead of the relay's own connection: " +
+		"popups a client is not attached to go unheld",
+	viaStream: "holding navigations in the client stream: only Page.navigate, Page.reload, " +
+		"Page.navigateToHistoryEntry and Target.createTarget are held; link clicks, form submissions, " +
+		"script navigations, redirects and popups go unheld (counted as unheld when the client enabled Network events)",
+}
+
+// setArmed records whether navigations can be held now.
+func (h *holder) setArmed(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.armed:
+		if !on {
+			h.armed = make(chan struct{})
+		}
+	default:
+		if on {
+			close(h.armed)
+		}
+	}
+}
+
+// whenArmed returns a channel closed once navigations can be held.
+func (h *holder) whenArmed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.armed
+}
+
+// isArmed reports whether navigations can be held now.
+func (h *holder) isArmed() bool {
+	select {
+	case <-h.whenArmed():
+		return true
+	default:
+		return false
+	}
+}
+
+// holding says how the browser's navigations are held, for /healthz:
+// "fetch", "session", "navigate", or "waiting" while nothing can hold them.
+func (h *holder) holding() string {
+	if !h.isArmed() {
+		return "waiting"
+	}
+	return h.via().String()
+}
+
+// hold books host's slot for a navigation to rawURL and calls release when
+// the slot comes (at once when it has come), booking again while a shared
+// store asks to retry. Booking runs on a goroutine of its own, never on the
+// caller's: a slow store must not stall the reader that found the
+// navigation. When ctx ends first, release is never called. done, when
+// set, is called once the hold is over, either way.
+func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) {
+	h.holdBooked(ctx, host, rawURL, log, nil, release, done)
+}
+
+// holdBooked is hold, telling booked (when set) the start of the slot once
+// it is booked.
+func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
+	h.waiting.Add(1)
+	go func() {
+		if !h.wait(ctx, host, rawURL, log, booked, release, done) {
+			h.waiting.Add(-1)
+			if ctx.Err() == nil {
+				release()
+			}
+			if done != nil {
+				done()
+			}
+		}
+	}()
+}
+
+// wait books and, when the navigation must wait, arms a timer and reports
+// true: the timer calls release (or done alone, when ctx ends first).
+// Callers count themselves in waiting.
+func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) bool {
+	d, retry := h.book(host, rawURL, log)
+	if !retry && booked != nil {
+		booked(time.Now().Add(max(d, 0)))
+	}
+	if d <= 0 && !retry {
+		return false
+	}
+	after(ctx, d, func() {
+		if retry && h.wait(ctx, host, rawURL, log, booked, release, done) {
+			return
+		}
+		h.waiting.Add(-1)
+		release()
+		if done != nil {
+			done()
+		}
+	}, func() {
+		h.waiting.Add(-1)
+		if done != nil {
+			done()
+		}
+	})
+	return true
+}
+
+// holdUntil holds a navigation already booked until start, as when the
+// relay's other connection takes over a request the first one held.
+func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done func()) {
+	h.waiting.Add(1)
+	after(ctx, time.Until(start), func() {
+		h.waiting.Add(-1)
+		release()
+		if done != nil {
+			done()
+		}
+	}, func() {
+		h.waiting.Add(-1)
+		if done != nil {
+			done()
+		}
+	})
+}
+
+// book reserves host's next slot for a navigation to rawURL wanted now and
+// returns how long it must wait, logging the first delay of each host.
+// retry is set when nothing could be booked (a shared store that holds
+// navigations while it is unreachable): the navigation waits d and then
+// books again.
+func (h *holder) book(host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
 	l := h.p.Limiter
 	now := time.Now()
 	r := l.Reserve(host, now)
@@ -128,33 +262,31 @@ func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry 
 	return d, false
 }
 
-// wait books host's slot for a navigation and calls release when the slot
-// comes, booking again while a shared store asks to retry. It reports false,
-// calling nothing, when the navigation may go at once. When ctx ends first,
-// release is never called. done, when set, is called once the hold is over,
-// either way.
-func (h *holder) wait(ctx context.Context, host string, log *zerolog.Logger, release, done func()) bool {
-	d, retry := h.book(host, log)
-	if d <= 0 && !retry {
-		return false
+// observe feeds the answer to a navigation of host back to the limiter, on
+// a goroutine of its own: a slow store must not stall the reader that saw
+// the answer.
+func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
+	h.p.Metrics.feedback(o)
+	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
+		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
+			Str("retry_after", o.RetryAfter).Msg("host pushed back")
 	}
-	h.waiting.Add(1)
-	after(ctx, d, func() {
-		h.waiting.Add(-1)
-		if retry && h.wait(ctx, host, log, release, done) {
-			return
-		}
-		release()
-		if done != nil {
-			done()
-		}
-	}, func() {
-		h.waiting.Add(-1)
-		if done != nil {
-			done()
-		}
-	})
-	return true
+	h.p.observing.Add(1)
+	go func() {
+		defer h.p.observing.Done()
+		h.p.Limiter.Observe(host, o, time.Now())
+	}()
+}
+
+// unheld counts top-level navigations of the relay's clients that reached
+// the network without a booking, and says why.
+func (h *holder) unheld(n int, why string) {
+	if n <= 0 {
+		return
+	}
+	h.p.Metrics.unheld(n)
+	h.p.log.Warn().Str("upstream", h.up.name).Int("navigations", n).Str("why", why).
+		Msg("navigations reached the network unheld")
 }
 
 // after calls fire once d has passed, or cancelled (when set) if ctx ends
@@ -178,14 +310,115 @@ func after(ctx context.Context, d time.Duration, fire, cancelled func()) {
 	close(ready)
 }
 
-// observe feeds the answer to a navigation of host back to the limiter.
-func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
-	h.p.Limiter.Observe(host, o, time.Now())
-	h.p.Metrics.feedback(o)
-	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
-		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
-			Str("retry_after", o.RetryAfter).Msg("host pushed back")
+// claims are the pages of one browser that the relay's own clients
+// created, drove or opened (as popups of their pages): in Fetch mode the
+// relay's connections see every page's requests, and hold only these.
+// Methods are safe for concurrent use.
+type claims struct {
+	all     bool // set once: every page counts as a client's (tests of the holding itself)
+	mu      sync.Mutex
+	pages   map[string]struct{} // guarded by mu; target ids
+	pending int                 // guarded by mu; pages being created by clients, ids not known yet
+	changed chan struct{}       // guarded by mu; closed and replaced when pending or pages change
+}
+
+// maxClaims bounds the pages remembered; a page leaves when its target is
+// destroyed, so only a browser that never says so fills it.
+const maxClaims = 100_000
+
+func (c *claims) init() {
+	c.pages = make(map[string]struct{})
+	c.changed = make(chan struct{})
+}
+
+func (c *claims) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// claim marks a page as a client's.
+func (c *claims) claim(target string) {
+	if target == "" {
+		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pages[target]; ok {
+		return
+	}
+	if len(c.pages) >= maxClaims {
+		clear(c.pages)
+	}
+	c.pages[target] = struct{}{}
+	c.broadcast()
+}
+
+// forget drops a page that is gone.
+func (c *claims) forget(target string) {
+	c.mu.Lock()
+	delete(c.pages, target)
+	c.mu.Unlock()
+}
+
+// claimed reports whether a page is a client's.
+func (c *claims) claimed(target string) bool {
+	if c.all {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pages[target]
+	return ok
+}
+
+// creating notes a page a client is creating (Target.createTarget,
+// /json/new); created ends it, with the new page's id ("" when it failed).
+func (c *claims) creating() {
+	c.mu.Lock()
+	c.pending++
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+func (c *claims) created(target string) {
+	c.mu.Lock()
+	c.pending = max(c.pending-1, 0)
+	if target != "" {
+		if len(c.pages) >= maxClaims {
+			clear(c.pages)
+		}
+		c.pages[target] = struct{}{}
+	}
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+// decide reports whether target is a client's page, waiting while a
+// client is creating a page whose id is not known yet (the new page's
+// first request can pause before the client learns its id), but no longer
+// than ctx. Unsure when ctx ends, it says yes: politeness fails closed.
+func (c *claims) decide(ctx context.Context, target string) bool {
+	for {
+		c.mu.Lock()
+		_, ok := c.pages[target]
+		pending, changed := c.pending, c.changed
+		c.mu.Unlock()
+		if ok || pending == 0 {
+			return ok
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// unsure reports whether decide could have to wait.
+func (c *claims) unsure() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending > 0
 }
 
 // warnOnce remembers the hosts already warned about, so each is warned

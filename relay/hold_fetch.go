@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
@@ -18,17 +19,386 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// fetchConn is the relay's own connection to the browser endpoint. It
-// discovers targets, to tell a page's main frame (whose id is the page's
-// target id) from an iframe, and enables Fetch for every document request
-// of the browser: at the Request stage to hold a top-level navigation until
-// its slot, at the Response stage to read the answer. The browser pauses
-// the relay's interception after any a client set up itself, so clients
-// that intercept keep seeing exactly what they asked for.
+// fetchHold holds a Chromium's navigations through the relay's own
+// connections to its browser endpoint. Each connection discovers targets,
+// to tell a page's main frame (whose id is the page's target id) from an
+// iframe, and enables Fetch for every document request of the browser: at
+// the Request stage to hold a navigation of the relay's own clients until
+// its slot, at the Response stage to read the answer. Navigations of pages
+// that are not its clients' are let go at once.
+//
+// There are two connections, so that losing one never lets a held request
+// through. Chromium passes a document request from one interceptor to the
+// next, and when an interceptor goes away, what it held goes on to the
+// next one instead of to the network: the other connection then holds it
+// until the slot already booked. With both connections up, each request
+// pauses at both, one after the other; the first books and holds, the
+// second recognises it (same frame, method and URL, let go by the other
+// connection a moment ago) and lets it go.
+type fetchHold struct {
+	h     *holder
+	conns [2]atomic.Pointer[fetchConn]
+	stop  context.CancelFunc // set once by start; ends the supervisors
+	wasUp atomic.Bool        // a connection has been up
+
+	mu     sync.Mutex
+	held   map[navKey]*heldNav  // guarded by mu; documents of clients being held
+	passed map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
+	paused map[string]time.Time // guarded by mu; page target → when its document request last paused
+}
+
+// navKey is what two pauses of one document request have in common.
+type navKey struct{ frame, method, url string }
+
+// heldNav is a document request held for its slot.
+type heldNav struct {
+	by       *fetchConn    // guarded by fetchHold.mu; the connection holding it
+	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
+	booked   chan struct{} // closed once start is known
+	start    time.Time     // set before booked is closed
+}
+
+// passedNav is a document request a connection let go.
+type passedNav struct {
+	by *fetchConn
+	at time.Time
+}
+
+// echoWindow is how long after one connection let a request go the other
+// may see it: about a millisecond on an idle machine.
+const echoWindow = 2 * time.Second
+
+// orphanWait is how long a request held by a connection that dropped has
+// to reach the relay's other connection before it is counted as released
+// by the browser to the network.
+const orphanWait = 2 * time.Second
+
+func newFetchHold(h *holder) *fetchHold {
+	return &fetchHold{
+		h:      h,
+		held:   make(map[navKey]*heldNav),
+		passed: make(map[navKey]passedNav),
+		paused: make(map[string]time.Time),
+	}
+}
+
+// maxSilent is how many times in a row a browser may take the relay's own
+// connection and leave its commands unanswered before, in auto mode, the
+// relay holds navigations another way.
+const maxSilent = 3
+
+// errSilent marks a browser that took the connection but never answered.
+var errSilent = errors.New("the browser took the connection but did not answer")
+
+// errRefused marks a browser that answered but refuses what the relay
+// needs (browser-level Fetch, target discovery): no retry will change it.
+type errRefused struct{ err error }
+
+func (e errRefused) Error() string { return e.err.Error() }
+func (e errRefused) Unwrap() error { return e.err }
+
+// start opens the first connection within ctx, when the browser is up,
+// and then keeps both connections up until bg ends or stop is called. It
+// returns an errRefused when the browser refuses Fetch; any other failure
+// is retried in the background, navigations waiting meanwhile.
+func (f *fetchHold) start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) error {
+	var first *fetchConn
+	if up {
+		fc, err := f.connect(ctx, 0)
+		var refused errRefused
+		if errors.As(err, &refused) {
+			return err
+		}
+		if err != nil {
+			f.h.p.log.Warn().Str("upstream", f.h.up.name).Err(err).
+				Msg("the relay's own browser connection is not up: navigations wait until it is")
+		} else {
+			f.conns[0].Store(fc)
+			f.wasUp.Store(true)
+			f.h.setArmed(true)
+		}
+		first = fc
+	}
+	bg, f.stop = context.WithCancel(bg)
+	for i := range f.conns {
+		fc := first
+		if i > 0 {
+			fc = nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.supervise(bg, i, fc)
+		}()
+	}
+	return nil
+}
+
+// up reports how many of the relay's connections are up.
+func (f *fetchHold) up() int {
+	n := 0
+	for i := range f.conns {
+		if f.conns[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// supervise keeps connection i up until ctx ends; fc nil starts by
+// connecting.
+func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
+	for {
+		if fc != nil {
+			f.conns[i].Store(fc)
+			f.wasUp.Store(true)
+			f.h.setArmed(true)
+			fc.keepalive(ctx, f.h.p.PingInterval, f.h.p.WriteTimeout)
+			f.conns[i].Store(nil)
+			f.dropped(fc)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		fc = nil
+		silent := 0 // tries in a row the browser took but never answered
+		for backoff := 50 * time.Millisecond; fc == nil; backoff = min(2*backoff, 2*time.Second) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			cctx, cancel := context.WithTimeout(ctx, min(f.h.p.StartTimeout, 10*time.Second))
+			next, err := f.connect(cctx, i)
+			cancel()
+			var refused errRefused
+			switch {
+			case err == nil:
+				fc = next
+			case errors.As(err, &refused) && f.h.p.Intercept == InterceptAuto:
+				f.h.fallOver(err.Error())
+				return
+			case errors.Is(err, errSilent) && f.h.p.Intercept == InterceptAuto:
+				if silent++; silent >= maxSilent {
+					f.h.fallOver(err.Error())
+					return
+				}
+				f.h.p.log.Debug().Err(err).Int("conn", i).Msg("browser did not answer the relay's own connection")
+			default:
+				silent = 0
+				f.h.p.log.Debug().Err(err).Int("conn", i).Msg("browser still unreachable")
+			}
+		}
+		if f.up() == 0 {
+			if f.wasUp.Load() {
+				f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's browser connection is back: holding navigations again")
+			} else {
+				f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's own browser connection is up: holding navigations")
+			}
+		}
+	}
+}
+
+// dropped handles a connection that ended: the browser hands what it held
+// to the other connection; what the other one does not get within
+// orphanWait went to the network unheld.
+func (f *fetchHold) dropped(fc *fetchConn) {
+	others := f.up()
+	if others == 0 {
+		f.h.setArmed(false)
+	}
+	now := time.Now()
+	f.mu.Lock()
+	held := 0
+	for _, hn := range f.held {
+		if hn.by == fc {
+			hn.orphaned = now
+			held++
+		}
+	}
+	f.mu.Unlock()
+	if others == 0 && f.h.p.ctxDone() {
+		return // shutting down: the browser releases them, on purpose
+	}
+	if others == 0 {
+		f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", held).
+			Msg("lost the relay's browser connections: navigations wait until one is back")
+	} else {
+		f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
+			Msg("lost one of the relay's browser connections: the other one holds on")
+	}
+	if held == 0 {
+		return
+	}
+	time.AfterFunc(orphanWait, func() {
+		f.mu.Lock()
+		var lost []string
+		for k, hn := range f.held {
+			if hn.by == fc {
+				delete(f.held, k)
+				lost = append(lost, k.frame)
+			}
+		}
+		f.mu.Unlock()
+		// A page that is gone (the browser died with it) sent nothing.
+		n := 0
+		for _, frame := range lost {
+			if f.pageAlive(frame) {
+				n++
+			}
+		}
+		f.h.unheld(n, "the browser released what the relay's lost connection held, and no other connection of the relay caught it")
+	})
+}
+
+// pageAlive reports whether the browser still has a page, as far as the
+// relay can tell: yes unless a connection of the relay's is up and the
+// browser says there is no such target.
+func (f *fetchHold) pageAlive(target string) bool {
+	for i := range f.conns {
+		fc := f.conns[i].Load()
+		if fc == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(fc.held, orphanWait)
+		r, err := fc.call(ctx, "Target.getTargetInfo", map[string]string{"targetId": target})
+		cancel()
+		return err == nil || r == nil
+	}
+	return true
+}
+
+// stopAll ends both connections for good: the browser releases what they
+// held (nothing, when the relay falls over from a Fetch that never
+// pauses).
+func (f *fetchHold) stopAll() {
+	if f.stop != nil {
+		f.stop()
+	}
+}
+
+// hold decides what to do with a document request of one of the relay's
+// clients' pages, paused at fc's Request stage, and does it. It runs on
+// fc's reader and never blocks.
+func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
+	id := ev.RequestID
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	now := time.Now()
+	prev, redirected := fc.hopFor(ev)
+
+	f.mu.Lock()
+	if p, ok := f.passed[key]; ok && p.by != fc && fc.since.Before(p.at) && now.Sub(p.at) < echoWindow {
+		// The other connection held it already.
+		delete(f.passed, key)
+		f.mu.Unlock()
+		fc.setHop(id, hop{host: host, frame: ev.FrameID})
+		fc.release(id)
+		return
+	}
+	hn, ok := f.held[key]
+	if ok && hn.by != fc && (hn.orphaned.IsZero() || fc.since.Before(hn.orphaned)) {
+		// The connection that held it dropped (the relay may not have
+		// noticed yet), and the browser handed it on. One that came up
+		// since cannot be handed anything: the request is one of a
+		// browser that died, and this one is new.
+		hn.by = fc
+		hn.orphaned = time.Time{}
+		f.mu.Unlock()
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+		go func() {
+			select {
+			case <-hn.booked:
+			case <-fc.held.Done():
+				return
+			}
+			f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, id) }, nil)
+		}()
+		return
+	}
+	if redirected && prev.host == host {
+		// A hop within the host of the hop before it books nothing.
+		f.passLocked(key, fc, now)
+		f.mu.Unlock()
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
+		fc.release(id)
+		return
+	}
+	hn = &heldNav{by: fc, booked: make(chan struct{})}
+	f.held[key] = hn // a stale one, of a browser that died, is forgotten
+	f.mu.Unlock()
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+	booked := func(start time.Time) {
+		hn.start = start
+		close(hn.booked)
+	}
+	f.h.holdBooked(fc.held, host, ev.Request.URL, &fc.log, booked, func() { f.let(key, hn, id) }, nil)
+}
+
+// let releases a held document request from the connection that holds it
+// now, and notes it for the other connection.
+func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
+	f.mu.Lock()
+	fc := hn.by
+	if f.held[key] == hn {
+		delete(f.held, key)
+	}
+	f.passLocked(key, fc, time.Now())
+	f.mu.Unlock()
+	fc.release(id)
+}
+
+// maxPassed bounds the documents remembered as let go; they matter for
+// echoWindow only.
+const maxPassed = 4096
+
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
+	if len(f.passed) >= maxPassed {
+		for k, p := range f.passed {
+			if now.Sub(p.at) >= echoWindow {
+				delete(f.passed, k)
+			}
+		}
+		if len(f.passed) >= maxPassed {
+			clear(f.passed)
+		}
+	}
+	f.passed[key] = passedNav{by: fc, at: now}
+}
+
+// sawPause notes that a page's document request paused at the relay.
+func (f *fetchHold) sawPause(frame string) {
+	f.mu.Lock()
+	if len(f.paused) >= maxClaims {
+		clear(f.paused)
+	}
+	f.paused[frame] = time.Now()
+	f.mu.Unlock()
+}
+
+// pausedSince reports whether a document request of the page paused at the
+// relay at or after t.
+func (f *fetchHold) pausedSince(frame string, t time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.paused[frame]
+	return ok && !at.Before(t)
+}
+
+// forgetPage drops what is known of a page that is gone.
+func (f *fetchHold) forgetPage(frame string) {
+	f.mu.Lock()
+	delete(f.paused, frame)
+	f.mu.Unlock()
+	f.h.claims.forget(frame)
+}
+
+// fetchConn is one of the relay's own connections to the browser endpoint.
 type fetchConn struct {
-	h   *holder
-	c   *websocket.Conn
-	log zerolog.Logger
+	f     *fetchHold
+	h     *holder
+	c     *websocket.Conn
+	log   zerolog.Logger
+	since time.Time // when its Fetch was enabled
 
 	wmu    sync.Mutex // serialises writes
 	nextID int64      // guarded by wmu
@@ -38,18 +408,25 @@ type fetchConn struct {
 	calls    map[int64]chan reply // guarded by mu; commands whose reply someone waits for
 	pages    map[string]struct{}  // guarded by mu; target ids of pages
 	notPages map[string]struct{}  // guarded by mu; frame ids known not to be pages
-	hops     map[string]hop       // guarded by mu; interception id → navigation it belongs to
+	hops     map[string]hop       // guarded by mu; interception id → document request under way
 	readDone chan struct{}        // closed when the reader ends
 	// held ends when the connection is closed: the navigations it holds
-	// are given up (the browser releases their requests itself).
+	// are given up (the browser hands their requests on).
 	held    context.Context
 	dropAll context.CancelFunc
 }
 
-// hop is a document request of a top-level navigation under way.
+// hop is a document request of a page under way.
 type hop struct {
-	host  string
-	since time.Time
+	host   string
+	frame  string
+	booked bool // its answer is fed back: this connection booked it
+}
+
+// reply is the answer to one of the relay's own commands.
+type reply struct {
+	result json.RawMessage
+	err    *cdp.Error
 }
 
 // documentPatterns pause every document request twice: before it goes
@@ -59,14 +436,9 @@ var documentPatterns = []*fetch.RequestPattern{
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse},
 }
 
-// reply is the answer to one of the relay's own commands.
-type reply struct {
-	result json.RawMessage
-	err    *cdp.Error
-}
-
 // connect dials the browser endpoint and enables discovery and Fetch.
-func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
+func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
+	h := f.h
 	wsURL, err := h.up.browserWS(ctx)
 	if err != nil {
 		return nil, err
@@ -78,9 +450,10 @@ func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
 	}
 	c.SetReadLimit(h.p.MaxMessageSize)
 	fc := &fetchConn{
+		f:        f,
 		h:        h,
 		c:        c,
-		log:      h.p.log.With().Str("conn", "relay").Str("upstream", h.up.name).Logger(),
+		log:      h.p.log.With().Str("conn", fmt.Sprintf("relay-%d", i)).Str("upstream", h.up.name).Logger(),
 		calls:    make(map[int64]chan reply),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
@@ -89,15 +462,32 @@ func (h *holder) connect(ctx context.Context) (*fetchConn, error) {
 	}
 	fc.held, fc.dropAll = context.WithCancel(context.Background())
 	go fc.read()
-	if _, err := fc.call(ctx, "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
+	if r, err := fc.call(ctx, "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
-		return nil, fmt.Errorf("relay: browser refused target discovery: %w", err)
+		return nil, refusal("browser refused target discovery", r, err, h.p.Intercept)
 	}
-	if _, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns}); err != nil {
+	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns}); err != nil {
 		fc.close()
-		return nil, fmt.Errorf("relay: browser refused browser-level Fetch: %w", err)
+		return nil, refusal("browser refused browser-level Fetch", r, err, h.p.Intercept)
 	}
+	fc.since = time.Now()
 	return fc, nil
+}
+
+// refusal says why a command of the relay's own connection failed: an
+// error answer is a refusal; no answer in time is silence (a refusal when
+// Fetch is required: Start then fails with it).
+func refusal(what string, r *reply, err error, mode Intercept) error {
+	err = fmt.Errorf("relay: %s: %w", what, err)
+	switch {
+	case r != nil:
+		return errRefused{err}
+	case errors.Is(err, context.DeadlineExceeded) && mode == InterceptFetch:
+		return errRefused{err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", errSilent, err)
+	}
+	return err
 }
 
 // keepalive pings the browser until the connection ends or ctx does, and
@@ -123,8 +513,8 @@ func (fc *fetchConn) keepalive(ctx context.Context, every, timeout time.Duration
 	}
 }
 
-// close ends the connection; the browser then releases every request the
-// relay held, and the held navigations go at once.
+// close ends the connection; the browser then hands every request the
+// connection held on, to the relay's other connection when it is up.
 func (fc *fetchConn) close() {
 	fc.mu.Lock()
 	if fc.closed {
@@ -140,8 +530,8 @@ func (fc *fetchConn) close() {
 
 var errConnClosed = errors.New("relay: browser connection closed")
 
-// send writes a command and returns its id; its reply goes to reply, or is
-// only logged when reply is nil.
+// send writes a command and returns its id; its reply goes to answer, or
+// is only logged when answer is nil.
 func (fc *fetchConn) send(method string, params any, answer chan reply) (int64, error) {
 	fc.wmu.Lock()
 	defer fc.wmu.Unlock()
@@ -170,8 +560,8 @@ func (fc *fetchConn) send(method string, params any, answer chan reply) (int64, 
 	return id, nil
 }
 
-// call sends a command and waits for its reply.
-// The result is nil when the browser did not answer.
+// call sends a command and waits for its reply. The reply is nil when the
+// browser did not answer; with an error reply, both are set.
 func (fc *fetchConn) call(ctx context.Context, method string, params any) (*reply, error) {
 	answer := make(chan reply, 1)
 	id, err := fc.send(method, params, answer)
@@ -208,9 +598,7 @@ func (fc *fetchConn) read() {
 		fc.mu.Lock()
 		fc.closed = true
 		for id, ch := range fc.calls {
-			if ch != nil {
-				close(ch)
-			}
+			close(ch)
 			delete(fc.calls, id)
 		}
 		fc.mu.Unlock()
@@ -260,27 +648,27 @@ func (fc *fetchConn) event(method string, params []byte) {
 		}
 		fc.paused(&ev)
 	case "Target.targetCreated", "Target.targetInfoChanged":
-		if ti, ok := cdp.ReadTargetInfo(params); ok && ti.Type == "page" {
-			fc.mu.Lock()
-			fc.pages[ti.TargetID] = struct{}{}
-			fc.mu.Unlock()
+		ti, ok := cdp.ReadTargetInfo(params)
+		if !ok || ti.Type != "page" {
+			return
+		}
+		fc.mu.Lock()
+		fc.pages[ti.TargetID] = struct{}{}
+		fc.mu.Unlock()
+		if ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
+			fc.h.claims.claim(ti.TargetID) // a popup of a client's page
 		}
 	case "Target.targetDestroyed":
 		if id, ok := cdp.ReadTargetID(params); ok {
 			fc.mu.Lock()
 			delete(fc.pages, id)
+			delete(fc.notPages, id)
+			fc.dropFrameHopsLocked(id)
 			fc.mu.Unlock()
+			fc.f.forgetPage(id)
 		}
 	}
 }
-
-// maxHops bounds the navigations remembered between their request and
-// their answer; past it, those older than hopTTL are dropped (their pages
-// closed or the client moved on before an answer came).
-const (
-	maxHops = 4096
-	hopTTL  = 5 * time.Minute
-)
 
 // paused handles one paused document request.
 func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
@@ -292,17 +680,10 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 			delete(fc.hops, id) // a redirect's entry stays until its next hop names it
 		}
 		fc.mu.Unlock()
-		if tracked {
+		if tracked && hp.booked {
 			fc.h.observe(hp.host, limiter.Outcome(o), &fc.log)
 		}
 		fc.release(id)
-		return
-	}
-	host, ok := limiter.Key(ev.Request.URL)
-	if !ok || limiter.Exempt(host) {
-		// Counted once it is known to be a page's, below or in classify.
-		fc.release(id)
-		fc.countUnbooked(ev, ok)
 		return
 	}
 	frame := ev.FrameID
@@ -312,27 +693,29 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	fc.mu.Unlock()
 	switch {
 	case page:
-		fc.hold(ev, host)
+		fc.decide(ev)
 	case notPage:
 		fc.release(id)
 		fc.h.p.Metrics.navigation(navUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
 		// announcement has not arrived. Ask, without stopping the reader.
-		go fc.classify(ev, host)
+		go fc.classify(ev)
 	}
 }
 
-// classify asks the browser whether frame is a page's main frame, then
-// holds or releases the request.
-func (fc *fetchConn) classify(ev *cdp.RequestPaused, host string) {
+// classify asks the browser whether a frame is a page's main frame, then
+// decides on its request.
+func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	frame := ev.FrameID
 	r, err := fc.call(ctx, "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
 	isPage := false
+	var ti cdp.TargetInfo
 	if err == nil {
-		ti, ok := cdp.ReadTargetInfo(r.result)
+		var ok bool
+		ti, ok = cdp.ReadTargetInfo(r.result)
 		isPage = ok && ti.Type == "page"
 	}
 	fc.mu.Lock()
@@ -345,63 +728,92 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused, host string) {
 		fc.notPages[frame] = struct{}{}
 	}
 	fc.mu.Unlock()
+	if isPage && ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
+		fc.h.claims.claim(frame)
+	}
 	if isPage {
-		fc.hold(ev, host)
-	} else {
+		fc.decide(ev)
+		return
+	}
+	fc.release(ev.RequestID)
+	fc.h.p.Metrics.navigation(navUntracked, 0)
+}
+
+// claimWait bounds how long a page's first request waits to learn whether
+// a client is creating that page.
+const claimWait = 3 * time.Second
+
+// decide holds a page's document request when the page is a client's, and
+// lets it go at once otherwise.
+func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
+	fc.f.sawPause(ev.FrameID)
+	if fc.h.claims.claimed(ev.FrameID) {
+		fc.ours(ev)
+		return
+	}
+	if !fc.h.claims.unsure() {
+		fc.foreign(ev)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(fc.held, claimWait)
+		defer cancel()
+		if fc.h.claims.decide(ctx, ev.FrameID) {
+			fc.ours(ev)
+		} else {
+			fc.foreign(ev)
+		}
+	}()
+}
+
+// foreign lets a document request of a page that is not a client's go.
+func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
+	fc.release(ev.RequestID)
+	fc.h.p.Metrics.navigation(navForeign, 0)
+}
+
+// ours holds a document request of a client's page for its slot.
+func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
+	host, ok := limiter.Key(ev.Request.URL)
+	switch {
+	case !ok:
 		fc.release(ev.RequestID)
 		fc.h.p.Metrics.navigation(navUntracked, 0)
-	}
-}
-
-// countUnbooked counts a document request that books nothing: exempt when
-// it is a page's navigation to an exempt host, untracked otherwise (not
-// http, or an iframe's).
-func (fc *fetchConn) countUnbooked(ev *cdp.RequestPaused, http bool) {
-	if fc.h.p.Metrics == nil {
-		return
-	}
-	fc.mu.Lock()
-	_, page := fc.pages[ev.FrameID]
-	fc.mu.Unlock()
-	if http && page {
+	case limiter.Exempt(host):
+		fc.release(ev.RequestID)
 		fc.h.p.Metrics.navigation(navExempt, 0)
-	} else {
-		fc.h.p.Metrics.navigation(navUntracked, 0)
+	default:
+		fc.f.hold(fc, ev, host)
 	}
 }
 
-// hold books the navigation's slot and releases its request when it comes.
-// A redirect hop within the host of the hop before it books nothing.
-func (fc *fetchConn) hold(ev *cdp.RequestPaused, host string) {
-	id := ev.RequestID
-	now := time.Now()
+// hopFor returns the document request a redirect hop follows, and forgets
+// it (its entry is replaced by the hop's). A request that follows none
+// starts a new navigation of its frame, which ends every chain the frame
+// had: so what is remembered is bounded by the requests under way.
+func (fc *fetchConn) hopFor(ev *cdp.RequestPaused) (hop, bool) {
 	fc.mu.Lock()
-	prev, redirected := fc.hops[ev.RedirectedRequestID]
-	if ev.RedirectedRequestID != "" {
-		delete(fc.hops, ev.RedirectedRequestID)
+	defer fc.mu.Unlock()
+	if ev.RedirectedRequestID == "" {
+		fc.dropFrameHopsLocked(ev.FrameID)
+		return hop{}, false
 	}
-	if len(fc.hops) >= maxHops {
-		for k, hp := range fc.hops {
-			if now.Sub(hp.since) > hopTTL {
-				delete(fc.hops, k)
-			}
-		}
-	}
-	fc.hops[id] = hop{host: host, since: now}
-	fc.mu.Unlock()
-	if redirected && prev.host == host {
-		fc.release(id)
-		return
-	}
-	fc.await(id, host)
+	prev, ok := fc.hops[ev.RedirectedRequestID]
+	delete(fc.hops, ev.RedirectedRequestID)
+	return prev, ok
 }
 
-// await books host's slot for a held request and releases the request when
-// the slot comes (at once if it has come already).
-func (fc *fetchConn) await(id, host string) {
-	release := func() { fc.release(id) }
-	if !fc.h.wait(fc.held, host, &fc.log, release, nil) {
-		release()
+func (fc *fetchConn) setHop(id string, hp hop) {
+	fc.mu.Lock()
+	fc.hops[id] = hp
+	fc.mu.Unlock()
+}
+
+func (fc *fetchConn) dropFrameHopsLocked(frame string) {
+	for k, hp := range fc.hops {
+		if hp.frame == frame {
+			delete(fc.hops, k)
+		}
 	}
 }
 

@@ -262,40 +262,99 @@ func TestFetchHolderExemptHost(t *testing.T) {
 	}
 }
 
-// TestFetchHolderReconnects drops the relay's own connection and checks
-// that the relay comes back and holds navigations again.
+// TestFetchHolderReconnects drops the relay's own connections: with one
+// gone the other holds on, the relay reconnects, and with both gone the
+// relay says so and holds again once one is back; navigations stay spaced
+// throughout.
 func TestFetchHolderReconnects(t *testing.T) {
 	for _, how := range []string{"dropped", "closed"} {
 		t.Run(how, func(t *testing.T) {
 			checkLeaks(t)
 			fb := newFakeBrowser(t, fakeConfig{})
 			tp := relayTo(t, fb, fixed(300*time.Millisecond))
-			hc := fb.holder(t)
+			lose := func(hc *fakeConn) {
+				if how == "dropped" {
+					hc.drop()
+				} else {
+					hc.closeWith(1001, "")
+				}
+				hc.ended(t)
+			}
+			hc1, hc2 := fb.holder(t), fb.holder(t)
 			chain := fb.fetch.chain(t, "/page?first")
-			announcePages(t, fb, hc, false)
-			hc.mustPlay(t, chain)
-			if how == "dropped" {
-				hc.drop()
-			} else {
-				hc.closeWith(1001, "")
-			}
-			again := fb.holder(t)
-			if again == hc {
-				t.Fatal("got the old connection back")
-			}
-			announcePages(t, fb, again, false)
-			first := again.mustPlay(t, chain)
-			second := again.mustPlay(t, chain)
+			announcePages(t, fb, hc1, false)
+			first := fb.playAll(t, chain)
+			lose(hc1)
+			second := fb.playAll(t, chain) // the other connection alone
 			if waited := second[0].continued.Sub(first[0].paused); waited < 300*time.Millisecond {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
-			if n := len(tp.logs.lines(`"level":"warn"`, "lost the relay's browser connection")); n != 1 {
-				t.Errorf("got %d warnings about the lost connection, want 1", n)
+			if n := len(tp.logs.lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
+				t.Errorf("got %d notes about one lost connection, want 1", n)
+			}
+			again := fb.holder(t) // the relay reconnected
+			third := fb.playAll(t, chain)
+			if waited := third[0].continued.Sub(second[0].paused); waited < 300*time.Millisecond {
+				t.Errorf("third navigation released %v after the second paused, want at least 300ms", waited)
+			}
+			lose(hc2)
+			lose(again)
+			fb.holder(t)
+			deadline := time.Now().Add(waitFor)
+			for len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := len(tp.logs.lines(`"level":"warn"`, "lost the relay's browser connections")); n != 1 {
+				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
 			if n := len(tp.logs.lines("browser connection is back")); n != 1 {
 				t.Errorf("got %d notes that the connection is back, want 1", n)
 			}
+			if n := tp.p.Metrics.Unheld(); n != 0 {
+				t.Errorf("unheld navigations: %d, want 0", n)
+			}
 		})
+	}
+}
+
+// TestFetchHolderHandsOver drops the relay's connection that holds a
+// navigation: Chromium hands the request to the relay's other connection,
+// which holds it until the slot already booked, books nothing more, and
+// counts nothing as unheld.
+func TestFetchHolderHandsOver(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	var rec *recorder
+	tp := relayTo(t, fb, fixed(500*time.Millisecond), recordBookings(&rec))
+	hc1, _ := fb.holder(t), fb.holder(t)
+	chain := fb.fetch.chain(t, "/page?first")
+	announcePages(t, fb, hc1, false)
+	first := fb.playAll(t, chain)
+	held := make(chan []hopTimes, 1)
+	go func() { held <- fb.playAll(t, chain) }()
+	deadline := time.Now().Add(waitFor)
+	for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("navigation not held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, hc := range fb.holders() {
+		if len(commands(hc, "Fetch.continueRequest")) < len(chain)+1 { // the one holding it
+			hc.drop()
+			break
+		}
+	}
+	second := <-held
+	if waited := second[0].continued.Sub(first[0].paused); waited < 500*time.Millisecond {
+		t.Errorf("held navigation went %v after the first, want at least its slot, 500ms", waited)
+	}
+	if n := len(rec.bookings()); n != 2 {
+		t.Errorf("%d bookings, want 2: the handed-over navigation books nothing more", n)
+	}
+	time.Sleep(orphanWait + 200*time.Millisecond)
+	if n := tp.p.Metrics.Unheld(); n != 0 {
+		t.Errorf("unheld navigations: %d, want 0", n)
 	}
 }
 

@@ -1,88 +1,103 @@
 package relay
 
 import (
-	"strings"
-	"sync"
-	"unicode/utf8"
-
-	"github.com/gorilla/websocket"
+	"context"
+	"encoding/json"
+	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// navHold is the fallback for browsers that cannot pause a browser's
-// document requests for the relay: it holds Page.navigate, Page.reload and
-// Target.createTarget commands of one client connection until their slot,
-// and reads the answers from the Network events of main-frame documents
-// that the client enabled itself. It sees nothing else: a link click, a
-// form submission or a redirect goes unheld.
-type navHold struct {
-	pr *pair
+// streamHold is the last resort, for browsers where neither the relay's
+// own connection nor the client's sessions can pause a document request:
+// it holds the commands that navigate (Page.navigate, Page.reload,
+// Page.navigateToHistoryEntry, Target.createTarget) of one client
+// connection until their slot, and reads the answers from the Network
+// events of main-frame documents that the client enabled itself. It sees
+// nothing else: a link click, a form submission or a redirect goes unheld,
+// and is counted as such when the client's Network events show it.
+type streamHold struct {
+	w *watch
 
-	mu sync.Mutex
-	// targets maps a session to its page's target id, which is also the
-	// id of the page's main frame; "" is the connection's own session,
-	// known for a /devtools/page/ID socket.
-	targets map[string]string // guarded by mu
-	urls    map[string]string // guarded by mu; session → URL it last navigated to, for reloads
-	docs    map[string]string // guarded by mu; session+" "+requestId → host of a main-frame document under way
+	queues  map[string][]*heldCmd  // guarded by w.mu; session → its navigation commands, the first one booked
+	docs    map[string]string      // guarded by w.mu; session+" "+requestId → host of a main-frame document under way
+	let     map[string][]time.Time // guarded by w.mu; host → when held navigations to it were let go, not seen yet
+	urls    map[string]string      // guarded by w.mu; session → URL its main frame last committed
 }
 
-func newNavHold(pr *pair) *navHold {
-	h := &navHold{
-		pr:      pr,
-		targets: make(map[string]string),
-		urls:    make(map[string]string),
+// heldCmd is a navigation command waiting for its slot.
+type heldCmd struct {
+	id      int64
+	method  string
+	session string
+	msg     []byte
+	url     string // "" when the browser must be asked (a reload, a history entry)
+	entry   int64  // the history entry, -1 for none
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiting bool // guarded by w.mu; booked, for a slot still to come
+}
+
+func newStreamHold(w *watch) *streamHold {
+	return &streamHold{
+		w:       w,
+		queues:  make(map[string][]*heldCmd),
 		docs:    make(map[string]string),
+		let:     make(map[string][]time.Time),
+		urls:    make(map[string]string),
 	}
-	if id, ok := strings.CutPrefix(pr.path, "/devtools/page/"); ok {
-		h.targets[""] = id
-	}
-	return h
 }
 
-// maxTracked bounds each of navHold's maps; a client that opens that many
-// sessions or documents without their ending has them forgotten.
-const maxTracked = 10_000
+// letWindow is how long after a held navigation was let go its document
+// request is expected.
+const letWindow = 30 * time.Second
 
-func put(m map[string]string, k, v string) {
-	if len(m) >= maxTracked {
-		clear(m)
-	}
-	m[k] = v
-}
+// lookupWait bounds asking the browser which URL a reload or a history
+// entry goes to.
+const lookupWait = 5 * time.Second
 
-// fromClient looks at a message on its way to the browser and reports
-// whether it took it: a navigation that must wait, which it writes itself
-// when its slot comes.
-func (h *navHold) fromClient(msg []byte) bool {
-	hd, err := cdp.Scan(msg)
-	if err != nil || !hd.HasID || hd.Params == nil && !hd.IsMethod("Page.reload") {
-		return false
-	}
+// fromClient holds a navigation command until its slot; it reports true
+// when it took the command.
+func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
+	w := s.w
 	session := string(hd.SessionID)
+	method := string(hd.Method)
 	var rawURL string
-	switch {
-	case hd.IsMethod("Page.navigate"):
+	var entry int64 = -1
+	switch method {
+	case "Page.navigate":
 		p, ok := cdp.NavigateParams(hd.Params)
 		if !ok {
 			return false
 		}
-		h.mu.Lock()
-		main, known := h.targets[session]
-		if p.FrameID != "" && known && p.FrameID != main {
-			h.mu.Unlock()
-			return false // an iframe
+		target, known := w.pageOf(session)
+		if known && target == "" || p.FrameID != "" && known && p.FrameID != target {
+			return false // not a page's main frame: an iframe, a worker
 		}
-		put(h.urls, session, p.URL)
-		h.mu.Unlock()
 		rawURL = p.URL
-	case hd.IsMethod("Page.reload"):
-		h.mu.Lock()
-		rawURL = h.urls[session]
-		h.mu.Unlock()
-	case hd.IsMethod("Target.createTarget"):
+		w.mu.Lock()
+		s.setURL(session, p.URL)
+		w.mu.Unlock()
+	case "Page.reload":
+		if target, known := w.pageOf(session); known && target == "" {
+			return false
+		}
+		w.mu.Lock()
+		rawURL = s.urls[session] // where its main frame is, as last seen; asked for when unknown
+		w.mu.Unlock()
+	case "Page.navigateToHistoryEntry":
+		if target, known := w.pageOf(session); known && target == "" {
+			return false
+		}
+		var p struct {
+			EntryID *int64 `json:"entryId"`
+		}
+		if json.Unmarshal(hd.Params, &p) != nil || p.EntryID == nil {
+			return false // the browser refuses it
+		}
+		entry = *p.EntryID
+	case "Target.createTarget":
 		p, ok := cdp.NavigateParams(hd.Params)
 		if !ok {
 			return false
@@ -91,106 +106,283 @@ func (h *navHold) fromClient(msg []byte) bool {
 	default:
 		return false
 	}
-	if !utf8.Valid(msg) {
-		return false // Chromium refuses the whole message (-32700): nothing navigates
-	}
-	host, ok := limiter.Key(rawURL)
-	if !ok || limiter.Exempt(host) {
-		if ok {
-			h.pr.p.Metrics.navigation(navExempt, 0)
-		} else {
-			h.pr.p.Metrics.navigation(navUntracked, 0)
+	if rawURL != "" {
+		w.mu.Lock()
+		queued := len(s.queues[session]) > 0
+		w.mu.Unlock()
+		host, ok := limiter.Key(rawURL)
+		if (!ok || limiter.Exempt(host)) && (!queued || method == "Target.createTarget") {
+			s.count(host, ok)
+			return false // nothing to hold, nothing to keep in order with
 		}
-		return false
 	}
-	held := append([]byte(nil), msg...)
-	pr := h.pr
-	pr.held.Add(1)
-	write := func() {
-		if err := pr.browser.writeMessage(websocket.TextMessage, held, pr.p.WriteTimeout); err != nil {
-			pr.log.Debug().Err(err).Msg("held navigation not delivered")
-			return
-		}
-		pr.p.Metrics.relayed(true, len(held))
+	cmd := &heldCmd{id: hd.ID, method: method, session: session, msg: append([]byte(nil), msg...), url: rawURL, entry: entry}
+	cmd.ctx, cmd.cancel = context.WithCancel(w.pr.ctx)
+	if method == "Target.createTarget" {
+		s.start(cmd) // opens a page of its own: nothing to keep in order with
+		return true
 	}
-	// When the connection ends first, the navigation goes nowhere.
-	if !pr.up.holder.wait(pr.ctx, host, &pr.log, write, pr.held.Done) {
-		pr.held.Done()
-		return false
+	w.mu.Lock()
+	q := s.queues[session]
+	q = append(q, cmd)
+	var overtaken []*heldCmd
+	if q[0].waiting {
+		// Every command before the new one waits for a slot the new one
+		// makes pointless: answer them as the browser answers a
+		// navigation a later one interrupts. Written later, they would
+		// take the page away from where the client has since moved it.
+		overtaken, q = q[:len(q)-1], q[len(q)-1:]
+	}
+	s.queues[session] = q
+	head := len(q) == 1
+	w.mu.Unlock()
+	for _, old := range overtaken {
+		s.supersede(old)
+	}
+	if head {
+		s.start(cmd)
 	}
 	return true
 }
 
-// fromBrowser follows what the browser tells the client: which session is
-// which page, where main frames navigate, and how their documents end.
-func (h *navHold) fromBrowser(msg []byte) {
-	hd, err := cdp.Scan(msg)
-	if err != nil || hd.HasID || hd.Params == nil {
+// start books a held command's slot (finding out first where a reload or
+// history navigation goes) and lets it go when the slot comes.
+func (s *streamHold) start(cmd *heldCmd) {
+	w := s.w
+	w.pr.held.Add(1)
+	go func() {
+		defer w.pr.held.Done()
+		defer cmd.cancel()
+		u := cmd.url
+		if u == "" {
+			if u = s.lookup(cmd.ctx, cmd.session, cmd.entry); cmd.ctx.Err() != nil {
+				return // overtaken, or the connection ended
+			}
+		}
+		host, ok := limiter.Key(u)
+		if !ok || limiter.Exempt(host) {
+			s.count(host, ok)
+			s.release(cmd, "")
+			return
+		}
+		done := make(chan struct{})
+		booked := func(start time.Time) {
+			if time.Until(start) <= 0 {
+				return
+			}
+			w.mu.Lock()
+			cmd.waiting = true
+			q := s.queues[cmd.session]
+			behind := len(q) > 1 && q[0] == cmd
+			w.mu.Unlock()
+			if behind {
+				s.overtake(cmd.session) // a later navigation arrived while this one was booked
+			}
+		}
+		w.h.holdBooked(cmd.ctx, host, u, &w.pr.log, booked, func() { s.release(cmd, host) }, func() { close(done) })
+		<-done
+	}()
+}
+
+// overtake answers every queued command of a session but the last, which
+// it starts.
+func (s *streamHold) overtake(session string) {
+	w := s.w
+	w.mu.Lock()
+	q := s.queues[session]
+	if len(q) < 2 {
+		w.mu.Unlock()
 		return
 	}
-	session := string(hd.SessionID)
-	switch string(hd.Method) {
-	case "Target.attachedToTarget":
-		if sid, tid, ok := cdp.AttachedTarget(hd.Params); ok {
-			h.mu.Lock()
-			put(h.targets, sid, tid)
-			h.mu.Unlock()
-		}
-	case "Target.detachedFromTarget":
-		if sid, ok := cdp.DetachedSession(hd.Params); ok {
-			h.mu.Lock()
-			delete(h.targets, sid)
-			delete(h.urls, sid)
-			h.mu.Unlock()
-		}
-	case "Network.requestWillBeSent":
-		ev, ok := cdp.RequestWillBeSent(hd.Params)
-		if !ok || ev.Type != "Document" || !h.mainFrame(session, ev.FrameID) {
-			return
-		}
-		key := session + " " + ev.RequestID
-		h.mu.Lock()
-		prev, had := h.docs[key]
-		h.mu.Unlock()
-		if ev.Redirect != nil && had {
-			h.pr.up.holder.observe(prev, limiter.Outcome(*ev.Redirect), &h.pr.log)
-		}
-		host, ok := limiter.Key(ev.URL)
-		if !ok || limiter.Exempt(host) {
-			h.mu.Lock()
-			delete(h.docs, key)
-			h.mu.Unlock()
-			return
-		}
-		if ev.Redirect != nil && host != prev {
-			// The browser follows redirects by itself: book the new host so
-			// its schedule counts the request, though it cannot be held.
-			h.pr.up.holder.book(host, &h.pr.log)
-		}
-		h.mu.Lock()
-		put(h.docs, key, host)
-		h.mu.Unlock()
-	case "Network.responseReceived", "Network.loadingFailed":
-		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
-		if !ok {
-			return
-		}
-		key := session + " " + ev.RequestID
-		h.mu.Lock()
-		host, tracked := h.docs[key]
-		delete(h.docs, key)
-		h.mu.Unlock()
-		if tracked {
-			h.pr.up.holder.observe(host, limiter.Outcome(ev.Outcome), &h.pr.log)
-		}
+	overtaken, last := q[:len(q)-1], q[len(q)-1]
+	s.queues[session] = []*heldCmd{last}
+	w.mu.Unlock()
+	for _, old := range overtaken {
+		s.supersede(old)
+	}
+	s.start(last)
+}
+
+func (s *streamHold) count(host string, http bool) {
+	if http {
+		s.w.h.p.Metrics.navigation(navExempt, 0)
+	} else {
+		s.w.h.p.Metrics.navigation(navUntracked, 0)
 	}
 }
 
+// supersede answers a held navigation command that a later one on the same
+// session overtook, as the browser answers a navigation a later one
+// interrupts, and drops it.
+func (s *streamHold) supersede(old *heldCmd) {
+	old.cancel()
+	result := "{}"
+	if old.method == "Page.navigate" {
+		target, _ := s.w.pageOf(old.session)
+		f, _ := json.Marshal(target)
+		result = `{"frameId":` + string(f) + `,"errorText":"net::ERR_ABORTED"}`
+	}
+	s.w.answer(old.session, old.id, result)
+}
+
+// release writes a held command to the browser, unless a later one
+// overtook it, expects its document, and starts the session's next one.
+func (s *streamHold) release(cmd *heldCmd, host string) {
+	w := s.w
+	var next *heldCmd
+	w.mu.Lock()
+	if cmd.method != "Target.createTarget" {
+		q := s.queues[cmd.session]
+		if len(q) == 0 || q[0] != cmd {
+			w.mu.Unlock()
+			return // overtaken, and answered already
+		}
+		q = q[1:]
+		if len(q) == 0 {
+			delete(s.queues, cmd.session)
+		} else {
+			s.queues[cmd.session], next = q, q[0]
+		}
+	}
+	if host != "" {
+		if len(s.let) >= maxTracked {
+			clear(s.let)
+		}
+		s.let[host] = append(s.let[host], time.Now())
+	}
+	w.mu.Unlock()
+	w.pass(cmd.msg)
+	if next != nil {
+		s.start(next)
+	}
+}
+
+// lookup asks the browser where a reload (entry < 0) or a history entry
+// goes: the URL of the current or the given entry of the page's history.
+func (s *streamHold) lookup(ctx context.Context, session string, entry int64) string {
+	ctx, cancel := context.WithTimeout(ctx, lookupWait)
+	defer cancel()
+	result, err := s.w.call(ctx, session, "Page.getNavigationHistory", struct{}{})
+	var h struct {
+		CurrentIndex int `json:"currentIndex"`
+		Entries      []struct {
+			ID  int64  `json:"id"`
+			URL string `json:"url"`
+		} `json:"entries"`
+	}
+	if err == nil && json.Unmarshal(result, &h) == nil {
+		for i, e := range h.Entries {
+			if entry < 0 && i == h.CurrentIndex || entry >= 0 && e.ID == entry {
+				return e.URL
+			}
+		}
+	}
+	return ""
+}
+
+// fromBrowser follows where main frames navigate and how their documents
+// end; it never drops anything.
+func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
+	w := s.w
+	session := string(hd.SessionID)
+	switch string(hd.Method) {
+	case "Page.frameNavigated":
+		var p struct {
+			Frame struct {
+				ID       string `json:"id"`
+				ParentID string `json:"parentId"`
+				URL      string `json:"url"`
+			} `json:"frame"`
+		}
+		if json.Unmarshal(hd.Params, &p) == nil && p.Frame.ParentID == "" && s.mainFrame(session, p.Frame.ID) {
+			w.mu.Lock()
+			s.setURL(session, p.Frame.URL)
+			w.mu.Unlock()
+		}
+	case "Network.requestWillBeSent":
+		ev, ok := cdp.RequestWillBeSent(hd.Params)
+		if !ok || ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
+			return false
+		}
+		key := session + " " + ev.RequestID
+		w.mu.Lock()
+		prev, had := s.docs[key]
+		w.mu.Unlock()
+		if ev.Redirect != nil && had {
+			w.h.observe(prev, limiter.Outcome(*ev.Redirect), &w.pr.log)
+		}
+		host, ok := limiter.Key(ev.URL)
+		if !ok || limiter.Exempt(host) {
+			w.mu.Lock()
+			delete(s.docs, key)
+			w.mu.Unlock()
+			return false
+		}
+		switch {
+		case ev.Redirect != nil && host != prev:
+			// The browser follows redirects by itself: book the new host so
+			// its schedule counts the request, though it cannot be held.
+			go w.h.book(host, ev.URL, &w.pr.log)
+		case ev.Redirect == nil && !s.expected(host):
+			w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
+		}
+		w.mu.Lock()
+		if len(s.docs) >= maxTracked {
+			clear(s.docs)
+		}
+		s.docs[key] = host
+		w.mu.Unlock()
+	case "Network.responseReceived", "Network.loadingFailed":
+		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
+		if !ok {
+			return false
+		}
+		key := session + " " + ev.RequestID
+		w.mu.Lock()
+		host, tracked := s.docs[key]
+		delete(s.docs, key)
+		w.mu.Unlock()
+		if tracked {
+			w.h.observe(host, limiter.Outcome(ev.Outcome), &w.pr.log)
+		}
+	case "Target.detachedFromTarget":
+		if sid, ok := cdp.DetachedSession(hd.Params); ok {
+			w.mu.Lock()
+			delete(s.urls, sid)
+			w.mu.Unlock()
+		}
+	}
+	return false
+}
+
+// setURL notes where a session's page is. Callers hold w.mu.
+func (s *streamHold) setURL(session, u string) {
+	if len(s.urls) >= maxTracked {
+		clear(s.urls)
+	}
+	s.urls[session] = u
+}
+
+// expected reports whether a document request to host is one of a
+// navigation the relay held and let go, and marks it seen.
+func (s *streamHold) expected(host string) bool {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	times := s.let[host]
+	for len(times) > 0 && time.Since(times[0]) > letWindow {
+		times = times[1:]
+	}
+	if len(times) == 0 {
+		delete(s.let, host)
+		return false
+	}
+	s.let[host] = times[1:]
+	return true
+}
+
 // mainFrame reports whether frame is the main frame of session's page;
-// when the page is unknown it gives the frame the benefit of the doubt.
-func (h *navHold) mainFrame(session, frame string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	main, ok := h.targets[session]
-	return !ok || main == frame
+// when the session is unknown it gives the frame the benefit of the doubt.
+func (s *streamHold) mainFrame(session, frame string) bool {
+	target, known := s.w.pageOf(session)
+	return !known || target == frame
 }

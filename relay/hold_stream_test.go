@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,8 +135,8 @@ func TestNavHoldHolds(t *testing.T) {
 		{name: "a held navigation blocks nothing", msgs: []string{
 			nav(1, S, "http://a.test/x", T),
 			fmt.Sprintf(`{"id":2,"method":"Runtime.evaluate","params":{"expression":"1+1"},"sessionId":%q}`, S),
-			nav(3, S, "http://b.test/", T), // first to b.test: goes at once
-			nav(4, S, "http://b.test/", T), // then b.test is booked too
+			nav(3, "OTHER", "http://b.test/", "F"), // first to b.test: goes at once
+			nav(4, "OTHER", "http://b.test/", "F"), // then b.test is booked too
 			`{"id":5,"method":"Target.getTargets"}`,
 		}, held: []int{0, 3}},
 		{name: "iframe navigation passes", msgs: []string{nav(1, S, "http://a.test/x", "0A8EE4E25BC3BA20C6D69A84408D4DE2")}},
@@ -213,10 +214,23 @@ func TestNavHoldHolds(t *testing.T) {
 				}
 			}
 			want = append(want, sentinel)
+			// A navigation that may go at once is booked off the client's
+			// reader, so it may arrive after what the client sent next;
+			// the relay asks where a page it knows nothing of is (its own
+			// commands have negative ids) before it reloads it.
 			var got []string
-			for len(got) == 0 || got[len(got)-1] != sentinel {
-				got = append(got, string(fc.next(t).data))
+			for len(got) < len(want) {
+				m := fc.next(t)
+				if m.m.ID != nil && *m.m.ID < 0 {
+					if m.m.Method == "Page.getNavigationHistory" {
+						fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":0,"entries":[{"id":1,"url":"about:blank"}]},"sessionId":%q}`, *m.m.ID, m.m.SessionID))
+					}
+					continue
+				}
+				got = append(got, string(m.data))
 			}
+			slices.Sort(got)
+			slices.Sort(want)
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Errorf("browser got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
@@ -233,17 +247,19 @@ func contains(s []int, i int) bool {
 	return false
 }
 
-// TestNavHoldDelay checks against a Lightpanda-like browser that a held
-// navigation command reaches the browser unchanged once its slot comes.
+// TestNavHoldDelay checks against a Lightpanda-like browser that held
+// navigation commands reach the browser unchanged once their slots come:
+// one at once, the next two a slot and two slots later, whichever books
+// first.
 func TestNavHoldDelay(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
-	tp := relayTo(t, fb, fixed(300*time.Millisecond)) // falls back: the browser is Lightpanda
+	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
 	c := tp.dial(t, "/", nil)
 	fc := fb.accept(t)
 	msgs := []string{
 		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
-		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-1"}`,
+		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`,
 		`{"id":3,"method":"Target.createTarget","params":{"url":"http://a.test/3"}}`,
 		`{"id":4,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"SID-1"}`,
 	}
@@ -256,17 +272,55 @@ func TestNavHoldDelay(t *testing.T) {
 		m := fc.next(t)
 		arrived[string(m.data)] = m.at
 	}
+	var navs []time.Duration
 	for i, m := range msgs {
 		at, ok := arrived[m]
 		if !ok {
 			t.Errorf("browser did not get %s unchanged", m)
 			continue
 		}
-		// Message 1 books a.test, 2 waits a slot, 3 two.
-		if i == 1 || i == 2 {
-			if waited, want := at.Sub(start), time.Duration(i)*300*time.Millisecond; waited < want {
-				t.Errorf("message %d reached the browser %v after the first was sent, want at least %v", i+1, waited, want)
-			}
+		if i < 3 {
+			navs = append(navs, at.Sub(start))
+		}
+	}
+	slices.Sort(navs)
+	for k, waited := range navs {
+		if want := time.Duration(k) * 300 * time.Millisecond; waited < want {
+			t.Errorf("navigation %d to go reached the browser %v after the first was sent, want at least %v", k+1, waited, want)
+		}
+	}
+}
+
+// TestNavHoldKeepsOrder checks that navigations on one session keep their
+// order: one that a later one overtakes while it waits for its slot is
+// answered as the browser answers an interrupted navigation, and never
+// reaches the browser; one that may go at once goes before the next.
+func TestNavHoldKeepsOrder(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
+	tp.lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
+	time.Sleep(50 * time.Millisecond) // booked, waiting
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://b.test/new"},"sessionId":"SID-1"}`))
+	_, got := readClient(t, c)
+	if want := `{"id":1,"result":{"frameId":"","errorText":"net::ERR_ABORTED"},"sessionId":"SID-1"}`; string(got) != want {
+		t.Errorf("client got %s, want %s", got, want)
+	}
+	_, got = readClient(t, c)
+	if want := `{"id":2,"result":{},"sessionId":"SID-1"}`; string(got) != want {
+		t.Errorf("client got %s, want %s", got, want)
+	}
+	if m := fc.next(t); !strings.Contains(string(m.data), `"id":3`) {
+		t.Errorf("browser got %s first, want the last navigation", m.data)
+	}
+	time.Sleep(400 * time.Millisecond)
+	for _, m := range fc.received() {
+		if strings.Contains(string(m.data), "stale") || strings.Contains(string(m.data), "Page.reload") {
+			t.Errorf("browser got an overtaken navigation: %s", m.data)
 		}
 	}
 }

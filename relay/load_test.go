@@ -159,12 +159,13 @@ func (lb *loadBrowser) navigate(lc *loadConn, id int64, url string) {
 	host, _ := limiter.Key(url)
 	reqID := fmt.Sprintf("interception-job-%d.0", lb.jobs.Add(1))
 	lb.mu.Lock()
-	fetch := lb.holder != nil
+	hc := lb.holder // both stages pause on one connection, as in Chromium
 	lb.mu.Unlock()
+	fetch := hc != nil
 	at := time.Now() // with no Fetch, the relay held the command itself
 	if fetch {
 		var ok bool
-		if at, ok = lb.pause(reqID, url, 0); !ok {
+		if at, ok = lb.pause(hc, reqID, url, 0); !ok {
 			return
 		}
 	}
@@ -172,7 +173,7 @@ func (lb *loadBrowser) navigate(lc *loadConn, id int64, url string) {
 	lb.released[host] = append(lb.released[host], at)
 	lb.mu.Unlock()
 	if fetch {
-		if _, ok := lb.pause(reqID, url, 200); !ok {
+		if _, ok := lb.pause(hc, reqID, url, 200); !ok {
 			return
 		}
 	}
@@ -180,11 +181,10 @@ func (lb *loadBrowser) navigate(lc *loadConn, id int64, url string) {
 }
 
 // pause sends a Fetch.requestPaused and waits for its Fetch.continueRequest.
-func (lb *loadBrowser) pause(reqID, url string, status int) (time.Time, bool) {
+func (lb *loadBrowser) pause(hc *loadConn, reqID, url string, status int) (time.Time, bool) {
 	ch := make(chan time.Time, 1)
 	lb.mu.Lock()
 	lb.pending[reqID] = ch
-	hc := lb.holder
 	if status == 0 {
 		lb.paused++
 	}
@@ -358,12 +358,23 @@ func testLoad(t *testing.T, mode string) {
 		t.Errorf("%d navigations answered, want %d (all but those of clients that vanished)", n, want)
 	}
 	// The relay holds nothing any more.
-	if fc := tp.p.ups[0].holder.conn.Load(); mode == "fetch" && fc != nil {
-		fc.mu.Lock()
-		calls, hops, timers := len(fc.calls), len(fc.hops), int(tp.p.ups[0].holder.waiting.Load())
-		fc.mu.Unlock()
-		if calls+hops+timers != 0 {
-			t.Errorf("relay's own connection keeps %d calls, %d hops, %d timers, want none", calls, hops, timers)
+	if h := tp.p.ups[0].holder; mode == "fetch" {
+		for i := range h.fetch.conns {
+			fc := h.fetch.conns[i].Load()
+			if fc == nil {
+				continue
+			}
+			fc.mu.Lock()
+			calls, hops, timers := len(fc.calls), len(fc.hops), int(h.waiting.Load())
+			fc.mu.Unlock()
+			if calls+hops+timers != 0 {
+				fc.mu.Lock()
+				for k, v := range fc.hops {
+					t.Logf("hop %s: %+v", k, v)
+				}
+				fc.mu.Unlock()
+				t.Errorf("relay's own connection %d keeps %d calls, %d hops, %d timers, want none", i, calls, hops, timers)
+			}
 		}
 	}
 
@@ -404,7 +415,7 @@ func testLoad(t *testing.T, mode string) {
 func loadClient(tp *testProxy, i, hosts, perConn, dropOdds int, connsOpened, dropped, navs, answered, cmds, replies, peakConns *atomic.Int64) error {
 	rng := rand.New(rand.NewPCG(uint64(i), 4))
 	dial := func() (*websocket.Conn, error) {
-		c, _, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/", nil)
+		c, _, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/devtools/page/PAGE", nil) // the page the client drives
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -17,6 +18,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
+	navForeign, navUnheld                          prometheus.Counter
 	delay                                          prometheus.Histogram
 	overload, failure, answered                    prometheus.Counter
 	conns                                          prometheus.Gauge
@@ -32,10 +34,13 @@ func NewMetrics(l Limiter) *Metrics {
 	m := &Metrics{reg: reg}
 	nav := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cdp_throttle_navigations_total",
-		Help: "Top-level navigations by outcome: passed (booked, no wait), delayed (held for their slot), exempt (loopback), untracked (not a page's main frame, or not http).",
+		Help: "Top-level navigations by outcome: passed (booked, went at once), delayed (held for their slot), exempt (loopback), " +
+			"untracked (not a page's main frame, or not http), foreign (a page none of the relay's clients drives: let go at once), " +
+			"unheld (a client's navigation that reached the network without a booking).",
 	}, []string{"outcome"})
 	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")
 	m.navExempt, m.navUntracked = nav.WithLabelValues("exempt"), nav.WithLabelValues("untracked")
+	m.navForeign, m.navUnheld = nav.WithLabelValues("foreign"), nav.WithLabelValues("unheld")
 	m.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cdp_throttle_navigation_delay_seconds",
 		Help:    "How long delayed navigations were held.",
@@ -100,7 +105,28 @@ func (m *Metrics) navigation(outcome navOutcome, d time.Duration) {
 		m.navExempt.Inc()
 	case navUntracked:
 		m.navUntracked.Inc()
+	case navForeign:
+		m.navForeign.Inc()
 	}
+}
+
+// unheld counts n navigations that reached the network without a booking.
+func (m *Metrics) unheld(n int) {
+	if m != nil {
+		m.navUnheld.Add(float64(n))
+	}
+}
+
+// Unheld reports how many navigations reached the network without a
+// booking: 0 unless the browser released what the relay held, or a way of
+// holding could not see them.
+func (m *Metrics) Unheld() int {
+	if m == nil {
+		return 0
+	}
+	var d dto.Metric
+	m.navUnheld.Write(&d)
+	return int(d.GetCounter().GetValue())
 }
 
 type navOutcome int
@@ -109,6 +135,7 @@ const (
 	navBooked navOutcome = iota
 	navExempt
 	navUntracked
+	navForeign
 )
 
 // feedback counts one answer fed back to the limiter.

@@ -44,7 +44,7 @@ type pair struct {
 	browser *conn
 	log     zerolog.Logger
 	path    string   // the websocket path the client asked for
-	hold    *navHold // nil unless navigations are held in the client stream
+	watch   *watch   // nil when no navigation is held
 
 	ctx    context.Context // cancelled when the pair ends: held navigations give up
 	cancel context.CancelFunc
@@ -137,8 +137,8 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log z
 	pongWait := 2*p.PingInterval + 10*time.Second
 	cc.SetReadDeadline(time.Now().Add(pongWait))
 	cc.SetPongHandler(func(string) error { return cc.SetReadDeadline(time.Now().Add(pongWait)) })
-	if up.holder != nil && up.holder.inStreamMode() {
-		pr.hold = newNavHold(pr)
+	if up.holder != nil {
+		pr.watch = newWatch(pr, up.holder)
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -172,6 +172,9 @@ func (p *Proxy) route(ctx context.Context, path string) *upstream {
 // run relays until either side ends, passes the ending on to the other
 // side, and returns when both pumps and every held navigation are done.
 func (pr *pair) run() {
+	if pr.watch != nil {
+		pr.watch.start()
+	}
 	browserDone := make(chan struct{})
 	go func() {
 		pr.finish(pr.pump(pr.browser, pr.client))
@@ -181,6 +184,9 @@ func (pr *pair) run() {
 	<-browserDone
 	pr.cancel()
 	pr.held.Wait()
+	if pr.watch != nil && pr.watch.sess != nil {
+		pr.watch.sess.ended()
+	}
 	pr.client.c.Close()
 	pr.browser.c.Close()
 	pr.p.mu.Lock()
@@ -248,9 +254,10 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	defer smallBufs.Put(bp)
 	buf := *bp
 	n, err := io.ReadFull(r, buf)
-	if err == nil && pr.hold != nil && dst.toBrowser {
-		// A navigation's URL may be up to 2 MiB long: read a command up to
-		// maxHeldCommand whole, so that the hold sees it.
+	if err == nil && pr.watch != nil && (dst.toBrowser || pr.watch.via() != viaFetch) {
+		// A navigation's URL may be up to 2 MiB long, and so may a paused
+		// request's: read a message up to maxHeldCommand whole, so that the
+		// watch sees it.
 		rest, rerr := io.ReadAll(io.LimitReader(r, maxHeldCommand-smallMessage))
 		switch {
 		case rerr != nil:
@@ -269,13 +276,13 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 			// and text the browser cannot parse it answers with an error.
 			mt = websocket.TextMessage
 		}
-		if pr.hold != nil {
+		if pr.watch != nil {
 			if dst.toBrowser {
-				if pr.hold.fromClient(msg) {
-					return nil // held; written later by the hold
+				if pr.watch.fromClient(msg) {
+					return nil // held, or answered: written later by the watch
 				}
-			} else {
-				pr.hold.fromBrowser(msg)
+			} else if pr.watch.fromBrowser(msg) {
+				return nil // for the relay, not the client
 			}
 		}
 		if err := dst.writeMessage(mt, msg, pr.p.WriteTimeout); err != nil {

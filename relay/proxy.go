@@ -49,12 +49,16 @@ const (
 	InterceptAuto Intercept = iota
 	// InterceptFetch requires browser-level Fetch interception.
 	InterceptFetch
-	// InterceptNavigate holds Page.navigate, Page.reload and
-	// Target.createTarget commands in each client's stream.
+	// InterceptNavigate holds Page.navigate, Page.reload,
+	// Page.navigateToHistoryEntry and Target.createTarget commands in each
+	// client's stream.
 	InterceptNavigate
+	// InterceptSession holds documents through the relay's own
+	// interception in each client session.
+	InterceptSession
 )
 
-// ParseIntercept reads "auto", "fetch" or "navigate".
+// ParseIntercept reads "auto", "fetch", "session" or "navigate".
 func ParseIntercept(s string) (Intercept, error) {
 	switch strings.ToLower(s) {
 	case "", "auto":
@@ -63,12 +67,14 @@ func ParseIntercept(s string) (Intercept, error) {
 		return InterceptFetch, nil
 	case "navigate":
 		return InterceptNavigate, nil
+	case "session":
+		return InterceptSession, nil
 	}
-	return 0, fmt.Errorf("relay: intercept %q: want auto, fetch or navigate", s)
+	return 0, fmt.Errorf("relay: intercept %q: want auto, fetch, session or navigate", s)
 }
 
 func (i Intercept) String() string {
-	return [...]string{"auto", "fetch", "navigate"}[i]
+	return [...]string{"auto", "fetch", "navigate", "session"}[i]
 }
 
 // Limiter books navigation slots per host, as *limiter.Limiter does in
@@ -138,13 +144,19 @@ type Proxy struct {
 	// Bearer TOKEN" or "?token=TOKEN"; the URLs the relay advertises carry it.
 	Token string
 
-	log      zerolog.Logger // set once by Start
-	ups      []*upstream    // set once by Start
-	dialer   *websocket.Dialer
-	upgrader *websocket.Upgrader
-	warned   warnOnce
-	stop     context.CancelFunc // set once by Start; ends the background goroutines
-	done     sync.WaitGroup     // background goroutines
+	// everyPage makes every page count as one of the relay's clients',
+	// for tests of the holding itself, which play pauses of pages no
+	// client drives.
+	everyPage bool
+
+	log       zerolog.Logger // set once by Start
+	ups       []*upstream    // set once by Start
+	dialer    *websocket.Dialer
+	upgrader  *websocket.Upgrader
+	warned    warnOnce
+	stop      context.CancelFunc // set once by Start; ends the background goroutines
+	done      sync.WaitGroup     // background goroutines
+	observing sync.WaitGroup     // answers on their way to the limiter
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
@@ -258,27 +270,40 @@ func (p *Proxy) Start(ctx context.Context) error {
 	return nil
 }
 
-// arm sets up how the navigations of one browser are held.
+// arm sets up how the navigations of one browser are held: through the
+// relay's own connections (Fetch) for Chromium, through each client's
+// sessions for Lightpanda, as Intercept says otherwise. In auto mode a
+// browser that refuses Fetch gets the session strategy, and a Fetch
+// connection that cannot be made yet is retried, navigations waiting
+// meanwhile, never passed unheld.
 func (p *Proxy) arm(ctx, bg context.Context, up *upstream, v version, notUp error) error {
-	h := &holder{p: p, up: up}
+	h := newHolder(p, up, v)
 	up.holder = h
 	mode := p.Intercept
-	if mode == InterceptAuto && strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda") {
-		mode = InterceptNavigate // each of its connections is a browser of its own
+	if mode == InterceptAuto && h.lightpanda {
+		mode = InterceptSession // each of its connections is a browser of its own
 	}
-	switch {
-	case mode == InterceptNavigate:
-		h.fallback(v.Browser, "requested")
+	switch mode {
+	case InterceptNavigate:
+		h.use(viaStream)
+		p.log.Warn().Str("upstream", up.name).Str("browser", v.Browser).Msg(fallOverMsg[viaStream])
 		return nil
-	case notUp != nil:
-		h.startLater(bg, &p.done)
+	case InterceptSession:
+		h.use(viaSession)
+		p.log.Info().Str("upstream", up.name).Msg("holding navigations through the relay's own interception in each client session")
 		return nil
 	}
-	if err := h.start(ctx, bg, &p.done); err != nil {
+	h.fetch = newFetchHold(h)
+	h.way.Store(int32(viaFetch))
+	if err := h.fetch.start(ctx, bg, notUp == nil, &p.done); err != nil {
 		if mode == InterceptFetch {
 			return err
 		}
-		h.fallback(v.Browser, err.Error())
+		h.fallOver(err.Error())
+		return nil
+	}
+	if h.isArmed() {
+		p.log.Info().Str("upstream", up.name).Msg("holding top-level navigations through the relay's own browser connections (Fetch)")
 	}
 	return nil
 }
@@ -317,7 +342,15 @@ func (p *Proxy) Close() error {
 		p.stop()
 	}
 	p.done.Wait()
+	p.observing.Wait()
 	return nil
+}
+
+// ctxDone reports whether the relay is shutting down.
+func (p *Proxy) ctxDone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // Serve answers clients on ln until ctx ends, then closes every relayed

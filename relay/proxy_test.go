@@ -68,6 +68,7 @@ func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *s
 		Limiter:      lim,
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
+		everyPage:    true, // the scope tests clear it
 	}, lim, logs
 }
 
@@ -145,23 +146,25 @@ func fixed(interval time.Duration) limiter.Config {
 // relay's own Fetch connection and holding navigations in client streams.
 func TestStartChoosesInterception(t *testing.T) {
 	tests := []struct {
-		name       string
-		browser    fakeConfig
-		cfg        limiter.Config
-		intercept  Intercept
-		wantErr    string // Start fails with this
-		wantHolder bool   // the relay keeps its own connection with Fetch enabled
-		wantStream bool   // navigations are held in the client streams
-		wantConns  int    // websockets the browser saw from Start
+		name      string
+		browser   fakeConfig
+		cfg       limiter.Config
+		intercept Intercept
+		wantErr   string // Start fails with this
+		want      string // how navigations are held: fetch, session, navigate or off
+		wantWarn  string // the warning Start gives about it
+		wantConns int    // websockets the browser saw from Start, at least
 	}{
-		{name: "chromium: fetch", cfg: limiter.Config{}, wantHolder: true, wantConns: 1},
-		{name: "lightpanda by name: stream, no connection", browser: fakeConfig{lightpanda: true}, wantStream: true},
-		{name: "fetch refused: stream", browser: fakeConfig{rejectFetch: true}, wantStream: true, wantConns: 1},
+		{name: "chromium: fetch", cfg: limiter.Config{}, want: "fetch", wantConns: 1},
+		{name: "lightpanda by name: session, no connection", browser: fakeConfig{lightpanda: true}, want: "session"},
+		{name: "fetch refused: session", browser: fakeConfig{rejectFetch: true}, want: "session", wantConns: 1,
+			wantWarn: "holding navigations through each client session instead of the relay's own connection"},
 		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: InterceptFetch,
 			wantErr: "browser refused browser-level Fetch", wantConns: 1},
-		{name: "navigate requested", intercept: InterceptNavigate, wantStream: true},
-		{name: "limiter off: nothing held", cfg: limiter.Config{Mode: limiter.Off}},
-		{name: "fixed 0 acts as off", cfg: limiter.Config{Mode: limiter.Fixed}},
+		{name: "navigate requested", intercept: InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
+		{name: "session requested", intercept: InterceptSession, want: "session"},
+		{name: "limiter off: nothing held", cfg: limiter.Config{Mode: limiter.Off}, want: "off"},
+		{name: "fixed 0 acts as off", cfg: limiter.Config{Mode: limiter.Fixed}, want: "off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,19 +184,14 @@ func TestStartChoosesInterception(t *testing.T) {
 				return
 			}
 			tp := startProxy(t, p, lim, logs)
-			if got := fb.connCount(); got != tt.wantConns {
+			if got := fb.connCount(); got < tt.wantConns || tt.wantConns == 0 && got != 0 {
 				t.Errorf("got %d websockets from Start, want %d", got, tt.wantConns)
 			}
-			gotHolder := tp.p.ups[0].holding() == "fetch"
-			if gotHolder != tt.wantHolder {
-				t.Errorf("got own Fetch connection %v, want %v", gotHolder, tt.wantHolder)
+			if got := tp.p.ups[0].holding(); got != tt.want {
+				t.Errorf("navigations held by %q, want %q", got, tt.want)
 			}
-			gotStream := tp.p.ups[0].holding() == "navigate"
-			if gotStream != tt.wantStream {
-				t.Errorf("got navigations held in the stream %v, want %v", gotStream, tt.wantStream)
-			}
-			if tt.wantStream && len(logs.lines(`"level":"warn"`, "holding navigations in the client stream")) != 1 {
-				t.Errorf("got no warning about the fallback; log:\n%s", logs)
+			if tt.wantWarn != "" && len(logs.lines(`"level":"warn"`, tt.wantWarn)) != 1 {
+				t.Errorf("got no warning %q; log:\n%s", tt.wantWarn, logs)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -643,12 +644,21 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 				}
 				return
 			}
+			// Navigations wait while the relay keeps trying; a browser that
+			// stays silent gets the session strategy after a few tries.
 			tp := startProxy(t, p, lim, logs)
-			if tp.p.ups[0].holding() != "navigate" {
-				t.Errorf("relay did not fall back to holding navigations in the client streams")
+			if got := tp.p.ups[0].holding(); got != "waiting" {
+				t.Errorf("navigations held by %q after Start, want waiting", got)
 			}
-			if n := len(logs.lines(`"level":"warn"`, "holding navigations in the client stream", "context deadline exceeded")); n != 1 {
-				t.Errorf("got %d warnings about the fallback and why, want 1", n)
+			if n := len(logs.lines(`"level":"warn"`, "navigations wait until it is", "context deadline exceeded")); n != 1 {
+				t.Errorf("got %d warnings that navigations wait and why, want 1", n)
+			}
+			deadline := time.Now().Add(waitFor)
+			for tp.p.ups[0].holding() != "session" && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := len(logs.lines(`"level":"warn"`, "holding navigations through each client session", "context deadline exceeded")); n != 1 {
+				t.Errorf("got %d warnings about falling over to the session strategy and why, want 1", n)
 			}
 		})
 	}
@@ -688,7 +698,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	for range 25 {
 		hc.mustPlay(t, chain)
 	}
-	fc := tp.p.ups[0].holder.conn.Load()
+	fc := tp.p.ups[0].holder.fetch.conns[0].Load()
 	fc.mu.Lock()
 	pending := len(fc.calls)
 	fc.mu.Unlock()
@@ -1204,7 +1214,8 @@ func TestLogHygiene(t *testing.T) {
 				"http://" + password + "@b.test/",
 				"javascript:'" + body + "'",
 			} {
-				msg, _ := json.Marshal(map[string]any{"id": i + 1, "method": "Page.navigate", "params": map[string]any{"url": url}, "sessionId": body})
+				// A session each: navigations on one session keep their order.
+				msg, _ := json.Marshal(map[string]any{"id": i + 1, "method": "Page.navigate", "params": map[string]any{"url": url}, "sessionId": body + strconv.Itoa(i)})
 				writeClient(t, c, websocket.TextMessage, msg)
 			}
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":9,"method":"Runtime.evaluate","params":{"expression":"'`+body+`'"}}`))

@@ -314,18 +314,13 @@ func (p *Proxy) remember(target string, up *upstream) {
 	p.targets[target] = up
 }
 
-// holding says how the browser's navigations are held: "fetch" (the relay's
-// own connection), "navigate" (in the client streams), "reconnecting", or
+// holding says how the browser's navigations are held: "fetch" (the
+// relay's own connections), "session" (in each client session), "navigate"
+// (in the client streams), "waiting" while nothing can hold them, or
 // "off".
 func (up *upstream) holding() string {
-	h := up.holder
-	switch {
-	case h == nil:
+	if up.holder == nil {
 		return "off"
-	case h.inStreamMode():
-		return "navigate"
-	case h.conn.Load() != nil:
-		return "fetch"
 	}
-	return "reconnecting"
+	return up.holder.holding()
 }

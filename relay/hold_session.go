@@ -1,0 +1,503 @@
+package relay
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// sessionHold holds the navigations of one client connection through the
+// relay's own interception in the client's page sessions: for browsers
+// where the relay cannot watch pages from a connection of its own
+// (Lightpanda gives every connection a browser of its own), and for
+// Chromium as the fallback of Fetch (--intercept session).
+//
+// On each page session the relay enables Fetch (and Network, for the
+// answers) with commands of its own, whose ids no client uses and whose
+// answers never reach the client. A paused top-level document waits for
+// its slot; every other paused request goes on at once. Network events the
+// client did not enable are read and dropped.
+//
+// A browser keeps one set of Fetch patterns per session (Chromium) or per
+// page (Lightpanda), and a client's own Fetch.enable would replace the
+// relay's: the relay sends the union of the client's patterns and its own
+// instead, and hands the client exactly the paused requests its own
+// patterns ask for, a held document once its slot has come. The client's
+// Fetch.disable and Network.disable are answered by the relay, which keeps
+// its own interception on.
+type sessionHold struct {
+	w *watch
+	// patterns are the relay's own: only documents for Chromium; every
+	// request for Lightpanda, whose older versions honour no other
+	// pattern.
+	patterns []pattern
+
+	states    map[string]*sessState // guarded by w.mu; page sessions
+	prebooked map[string]time.Time  // guarded by w.mu; URL of a held Target.createTarget → when it was let go
+	held      int                   // guarded by w.mu; top-level documents waiting for their slot
+}
+
+// sessState is what the relay keeps of one page session.
+type sessState struct {
+	target    string
+	armed     bool
+	client    *clientFetch        // the client's own Fetch here, nil when off
+	network   bool                // the client enabled Network here
+	delivered map[string]struct{} // paused requests handed to the client, not answered by it yet
+	docs      map[string]string   // network id → host of the top-level document under way
+	children  map[string]struct{} // frames known to have a parent (iframes)
+}
+
+// clientFetch is a client's own Fetch.enable.
+type clientFetch struct {
+	patterns []pattern // nil: every request
+	auth     bool      // handleAuthRequests
+	raw      json.RawMessage
+}
+
+// pattern is a Fetch.RequestPattern.
+type pattern struct {
+	URLPattern   string `json:"urlPattern,omitempty"`
+	ResourceType string `json:"resourceType,omitempty"`
+	RequestStage string `json:"requestStage,omitempty"`
+}
+
+var (
+	documentsPattern = []pattern{{URLPattern: "*", ResourceType: "Document", RequestStage: "Request"}}
+	everyPattern     = []pattern{{URLPattern: "*", RequestStage: "Request"}}
+)
+
+func newSessionHold(w *watch) *sessionHold {
+	s := &sessionHold{w: w, states: make(map[string]*sessState), prebooked: make(map[string]time.Time), patterns: documentsPattern}
+	if w.h.lightpanda {
+		s.patterns = everyPattern
+	}
+	return s
+}
+
+// armAll arms every page session the client has.
+func (s *sessionHold) armAll() {
+	s.w.mu.Lock()
+	var sessions []string
+	for id, si := range s.w.sessions {
+		if si.typ == "page" {
+			sessions = append(sessions, id)
+		}
+	}
+	s.w.mu.Unlock()
+	for _, id := range sessions {
+		s.arm(id)
+	}
+}
+
+// arm enables the relay's interception on a page session, once.
+func (s *sessionHold) arm(session string) {
+	w := s.w
+	w.mu.Lock()
+	si, ok := w.sessions[session]
+	if !ok || si.typ != "page" {
+		w.mu.Unlock()
+		return
+	}
+	st := s.states[session]
+	if st == nil {
+		if len(s.states) >= maxTracked {
+			clear(s.states)
+		}
+		st = &sessState{target: si.target, delivered: map[string]struct{}{}, docs: map[string]string{}, children: map[string]struct{}{}}
+		s.states[session] = st
+	}
+	if st.armed {
+		w.mu.Unlock()
+		return
+	}
+	st.armed = true
+	enable := s.enableParams(st)
+	network := st.network
+	w.mu.Unlock()
+	if _, err := w.send(session, "Fetch.enable", enable, nil); err != nil {
+		w.pr.log.Debug().Err(err).Msg("could not enable the relay's interception")
+	}
+	if !network {
+		w.send(session, "Network.enable", struct{}{}, nil)
+	}
+}
+
+// enableParams is the Fetch.enable the session needs: the client's
+// patterns and the relay's. Callers hold w.mu.
+func (s *sessionHold) enableParams(st *sessState) any {
+	type params struct {
+		Patterns           []pattern `json:"patterns"`
+		HandleAuthRequests bool      `json:"handleAuthRequests,omitempty"`
+	}
+	p := params{Patterns: append([]pattern(nil), s.patterns...)}
+	if c := st.client; c != nil {
+		every := c.patterns
+		if every == nil {
+			every = []pattern{{URLPattern: "*"}}
+		}
+		p.Patterns = append(append([]pattern(nil), every...), s.patterns...)
+		p.HandleAuthRequests = c.auth
+	}
+	return p
+}
+
+// state returns the relay's state of a page session, nil for a session it
+// does not hold in.
+func (s *sessionHold) state(session string) *sessState {
+	st := s.states[session]
+	if st == nil || !st.armed {
+		return nil
+	}
+	return st
+}
+
+// fromClient looks at a client's command; it reports true when the relay
+// took it (and writes it, rewritten, or answers it itself).
+func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
+	w := s.w
+	session := string(hd.SessionID)
+	switch string(hd.Method) {
+	case "Target.createTarget":
+		return s.createTarget(hd, msg)
+	case "Fetch.enable":
+		var p struct {
+			Patterns           json.RawMessage `json:"patterns"`
+			HandleAuthRequests bool            `json:"handleAuthRequests"`
+		}
+		if hd.Params != nil && json.Unmarshal(hd.Params, &p) != nil {
+			return false // the browser answers what it cannot read
+		}
+		c := &clientFetch{auth: p.HandleAuthRequests}
+		if len(p.Patterns) > 0 && string(p.Patterns) != "null" {
+			c.patterns = []pattern{}
+			if json.Unmarshal(p.Patterns, &c.patterns) != nil {
+				return false
+			}
+		}
+		w.mu.Lock()
+		st := s.state(session)
+		if st == nil {
+			w.mu.Unlock()
+			return false
+		}
+		st.client = c
+		params := s.enableParams(st)
+		w.mu.Unlock()
+		out, err := cdp.Command(hd.ID, "Fetch.enable", session, params)
+		if err != nil {
+			return false
+		}
+		w.pass(out)
+		return true
+	case "Fetch.disable":
+		w.mu.Lock()
+		st := s.state(session)
+		if st == nil {
+			w.mu.Unlock()
+			return false
+		}
+		st.client = nil
+		var waiting []string
+		for id := range st.delivered {
+			waiting = append(waiting, id)
+		}
+		clear(st.delivered)
+		params := s.enableParams(st)
+		w.mu.Unlock()
+		// What the client held goes on, as Fetch.disable would have let it.
+		for _, id := range waiting {
+			w.send(session, "Fetch.continueRequest", map[string]string{"requestId": id}, nil)
+		}
+		w.send(session, "Fetch.enable", params, nil)
+		w.answer(session, hd.ID, "{}")
+		return true
+	case "Fetch.continueRequest", "Fetch.failRequest", "Fetch.fulfillRequest", "Fetch.continueWithAuth", "Fetch.continueResponse":
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		if json.Unmarshal(hd.Params, &p) == nil {
+			w.mu.Lock()
+			if st := s.state(session); st != nil {
+				delete(st.delivered, p.RequestID)
+			}
+			w.mu.Unlock()
+		}
+	case "Network.enable":
+		w.mu.Lock()
+		if st := s.state(session); st != nil {
+			st.network = true
+		}
+		w.mu.Unlock()
+	case "Network.disable":
+		w.mu.Lock()
+		st := s.state(session)
+		if st != nil {
+			st.network = false
+		}
+		w.mu.Unlock()
+		if st != nil {
+			w.answer(session, hd.ID, "{}") // the relay reads the answers from Network
+			return true
+		}
+	}
+	return false
+}
+
+// createTarget holds a Target.createTarget that opens a page on a URL: the
+// page's first request may leave before the relay's interception is on
+// in the new page's session, so the command itself waits for the slot,
+// and the document it loads books nothing more.
+func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
+	p, ok := cdp.NavigateParams(hd.Params)
+	if !ok {
+		return false
+	}
+	host, ok := limiter.Key(p.URL)
+	if !ok || limiter.Exempt(host) {
+		return false
+	}
+	w := s.w
+	held := append([]byte(nil), msg...)
+	w.pr.held.Add(1)
+	w.h.hold(w.pr.ctx, host, p.URL, &w.pr.log, func() {
+		w.mu.Lock()
+		if len(s.prebooked) >= maxTracked {
+			clear(s.prebooked)
+		}
+		s.prebooked[p.URL] = time.Now()
+		w.mu.Unlock()
+		w.pass(held)
+	}, w.pr.held.Done)
+	return true
+}
+
+// fromBrowser looks at what the browser sends the client; it reports true
+// for what the client must not see.
+func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
+	w := s.w
+	session := string(hd.SessionID)
+	method := string(hd.Method)
+	switch {
+	case method == "Target.attachedToTarget":
+		if sid, _, ok := cdp.AttachedTarget(hd.Params); ok {
+			s.arm(sid) // before the client hears of the session
+		}
+		return false
+	case method == "Fetch.requestPaused":
+		return s.paused(session, hd.Params, msg)
+	case method == "Fetch.authRequired":
+		w.mu.Lock()
+		st := s.state(session)
+		auth := st != nil && st.client != nil && st.client.auth
+		w.mu.Unlock()
+		if st == nil || auth {
+			return false
+		}
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		json.Unmarshal(hd.Params, &p)
+		w.send(session, "Fetch.continueWithAuth", map[string]any{"requestId": p.RequestID,
+			"authChallengeResponse": map[string]string{"response": "Default"}}, nil)
+		return true
+	case method == "Page.frameAttached":
+		var p struct {
+			FrameID       string `json:"frameId"`
+			ParentFrameID string `json:"parentFrameId"`
+		}
+		if json.Unmarshal(hd.Params, &p) == nil && p.ParentFrameID != "" {
+			w.mu.Lock()
+			if st := s.state(session); st != nil && len(st.children) < maxTracked {
+				st.children[p.FrameID] = struct{}{}
+			}
+			w.mu.Unlock()
+		}
+		return false
+	case strings.HasPrefix(method, "Network."):
+		w.mu.Lock()
+		st := s.state(session)
+		var host string
+		var answer cdp.Answer
+		if st != nil && (method == "Network.responseReceived" || method == "Network.loadingFailed") {
+			var ok bool
+			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params); ok {
+				host = st.docs[answer.RequestID]
+				delete(st.docs, answer.RequestID)
+			}
+		}
+		drop := st != nil && !st.network
+		w.mu.Unlock()
+		if host != "" {
+			w.h.observe(host, limiter.Outcome(answer.Outcome), &w.pr.log)
+		}
+		return drop
+	}
+	return false
+}
+
+// paused decides on a request the browser paused in a client session.
+func (s *sessionHold) paused(session string, params, msg []byte) bool {
+	w := s.w
+	ev, ok := cdp.ReadRequestPaused(params)
+	w.mu.Lock()
+	st := s.state(session)
+	if !ok || st == nil {
+		w.mu.Unlock()
+		return false // not the relay's: the client's own
+	}
+	_, answered := ev.Outcome()
+	stage := "Request"
+	if answered {
+		stage = "Response"
+	}
+	wants := st.client.matches(&ev, stage)
+	_, child := st.children[ev.FrameID]
+	top := !answered && ev.ResourceType == "Document" &&
+		(ev.FrameID == st.target || w.h.lightpanda && !child) // Lightpanda opens popups as parentless frames of the page
+	host, httpURL := limiter.Key(ev.Request.URL)
+	if !top || !httpURL || limiter.Exempt(host) {
+		w.mu.Unlock()
+		if top {
+			if httpURL {
+				w.h.p.Metrics.navigation(navExempt, 0)
+			} else {
+				w.h.p.Metrics.navigation(navUntracked, 0)
+			}
+		}
+		if wants {
+			w.mu.Lock()
+			st.delivered[ev.RequestID] = struct{}{}
+			w.mu.Unlock()
+			return false // the client's own, now
+		}
+		w.send(session, "Fetch.continueRequest", map[string]string{"requestId": ev.RequestID}, nil)
+		return true
+	}
+	chain := ev.NetworkID
+	if chain == "" {
+		chain = ev.RedirectedRequestID
+	}
+	prev, hop := st.docs[chain]
+	if !hop {
+		clear(st.docs) // a new navigation of the page ends the one before
+	}
+	st.docs[networkOr(&ev)] = host
+	booked, prebooked := s.prebooked[ev.Request.URL]
+	if prebooked && time.Since(booked) < claimWait {
+		delete(s.prebooked, ev.Request.URL)
+	}
+	s.held++
+	w.mu.Unlock()
+
+	held := append([]byte(nil), msg...)
+	release := func() {
+		w.mu.Lock()
+		s.held--
+		if wants {
+			st.delivered[ev.RequestID] = struct{}{}
+		}
+		w.mu.Unlock()
+		if wants {
+			w.toClient(held)
+		} else {
+			w.send(session, "Fetch.continueRequest", map[string]string{"requestId": ev.RequestID}, nil)
+		}
+	}
+	if hop && prev == host || prebooked && time.Since(booked) < claimWait {
+		// A hop within the host, or the page of a held createTarget: booked already.
+		release()
+		return true
+	}
+	w.pr.held.Add(1)
+	w.h.hold(w.pr.ctx, host, ev.Request.URL, &w.pr.log, release, func() {
+		w.pr.held.Done()
+	})
+	return true
+}
+
+// networkOr names a paused request by what its Network events will call it.
+func networkOr(ev *cdp.RequestPaused) string {
+	if ev.NetworkID != "" {
+		return ev.NetworkID
+	}
+	return ev.RequestID
+}
+
+// ended counts what the relay still held when the client's connection
+// closed: Chromium lets a detached session's paused requests go on to the
+// network (Lightpanda drops them).
+func (s *sessionHold) ended() {
+	s.w.mu.Lock()
+	n := s.held
+	s.held = 0
+	s.w.mu.Unlock()
+	if n > 0 && !s.w.h.lightpanda {
+		s.w.h.unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
+	}
+}
+
+// matches reports whether a client's own patterns ask for a paused
+// request at stage.
+func (c *clientFetch) matches(ev *cdp.RequestPaused, stage string) bool {
+	if c == nil {
+		return false
+	}
+	if c.patterns == nil {
+		return stage == "Request"
+	}
+	for _, p := range c.patterns {
+		want := p.RequestStage
+		if want == "" {
+			want = "Request"
+		}
+		if want != stage || p.ResourceType != "" && p.ResourceType != ev.ResourceType {
+			continue
+		}
+		if p.URLPattern == "" || glob(p.URLPattern, ev.Request.URL) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches s against a Fetch URL pattern: '*' is any run of
+// characters, '?' exactly one, and a backslash escapes the next.
+func glob(pat, s string) bool {
+	for len(pat) > 0 {
+		switch pat[0] {
+		case '*':
+			for len(pat) > 0 && pat[0] == '*' {
+				pat = pat[1:]
+			}
+			if pat == "" {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if glob(pat, s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if s == "" {
+				return false
+			}
+			pat, s = pat[1:], s[1:]
+		case '\\':
+			if len(pat) > 1 {
+				pat = pat[1:]
+			}
+			fallthrough
+		default:
+			if s == "" || s[0] != pat[0] {
+				return false
+			}
+			pat, s = pat[1:], s[1:]
+		}
+	}
+	return s == ""
+}

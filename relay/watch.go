@@ -1,0 +1,462 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+)
+
+// watch is what the relay follows of one client connection whose browser
+// holds navigations: the client's sessions and the targets they are
+// attached to, which pages the client creates and drives (its claims, for
+// Fetch), and the relay's own commands on the connection. It hands the
+// messages on to the way navigations are held now: in-stream (stream) or
+// in the client's sessions (sess); in Fetch mode it holds navigation
+// commands only while the relay's own connections are down.
+//
+// fromClient runs on the client's reader, fromBrowser on the browser's;
+// state is guarded by mu.
+type watch struct {
+	pr *pair
+	h  *holder
+
+	mu       sync.Mutex
+	way      via                    // guarded by mu; how navigations are held in this connection
+	sessions map[string]sessionInfo // guarded by mu; "" is the connection's own session
+	creates  map[cmdKey]struct{}    // guarded by mu; Target.createTarget commands not answered yet
+	own      map[int64]chan reply   // guarded by mu; the relay's own commands on this connection
+	nextOwn  int64                  // guarded by mu; negative: ids no client uses
+	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
+	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself
+	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
+	stream   *streamHold            // the in-stream strategy's state, nil until used
+	sess     *sessionHold           // the session strategy's state, nil until used
+	misses   int                    // guarded by mu; navigations Fetch should have seen and did not
+}
+
+// sessionInfo is a client session's target.
+type sessionInfo struct {
+	target string
+	typ    string // page, iframe, worker, tab…
+}
+
+// cmdKey names a command: its session and id.
+type cmdKey struct {
+	session string
+	id      int64
+}
+
+// navCheck is a Page.navigate whose document the relay's own connection
+// should see.
+type navCheck struct {
+	target string
+	at     time.Time
+}
+
+// gatedCmd is a navigation command held until the relay can hold its
+// navigation again.
+type gatedCmd struct{ msg []byte }
+
+// maxTracked bounds each of the maps of a connection; a client that opens
+// that many sessions or leaves that many commands unanswered has them
+// forgotten.
+const maxTracked = 10_000
+
+func newWatch(pr *pair, h *holder) *watch {
+	w := &watch{
+		pr:       pr,
+		h:        h,
+		sessions: make(map[string]sessionInfo),
+		creates:  make(map[cmdKey]struct{}),
+		own:      make(map[int64]chan reply),
+		checks:   make(map[cmdKey]navCheck),
+		fetching: make(map[string]bool),
+	}
+	if id, ok := strings.CutPrefix(pr.path, "/devtools/page/"); ok {
+		w.sessions[""] = sessionInfo{target: id, typ: "page"}
+		h.claims.claim(id) // a client that opens a page's own socket drives it
+	}
+	w.way = h.via()
+	return w
+}
+
+// start arms the way navigations are held in this connection, before any
+// client message is relayed.
+func (w *watch) start() {
+	w.switchTo(w.h.via())
+}
+
+// switchTo holds this connection's navigations another way.
+func (w *watch) switchTo(v via) {
+	w.mu.Lock()
+	w.way = v
+	if v == viaSession && w.sess == nil {
+		w.sess = newSessionHold(w)
+	}
+	if v == viaStream && w.stream == nil {
+		w.stream = newStreamHold(w)
+	}
+	sess := w.sess
+	gated := w.gated
+	w.gated = nil
+	w.mu.Unlock()
+	if v == viaSession {
+		sess.armAll()
+	}
+	for _, g := range gated {
+		w.pass(g.msg)
+	}
+}
+
+// via reports how this connection's navigations are held.
+func (w *watch) via() via {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.way
+}
+
+// drives lists the commands by which a client drives a page, and so makes
+// it its own: navigating it, running script in it, giving it input.
+// Attaching to a page is not driving it: Puppeteer and Playwright attach to
+// every page there is.
+func drives(method []byte) bool {
+	switch string(method) {
+	case "Page.navigate", "Page.reload", "Page.navigateToHistoryEntry",
+		"Runtime.evaluate", "Runtime.callFunctionOn", "Page.setDocumentContent":
+		return true
+	}
+	return bytes.HasPrefix(method, []byte("Input."))
+}
+
+// isNavCommand reports whether a command navigates a page.
+func isNavCommand(method []byte) bool {
+	switch string(method) {
+	case "Page.navigate", "Page.reload", "Page.navigateToHistoryEntry", "Target.createTarget":
+		return true
+	}
+	return false
+}
+
+// fromClient looks at a message on its way to the browser and reports
+// whether it took it: the relay then writes it (or its answer) itself,
+// later or rewritten.
+func (w *watch) fromClient(msg []byte) bool {
+	hd, err := cdp.Scan(msg)
+	if err != nil || !hd.HasID || !utf8.Valid(msg) {
+		return false // the browser refuses all of it (-32700): nothing happens
+	}
+	session := string(hd.SessionID)
+	key := cmdKey{session, hd.ID}
+	w.mu.Lock()
+	way := w.way
+	switch {
+	case hd.IsMethod("Target.createTarget"):
+		if len(w.creates) < maxTracked {
+			w.creates[key] = struct{}{}
+			w.h.claims.creating()
+		}
+	case drives(hd.Method):
+		if si, ok := w.sessions[session]; ok && si.typ == "page" {
+			w.h.claims.claim(si.target)
+		}
+	}
+	switch {
+	case hd.IsMethod("Fetch.enable"):
+		w.fetching[session] = true
+	case hd.IsMethod("Fetch.disable"):
+		delete(w.fetching, session)
+	}
+	if way == viaFetch && hd.IsMethod("Page.navigate") && !w.fetching[session] && len(w.checks) < maxTracked {
+		if si, ok := w.sessions[session]; ok && si.typ == "page" {
+			if p, ok := cdp.NavigateParams(hd.Params); ok && strings.HasPrefix(p.URL, "http") &&
+				(p.FrameID == "" || p.FrameID == si.target) {
+				w.checks[key] = navCheck{target: si.target, at: time.Now()}
+			}
+		}
+	}
+	gate := (way == viaFetch || way == viaNone) && isNavCommand(hd.Method) && !w.h.isArmed()
+	if gate {
+		w.gated = append(w.gated, gatedCmd{msg: bytes.Clone(msg)})
+	}
+	w.mu.Unlock()
+	if gate {
+		w.awaitArmed()
+		return true
+	}
+	switch way {
+	case viaStream:
+		return w.stream.fromClient(&hd, msg)
+	case viaSession:
+		return w.sess.fromClient(&hd, msg)
+	}
+	return false
+}
+
+// awaitArmed writes the gated navigation commands once navigations can be
+// held again (or the connection ends).
+func (w *watch) awaitArmed() {
+	w.mu.Lock()
+	first := len(w.gated) == 1
+	w.mu.Unlock()
+	if !first {
+		return // a goroutine waits already
+	}
+	w.pr.log.Debug().Msg("navigation waits until the relay can hold it")
+	w.pr.held.Add(1)
+	go func() {
+		defer w.pr.held.Done()
+		select {
+		case <-w.h.whenArmed():
+		case <-w.pr.ctx.Done():
+			return
+		}
+		w.mu.Lock()
+		gated := w.gated
+		w.gated = nil
+		w.mu.Unlock()
+		for _, g := range gated {
+			w.pass(g.msg)
+		}
+	}()
+}
+
+// pass writes a client's message to the browser, as the relay would have.
+func (w *watch) pass(msg []byte) {
+	if err := w.pr.browser.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout); err != nil {
+		w.pr.log.Debug().Err(err).Msg("held command not delivered")
+		return
+	}
+	w.pr.p.Metrics.relayed(true, len(msg))
+}
+
+// toClient writes a message to the client, as the relay would have.
+func (w *watch) toClient(msg []byte) {
+	if err := w.pr.client.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout); err != nil {
+		w.pr.log.Debug().Err(err).Msg("message for the client not delivered")
+		return
+	}
+	w.pr.p.Metrics.relayed(false, len(msg))
+}
+
+// interesting reports, from its first bytes, whether a message from the
+// browser may be one the watch follows, so that the rest of the stream is
+// relayed without being scanned. Chromium writes an event's method and a
+// reply's id first; anything else is scanned.
+func (w *watch) interesting(msg []byte) bool {
+	if w.way != viaFetch && w.way != viaNone {
+		return true // the other ways read events and answers of every session
+	}
+	switch {
+	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
+		return true
+	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
+		return false
+	case bytes.HasPrefix(msg, []byte(`{"id":`)):
+		return len(w.creates) > 0 || len(w.checks) > 0 || len(w.own) > 0
+	}
+	return true
+}
+
+// fromBrowser looks at a message on its way to the client and reports
+// whether to drop it: an answer to the relay's own command, or an event
+// the client did not ask for.
+func (w *watch) fromBrowser(msg []byte) bool {
+	w.mu.Lock()
+	look := w.interesting(msg)
+	w.mu.Unlock()
+	if !look {
+		return false
+	}
+	hd, err := cdp.Scan(msg)
+	if err != nil {
+		return false
+	}
+	session := string(hd.SessionID)
+	if hd.HasID {
+		return w.answered(cmdKey{session, hd.ID}, msg)
+	}
+	switch string(hd.Method) {
+	case "Target.attachedToTarget":
+		if ti, ok := cdp.ReadTargetInfo(hd.Params); ok {
+			if sid, _, ok := cdp.AttachedTarget(hd.Params); ok {
+				w.mu.Lock()
+				if len(w.sessions) >= maxTracked {
+					clear(w.sessions)
+				}
+				w.sessions[sid] = sessionInfo{target: ti.TargetID, typ: ti.Type}
+				w.mu.Unlock()
+			}
+		}
+	case "Target.detachedFromTarget":
+		if sid, ok := cdp.DetachedSession(hd.Params); ok {
+			w.mu.Lock()
+			delete(w.sessions, sid)
+			delete(w.fetching, sid)
+			w.mu.Unlock()
+		}
+	}
+	switch w.via() {
+	case viaStream:
+		return w.stream.fromBrowser(&hd, msg)
+	case viaSession:
+		return w.sess.fromBrowser(&hd, msg)
+	}
+	return false
+}
+
+// answered follows the answer to a command; it reports true for the
+// answer to one of the relay's own, which the client never sees.
+func (w *watch) answered(key cmdKey, msg []byte) bool {
+	w.mu.Lock()
+	ch, own := w.own[key.id]
+	if own && key.id < 0 {
+		delete(w.own, key.id)
+	}
+	_, create := w.creates[key]
+	delete(w.creates, key)
+	check, checking := w.checks[key]
+	delete(w.checks, key)
+	w.mu.Unlock()
+	if own && key.id < 0 {
+		if ch != nil {
+			result, e, _ := cdp.ReadReply(msg)
+			ch <- reply{result: result, err: e}
+		}
+		return true
+	}
+	if create {
+		var r struct {
+			TargetID string `json:"targetId"`
+		}
+		result, _, _ := cdp.ReadReply(msg)
+		json.Unmarshal(result, &r)
+		w.h.claims.created(r.TargetID)
+	}
+	if checking {
+		w.checkFetch(check, msg)
+	}
+	return false
+}
+
+// checkFetch confirms that the relay's own connection saw the document
+// request of a page's Page.navigate: a browser that acknowledges Fetch and
+// never pauses would leave every navigation unheld.
+func (w *watch) checkFetch(c navCheck, msg []byte) {
+	f := w.h.fetch
+	if f == nil || w.h.via() != viaFetch {
+		return
+	}
+	result, e, _ := cdp.ReadReply(msg)
+	var r struct {
+		LoaderID  string `json:"loaderId"`
+		ErrorText string `json:"errorText"`
+	}
+	if e != nil || json.Unmarshal(result, &r) != nil || r.LoaderID == "" || r.ErrorText != "" {
+		return // no new document: nothing went to the network
+	}
+	if f.pausedSince(c.target, c.at) {
+		w.mu.Lock()
+		w.misses = 0
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Lock()
+	w.misses++
+	misses := w.misses
+	w.mu.Unlock()
+	w.h.unheld(1, "the browser did not pause the document request for the relay's own connection")
+	if misses >= 1 {
+		w.h.fallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
+	}
+}
+
+// call sends one of the relay's own commands on this connection and waits
+// for its answer, up to ctx. It must not run on the browser's reader.
+func (w *watch) call(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
+	ch := make(chan reply, 1)
+	id, err := w.send(session, method, params, ch)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, errors.New("relay: " + method + ": " + r.err.Message)
+		}
+		return r.result, nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		delete(w.own, id)
+		w.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// send writes one of the relay's own commands; its answer goes to ch, or
+// is dropped when ch is nil.
+func (w *watch) send(session, method string, params any, ch chan reply) (int64, error) {
+	w.mu.Lock()
+	w.nextOwn--
+	id := w.nextOwn
+	if len(w.own) >= maxTracked {
+		clear(w.own)
+	}
+	w.own[id] = ch
+	w.mu.Unlock()
+	msg, err := cdp.Command(id, method, session, params)
+	if err == nil {
+		err = w.pr.browser.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout)
+	}
+	if err != nil {
+		w.mu.Lock()
+		delete(w.own, id)
+		w.mu.Unlock()
+		return 0, err
+	}
+	return id, nil
+}
+
+// answer writes the relay's own answer to a client command it took.
+func (w *watch) answer(session string, id int64, result string) {
+	var b bytes.Buffer
+	b.WriteString(`{"id":`)
+	b.WriteString(itoa(id))
+	b.WriteString(`,"result":`)
+	b.WriteString(result)
+	if session != "" {
+		s, _ := json.Marshal(session)
+		b.WriteString(`,"sessionId":`)
+		b.Write(s)
+	}
+	b.WriteByte('}')
+	w.toClient(b.Bytes())
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// pageOf returns the page target of a session, "" when the session is not
+// known to be a page's.
+func (w *watch) pageOf(session string) (target string, known bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	si, ok := w.sessions[session]
+	if !ok {
+		return "", false
+	}
+	if si.typ != "page" {
+		return "", true
+	}
+	return si.target, true
+}
