@@ -20,10 +20,10 @@ import (
 type streamHold struct {
 	w *watch
 
-	queues  map[string][]*heldCmd  // guarded by w.mu; session → its navigation commands, the first one booked
-	docs    map[string]string      // guarded by w.mu; session+" "+requestId → host of a main-frame document under way
-	let     map[string][]time.Time // guarded by w.mu; host → when held navigations to it were let go, not seen yet
-	urls    map[string]string      // guarded by w.mu; session → URL its main frame last committed
+	queues map[string][]*heldCmd  // guarded by w.mu; session → its navigation commands, the first one booked
+	docs   map[string]string      // guarded by w.mu; session+" "+requestId → host of a main-frame document under way
+	let    map[string][]time.Time // guarded by w.mu; host → when held navigations to it were let go, not seen yet
+	urls   map[string]string      // guarded by w.mu; session → URL its main frame last committed
 }
 
 // heldCmd is a navigation command waiting for its slot.
@@ -41,11 +41,11 @@ type heldCmd struct {
 
 func newStreamHold(w *watch) *streamHold {
 	return &streamHold{
-		w:       w,
-		queues:  make(map[string][]*heldCmd),
-		docs:    make(map[string]string),
-		let:     make(map[string][]time.Time),
-		urls:    make(map[string]string),
+		w:      w,
+		queues: make(map[string][]*heldCmd),
+		docs:   make(map[string]string),
+		let:    make(map[string][]time.Time),
+		urls:   make(map[string]string),
 	}
 }
 

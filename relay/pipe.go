@@ -43,8 +43,8 @@ type pair struct {
 	client  *conn
 	browser *conn
 	log     zerolog.Logger
-	path    string   // the websocket path the client asked for
-	watch   *watch   // nil when no navigation is held
+	path    string // the websocket path the client asked for
+	watch   *watch // nil when no navigation is held
 
 	ctx    context.Context // cancelled when the pair ends: held navigations give up
 	cancel context.CancelFunc
