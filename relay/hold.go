@@ -54,10 +54,13 @@ type holder struct {
 
 	mu    sync.Mutex
 	armed chan struct{} // guarded by mu; closed while navigations can be held
+
+	ansMu     sync.Mutex
+	answering map[string]*answering // guarded by ansMu; by host
 }
 
 func newHolder(p *Proxy, up *upstream, v version) *holder {
-	h := &holder{p: p, up: up, browser: v.Browser, armed: make(chan struct{})}
+	h := &holder{p: p, up: up, browser: v.Browser, armed: make(chan struct{}), answering: make(map[string]*answering)}
 	h.lightpanda = strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
 	h.claims.init()
 	h.claims.all = p.everyPage
@@ -101,10 +104,10 @@ func (h *holder) fallOver(why string) {
 		h.p.log.Warn().Str("upstream", h.up.name).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
 			Msg(fallOverMsg[next])
 	}
-	if h.fetch != nil && next != viaFetch {
-		h.fetch.stopAll()
-	}
 	h.use(next)
+	if h.fetch != nil {
+		h.fetch.stopAll() // after use: its connections ending is no news then
+	}
 }
 
 var fallOverMsg = map[via]string{
@@ -171,7 +174,9 @@ func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Log
 // it is booked.
 func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
 	h.waiting.Add(1)
+	h.p.limiting.Add(1)
 	go func() {
+		defer h.p.limiting.Done()
 		if !h.wait(ctx, host, rawURL, log, booked, release, done) {
 			h.waiting.Add(-1)
 			if ctx.Err() == nil {
@@ -237,6 +242,7 @@ func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done f
 // navigations while it is unreachable): the navigation waits d and then
 // books again.
 func (h *holder) book(host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
+	h.awaitAnswers(host)
 	l := h.p.Limiter
 	now := time.Now()
 	r := l.Reserve(host, now)
@@ -271,11 +277,53 @@ func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")
 	}
-	h.p.observing.Add(1)
+	now := time.Now()
+	h.ansMu.Lock()
+	a := h.answering[host]
+	if a == nil {
+		a = &answering{done: make(chan struct{})}
+		h.answering[host] = a
+	}
+	a.n++
+	h.ansMu.Unlock()
+	h.p.limiting.Add(1)
 	go func() {
-		defer h.p.observing.Done()
-		h.p.Limiter.Observe(host, o, time.Now())
+		defer h.p.limiting.Done()
+		h.p.Limiter.Observe(host, o, now)
+		h.ansMu.Lock()
+		if a.n--; a.n == 0 {
+			delete(h.answering, host)
+			close(a.done)
+		}
+		h.ansMu.Unlock()
 	}()
+}
+
+// answering counts the answers of a host on their way to the limiter.
+type answering struct {
+	n    int           // guarded by holder.ansMu
+	done chan struct{} // closed when n is back to 0
+}
+
+// answerWait bounds how long a booking waits for the answers of its host
+// on their way to the limiter (a store answers within its timeout).
+const answerWait = time.Second
+
+// awaitAnswers waits until the answers of host that arrived so far are in
+// the limiter: a navigation that follows a 503 books with its pressure.
+func (h *holder) awaitAnswers(host string) {
+	h.ansMu.Lock()
+	a := h.answering[host]
+	h.ansMu.Unlock()
+	if a == nil {
+		return
+	}
+	t := time.NewTimer(answerWait)
+	defer t.Stop()
+	select {
+	case <-a.done:
+	case <-t.C:
+	}
 }
 
 // unheld counts top-level navigations of the relay's clients that reached

@@ -204,6 +204,9 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 // orphanWait went to the network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
 	others := f.up()
+	if f.h.via() != viaFetch {
+		return // stopped on purpose: navigations are held another way now
+	}
 	if others == 0 {
 		f.h.setArmed(false)
 	}

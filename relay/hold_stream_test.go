@@ -427,3 +427,57 @@ func navigation(t *testing.T, sess *recording, urlPart string) []recordedMsg {
 	t.Fatalf("no recorded navigation to %q", urlPart)
 	return nil
 }
+
+// TestNavHoldFindsWhereItGoes checks what in-stream holding books for the
+// navigations whose URL is not in the command: a history navigation books
+// the host of its entry, a reload the host the page is on now (after a
+// click moved it elsewhere), and a navigation of an iframe's own session
+// books nothing.
+func TestNavHoldFindsWhereItGoes(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	fb.hush()
+	var rec *recorder
+	tp := relayTo(t, fb, fixed(time.Millisecond), navigateInStream, recordBookings(&rec))
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("PAGE-S", "PAGE", "page"))
+	fc.send(attachedTo("IFRAME-S", "OOPIF", "iframe"))
+	readClient(t, c)
+	readClient(t, c)
+	// answer plays the browser: it answers the relay's own history query.
+	answer := func(wantMethod string) fakeMsg {
+		for {
+			m := fc.next(t)
+			if m.m.ID != nil && *m.m.ID < 0 && m.m.Method == "Page.getNavigationHistory" {
+				fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":1,"entries":[{"id":7,"url":"http://a.test/"},{"id":8,"url":"http://b.test/"}]},"sessionId":%q}`, *m.m.ID, m.m.SessionID))
+				continue
+			}
+			if m.m.Method != wantMethod {
+				t.Fatalf("browser got %s, want %s", m.data, wantMethod)
+			}
+			return m
+		}
+	}
+	step := func(msg, method, wantHost string) {
+		t.Helper()
+		n := len(rec.bookings())
+		writeClient(t, c, websocket.TextMessage, []byte(msg))
+		answer(method)
+		got := strings.Join(rec.hostsSince(n), " ")
+		if got != wantHost {
+			t.Errorf("%s booked %q, want %q", method, got, wantHost)
+		}
+	}
+	step(`{"id":1,"sessionId":"PAGE-S","method":"Page.navigateToHistoryEntry","params":{"entryId":7}}`, "Page.navigateToHistoryEntry", "a.test")
+	step(`{"id":2,"sessionId":"IFRAME-S","method":"Page.navigate","params":{"url":"http://c.test/"}}`, "Page.navigate", "")
+	step(`{"id":3,"sessionId":"PAGE-S","method":"Page.navigate","params":{"url":"http://c.test/"}}`, "Page.navigate", "c.test")
+	// A click took the page to d.test; the client enabled Page events.
+	fc.send([]byte(`{"method":"Page.frameNavigated","params":{"frame":{"id":"PAGE","loaderId":"L","url":"http://d.test/next","securityOrigin":"http://d.test","mimeType":"text/html"},"type":"Navigation"},"sessionId":"PAGE-S"}`))
+	readClient(t, c)
+	step(`{"id":4,"sessionId":"PAGE-S","method":"Page.reload"}`, "Page.reload", "d.test")
+	// With nothing seen of a page, the browser is asked where it is.
+	fc.send(attachedTo("NEW-S", "NEW", "page"))
+	readClient(t, c)
+	step(`{"id":5,"sessionId":"NEW-S","method":"Page.reload"}`, "Page.reload", "b.test")
+}

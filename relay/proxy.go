@@ -156,7 +156,7 @@ type Proxy struct {
 	warned    warnOnce
 	stop      context.CancelFunc // set once by Start; ends the background goroutines
 	done      sync.WaitGroup     // background goroutines
-	observing sync.WaitGroup     // answers on their way to the limiter
+	limiting  sync.WaitGroup     // bookings and answers on their way to the limiter
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
@@ -342,7 +342,7 @@ func (p *Proxy) Close() error {
 		p.stop()
 	}
 	p.done.Wait()
-	p.observing.Wait()
+	p.limiting.Wait()
 	return nil
 }
 

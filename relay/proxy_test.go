@@ -68,6 +68,7 @@ func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *s
 		Limiter:      lim,
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
+		Metrics:      NewMetrics(lim),
 		everyPage:    true, // the scope tests clear it
 	}, lim, logs
 }

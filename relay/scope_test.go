@@ -1,0 +1,236 @@
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// ownPagesOnly makes a test relay hold only the pages its clients drive,
+// as a real one does.
+func ownPagesOnly(p *Proxy) { p.everyPage = false }
+
+// pausedDoc is a Request-stage pause of a page's document.
+func pausedDoc(id, frame, url string) []byte {
+	b, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
+		"requestId": id, "frameId": frame, "resourceType": "Document",
+		"request": map[string]any{"url": url, "method": "GET", "headers": map[string]string{}},
+	}})
+	return b
+}
+
+// pageCreated announces a page, as Target.targetCreated does.
+func pageCreated(id, opener string) []byte {
+	info := map[string]any{"targetId": id, "type": "page", "title": "", "url": "about:blank", "attached": false, "browserContextId": "CTX"}
+	if opener != "" {
+		info["openerId"] = opener
+	}
+	b, _ := json.Marshal(map[string]any{"method": "Target.targetCreated", "params": map[string]any{"targetInfo": info}})
+	return b
+}
+
+// attachedTo is a Target.attachedToTarget a client gets for a page.
+func attachedTo(session, target, typ string) []byte {
+	b, _ := json.Marshal(map[string]any{"method": "Target.attachedToTarget", "params": map[string]any{
+		"sessionId": session, "waitingForDebugger": false,
+		"targetInfo": map[string]any{"targetId": target, "type": typ, "title": "", "url": "about:blank", "attached": true},
+	}})
+	return b
+}
+
+// continuedWithin reports whether hc continued requestID within d.
+func continuedWithin(hc *fakeConn, requestID string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		hc.mu.Lock()
+		_, ok := hc.continued[requestID]
+		hc.mu.Unlock()
+		if ok {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
+// TestScope checks that in Fetch mode the relay holds the navigations of
+// the pages its clients drive, create or open as popups, and lets every
+// other page's go at once, counted as foreign.
+func TestScope(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	var rec *recorder
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
+	for _, host := range []string{"a.test", "b.test", "c.test", "d.test", "e.test"} {
+		tp.lim.Reserve(host, time.Now()) // each host's next slot is an hour away
+	}
+	hc := fb.holder(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	for _, page := range []string{"MINE", "OTHERS", "POPUP", "NEW"} {
+		hc.send(pageCreated(page, ""))
+	}
+	// The client is attached to both pages, as Puppeteer and Playwright
+	// are to every page there is, and drives one of them.
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	fc.send(attachedTo("S-OTHERS", "OTHERS", "page"))
+	readClient(t, c)
+	readClient(t, c)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-OTHERS","method":"Page.enable"}`))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"document.querySelector('a').click()"}}`))
+	fc.next(t)
+	fc.next(t)
+
+	hc.send(pausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
+	hc.send(pausedDoc("interception-job-2.0", "MINE", "http://b.test/"))
+	if !continuedWithin(hc, "interception-job-1.0", waitFor) {
+		t.Error("another client's page was held")
+	}
+	if continuedWithin(hc, "interception-job-2.0", 200*time.Millisecond) {
+		t.Error("the client's page was not held")
+	}
+
+	// A popup of the client's page is the client's.
+	hc.send(pageCreated("POPUP2", "MINE"))
+	hc.send(pausedDoc("interception-job-3.0", "POPUP2", "http://c.test/"))
+	if continuedWithin(hc, "interception-job-3.0", 200*time.Millisecond) {
+		t.Error("a popup of the client's page was not held")
+	}
+
+	// A page the client creates pauses before the client learns its id:
+	// the relay waits for the answer, then holds it.
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Target.createTarget","params":{"url":"http://d.test/"}}`))
+	create := fc.next(t)
+	hc.send(pausedDoc("interception-job-4.0", "NEW", "http://d.test/"))
+	if continuedWithin(hc, "interception-job-4.0", 200*time.Millisecond) {
+		t.Error("a page being created went before the relay knew whose it is")
+	}
+	fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.m.ID))
+	readClient(t, c)
+	if continuedWithin(hc, "interception-job-4.0", 200*time.Millisecond) {
+		t.Error("the page the client created was not held")
+	}
+	var hosts []string
+	for _, b := range rec.bookings() {
+		hosts = append(hosts, b.host)
+	}
+	if got, want := strings.Join(hosts, " "), "b.test c.test d.test"; got != want {
+		t.Errorf("booked %s, want %s", got, want)
+	}
+	if body := metricsBody(t, tp); !strings.Contains(body, `cdp_throttle_navigations_total{outcome="foreign"} 1`) {
+		t.Errorf("metrics do not count one foreign navigation:\n%s", body)
+	}
+}
+
+// TestFetchNeverPauses plays a browser that acknowledges browser-level
+// Fetch and never pauses: the first page navigation that loads a document
+// unseen gives it away, the relay warns once, counts it unheld and holds
+// navigations in the client sessions instead.
+func TestFetchNeverPauses(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	fb.holder(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S1", "PAGE", "page"))
+	readClient(t, c)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://a.test/"}}`))
+	nav := fc.next(t)
+	// The document loaded, and the relay's connections saw nothing.
+	fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"frameId":"PAGE","loaderId":"L1"},"sessionId":"S1"}`, *nav.m.ID))
+	readClient(t, c)
+	deadline := time.Now().Add(waitFor)
+	for tp.p.ups[0].holding() != "session" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := tp.p.ups[0].holding(); got != "session" {
+		t.Fatalf("navigations held by %q, want session", got)
+	}
+	if n := len(tp.logs.lines(`"level":"warn"`, "did not pause a page's document request", "holding navigations through each client session")); n != 1 {
+		t.Errorf("got %d warnings naming what happened and what the relay does instead, want 1", n)
+	}
+	if n := tp.p.Metrics.Unheld(); n != 1 {
+		t.Errorf("unheld navigations: %d, want 1", n)
+	}
+	// The client's page session gets the relay's own interception.
+	for {
+		m := fc.next(t)
+		if m.m.ID != nil && *m.m.ID < 0 && m.m.Method == "Fetch.enable" && m.m.SessionID == "S1" {
+			break
+		}
+	}
+}
+
+// slowLimiter books hosts named slow.* only after a pause, as a shared
+// store that answers slowly does.
+type slowLimiter struct {
+	*limiter.Limiter
+	wait time.Duration
+}
+
+func (s slowLimiter) Reserve(host string, now time.Time) limiter.Reservation {
+	if strings.HasPrefix(host, "slow.") {
+		time.Sleep(s.wait)
+	}
+	return s.Limiter.Reserve(host, time.Now())
+}
+
+// TestSlowStoreDelaysNothingElse books through a store that takes a second
+// to answer for one host: the other pages' requests and every message of
+// the clients keep flowing meanwhile.
+func TestSlowStoreDelaysNothingElse(t *testing.T) {
+	for _, mode := range []string{"fetch", "navigate"} {
+		t.Run(mode, func(t *testing.T) {
+			checkLeaks(t)
+			fb := newFakeBrowser(t, fakeConfig{})
+			opts := []func(*Proxy){func(p *Proxy) { p.Limiter = slowLimiter{p.Limiter.(*limiter.Limiter), time.Second} }}
+			if mode == "navigate" {
+				opts = append(opts, navigateInStream)
+			}
+			tp := relayTo(t, fb, fixed(time.Millisecond), opts...)
+			c := tp.dial(t, "/", nil)
+			fc := fb.accept(t)
+			start := time.Now()
+			if mode == "fetch" {
+				hc := fb.holder(t)
+				hc.send(pageCreated("P1", ""))
+				hc.send(pageCreated("P2", ""))
+				hc.send(pausedDoc("interception-job-1.0", "P1", "http://slow.test/"))
+				hc.send(pausedDoc("interception-job-2.0", "P2", "http://fast.test/"))
+				if !continuedWithin(hc, "interception-job-2.0", waitFor) {
+					t.Fatal("the other page's request never went")
+				}
+			} else {
+				writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://slow.test/"}}`))
+				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S2","method":"Page.navigate","params":{"url":"http://fast.test/"}}`))
+				if m := fc.next(t); !strings.Contains(string(m.data), "fast.test") {
+					t.Fatalf("browser got %s first, want the other page's navigation", m.data)
+				}
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() { fc.send([]byte(`{"method":"Page.loadEventFired","params":{"timestamp":1},"sessionId":"S2"}`)) })
+			readClient(t, c)
+			wg.Wait()
+			if took := time.Since(start); took >= time.Second {
+				t.Errorf("the other page's navigation and an event took %v: they waited for the store", took)
+			}
+		})
+	}
+}
+
+// metricsBody returns what /metrics serves.
+func metricsBody(t *testing.T, tp *testProxy) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	tp.p.Metrics.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	return w.Body.String()
+}
