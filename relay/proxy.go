@@ -149,14 +149,14 @@ type Proxy struct {
 	// client drives.
 	everyPage bool
 
-	log       zerolog.Logger // set once by Start
-	ups       []*upstream    // set once by Start
-	dialer    *websocket.Dialer
-	upgrader  *websocket.Upgrader
-	warned    warnOnce
-	stop      context.CancelFunc // set once by Start; ends the background goroutines
-	done      sync.WaitGroup     // background goroutines
-	limiting  sync.WaitGroup     // bookings and answers on their way to the limiter
+	log      zerolog.Logger // set once by Start
+	ups      []*upstream    // set once by Start
+	dialer   *websocket.Dialer
+	upgrader *websocket.Upgrader
+	warned   warnOnce
+	stop     context.CancelFunc // set once by Start; ends the background goroutines
+	done     sync.WaitGroup     // background goroutines
+	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
