@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -323,6 +324,9 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 	for _, o := range opts {
 		o(p)
 	}
+	if p.Metrics == nil {
+		p.Metrics = relay.NewMetrics(p.Limiter)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := p.Start(ctx); err != nil {
@@ -334,14 +338,37 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 	}
 	srv := &http.Server{Handler: p}
 	go srv.Serve(ln)
+	r := &relayed{url: "http://" + ln.Addr().String(), host: ln.Addr().String(), p: p, logs: logs}
 	t.Cleanup(func() {
 		srv.Close()
 		p.Close()
+		// Every navigation of the relay's clients was held, but for what the
+		// browser itself let go when a connection dropped, which the relay
+		// logs.
+		if got, want := p.Metrics.Unheld(), r.unheldLogged(); got != want {
+			t.Errorf("unheld navigations: %d, want %d (what the relay logged as released by the browser)", got, want)
+		}
 		if t.Failed() {
 			t.Logf("relay log:\n%s", logs.String())
 		}
 	})
-	return &relayed{url: "http://" + ln.Addr().String(), host: ln.Addr().String(), p: p, logs: logs}
+	return r
+}
+
+// unheldLogged adds up the navigations the relay logged as reaching the
+// network unheld.
+func (r *relayed) unheldLogged() int {
+	n := 0
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		var m struct {
+			Message     string `json:"message"`
+			Navigations int    `json:"navigations"`
+		}
+		if json.Unmarshal([]byte(l), &m) == nil && m.Message == "navigations reached the network unheld" {
+			n += m.Navigations
+		}
+	}
+	return n
 }
 
 // fixed is a fixed-interval limiter configuration.

@@ -60,13 +60,20 @@ type heldNav struct {
 
 // passedNav is a document request a connection let go.
 type passedNav struct {
-	by *fetchConn
-	at time.Time
+	by     *fetchConn
+	at     time.Time
+	booked bool // its answer is fed back: whichever connection sees it
 }
 
 // echoWindow is how long after one connection let a request go the other
-// may see it: about a millisecond on an idle machine.
-const echoWindow = 2 * time.Second
+// may see it: about a millisecond on an idle machine, much more on a busy
+// one. Only the other connection, up since before, takes it for the same
+// request, so a long window mistakes nothing.
+const echoWindow = 10 * time.Second
+
+// handOverLate is how far past its slot a handed-over navigation may still
+// go on it.
+const handOverLate = 10 * time.Millisecond
 
 // orphanWait is how long a request held by a connection that dropped has
 // to reach the relay's other connection before it is counted as released
@@ -145,6 +152,17 @@ func (f *fetchHold) up() int {
 	return n
 }
 
+// upSince reports whether one of the relay's connections has been up since
+// before t, and still is.
+func (f *fetchHold) upSince(t time.Time) bool {
+	for i := range f.conns {
+		if fc := f.conns[i].Load(); fc != nil && fc.since.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // supervise keeps connection i up until ctx ends; fc nil starts by
 // connecting.
 func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
@@ -207,14 +225,22 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	if f.h.via() != viaFetch {
 		return // stopped on purpose: navigations are held another way now
 	}
-	if others == 0 {
-		f.h.setArmed(false)
+	// What cut one connection may have cut the other, unnoticed yet:
+	// navigations wait until the other one answers.
+	f.h.setArmed(false)
+	if others > 0 {
+		go f.confirm()
 	}
 	now := time.Now()
 	f.mu.Lock()
 	held := 0
-	for _, hn := range f.held {
-		if hn.by == fc {
+	var lost []string // with no connection left, what any of them held is gone
+	for k, hn := range f.held {
+		switch {
+		case others == 0 && !f.isUp(hn.by):
+			delete(f.held, k)
+			lost = append(lost, k.frame)
+		case hn.by == fc:
 			hn.orphaned = now
 			held++
 		}
@@ -224,12 +250,15 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		return // shutting down: the browser releases them, on purpose
 	}
 	if others == 0 {
-		f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", held).
+		f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
 			Msg("lost the relay's browser connections: navigations wait until one is back")
-	} else {
-		f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
-			Msg("lost one of the relay's browser connections: the other one holds on")
+		if len(lost) > 0 {
+			time.AfterFunc(orphanWait, func() { f.countLost(lost) })
+		}
+		return
 	}
+	f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
+		Msg("lost one of the relay's browser connections: the other one holds on")
 	if held == 0 {
 		return
 	}
@@ -243,15 +272,31 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 			}
 		}
 		f.mu.Unlock()
-		// A page that is gone (the browser died with it) sent nothing.
-		n := 0
-		for _, frame := range lost {
-			if f.pageAlive(frame) {
-				n++
-			}
-		}
-		f.h.unheld(n, "the browser released what the relay's lost connection held, and no other connection of the relay caught it")
+		f.countLost(lost)
 	})
+}
+
+// isUp reports whether fc is one of the relay's connections that are up.
+func (f *fetchHold) isUp(fc *fetchConn) bool {
+	for i := range f.conns {
+		if f.conns[i].Load() == fc {
+			return true
+		}
+	}
+	return false
+}
+
+// countLost counts, as unheld, the navigations of pages that are still
+// there among those held by connections that dropped: the browser let them
+// go. A page that is gone (the browser died with it) sent nothing.
+func (f *fetchHold) countLost(frames []string) {
+	n := 0
+	for _, frame := range frames {
+		if f.pageAlive(frame) {
+			n++
+		}
+	}
+	f.h.unheld(n, "the browser released what the relay's lost connections held")
 }
 
 // pageAlive reports whether the browser still has a page, as far as the
@@ -269,6 +314,23 @@ func (f *fetchHold) pageAlive(target string) bool {
 		return err == nil || r == nil
 	}
 	return true
+}
+
+// confirm arms holding again once one of the relay's connections answers.
+func (f *fetchHold) confirm() {
+	for i := range f.conns {
+		fc := f.conns[i].Load()
+		if fc == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(fc.held, time.Second)
+		_, err := fc.call(ctx, "Target.getTargets", struct{}{})
+		cancel()
+		if err == nil && f.conns[i].Load() == fc {
+			f.h.setArmed(true)
+			return
+		}
+	}
 }
 
 // stopAll ends both connections for good: the browser releases what they
@@ -294,7 +356,7 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		// The other connection held it already.
 		delete(f.passed, key)
 		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID})
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: p.booked})
 		fc.release(id)
 		return
 	}
@@ -314,13 +376,21 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 			case <-fc.held.Done():
 				return
 			}
+			if late := time.Since(hn.start); late > handOverLate {
+				// Its slot went by while the browser handed it over: going
+				// now would come too close to the navigation after it. It
+				// takes the next slot instead.
+				fc.log.Debug().Str("host", host).Dur("late_ms", late).Msg("handed-over navigation booked again")
+				f.h.holdBooked(fc.held, host, ev.Request.URL, &fc.log, nil, func() { f.let(key, hn, id) }, nil)
+				return
+			}
 			f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, id) }, nil)
 		}()
 		return
 	}
 	if redirected && prev.host == host {
 		// A hop within the host of the hop before it books nothing.
-		f.passLocked(key, fc, now)
+		f.passLocked(key, fc, now, prev.booked)
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
 		fc.release(id)
@@ -345,7 +415,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 	if f.held[key] == hn {
 		delete(f.held, key)
 	}
-	f.passLocked(key, fc, time.Now())
+	f.passLocked(key, fc, time.Now(), true)
 	f.mu.Unlock()
 	fc.release(id)
 }
@@ -354,7 +424,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, booked bool) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -365,7 +435,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now}
+	f.passed[key] = passedNav{by: fc, at: now, booked: booked}
 }
 
 // sawPause notes that a page's document request paused at the relay.
@@ -401,7 +471,7 @@ type fetchConn struct {
 	h     *holder
 	c     *websocket.Conn
 	log   zerolog.Logger
-	since time.Time // when its Fetch was enabled
+	since time.Time // set once, before its Fetch was enabled
 
 	wmu    sync.Mutex // serialises writes
 	nextID int64      // guarded by wmu
@@ -432,12 +502,17 @@ type reply struct {
 	err    *cdp.Error
 }
 
-// documentPatterns pause every document request twice: before it goes
-// out, and when its answer (or failure) is in.
-var documentPatterns = []*fetch.RequestPattern{
+// documentPatterns pause every document request twice at the first
+// connection: before it goes out, and when its answer (or failure) is in;
+// the second connection pauses it before it goes out only, so that a
+// navigation of a page that is not a client's costs three pauses, not
+// four. While the first connection is down, answers are not read.
+var documentPatterns = [2][]*fetch.RequestPattern{{
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse},
-}
+}, {
+	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
+}}
 
 // connect dials the browser endpoint and enables discovery and Fetch.
 func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
@@ -456,6 +531,7 @@ func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
 		f:        f,
 		h:        h,
 		c:        c,
+		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
 		log:      h.p.log.With().Str("conn", fmt.Sprintf("relay-%d", i)).Str("upstream", h.up.name).Logger(),
 		calls:    make(map[int64]chan reply),
 		pages:    make(map[string]struct{}),
@@ -469,11 +545,10 @@ func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
 		fc.close()
 		return nil, refusal("browser refused target discovery", r, err, h.p.Intercept)
 	}
-	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns}); err != nil {
+	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns[i]}); err != nil {
 		fc.close()
 		return nil, refusal("browser refused browser-level Fetch", r, err, h.p.Intercept)
 	}
-	fc.since = time.Now()
 	return fc, nil
 }
 

@@ -364,19 +364,16 @@ func (w *watch) checkFetch(c navCheck, msg []byte) {
 		return // no new document: nothing went to the network
 	}
 	if f.pausedSince(c.target, c.at) {
-		w.mu.Lock()
-		w.misses = 0
-		w.mu.Unlock()
 		return
 	}
-	w.mu.Lock()
-	w.misses++
-	misses := w.misses
-	w.mu.Unlock()
-	w.h.unheld(1, "the browser did not pause the document request for the relay's own connection")
-	if misses >= 1 {
-		w.h.fallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
+	if !f.upSince(c.at) {
+		// The relay's connections went away meanwhile: the browser let
+		// the request go with them, and nothing says Fetch does not work.
+		w.h.unheld(1, "the relay's own connections were lost while a navigation went out")
+		return
 	}
+	w.h.unheld(1, "the browser did not pause the document request for the relay's own connection")
+	w.h.fallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
 }
 
 // call sends one of the relay's own commands on this connection and waits

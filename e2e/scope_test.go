@@ -1,0 +1,499 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/simulate"
+	"github.com/cdp-throttle/cdp-throttle/store"
+)
+
+// leaveBound is how much earlier than its slot a held navigation may reach
+// the server, measured: Chromium sends a request it was told to continue
+// 1.5-3 ms later on an idle machine, and up to ~36 ms later while it is
+// busy starting renderers (a fresh browser context), so a gap at the server
+// can be that much shorter than the spacing. README.md says it.
+const leaveBound = 40 * time.Millisecond
+
+// gapsAfter returns the gaps between the documents of hits after the first
+// skip of them.
+func gapsAfter(hits []hit, skip int) []time.Duration {
+	var gaps []time.Duration
+	for i := max(skip, 1); i < len(hits); i++ {
+		gaps = append(gaps, hits[i].At.Sub(hits[i-1].At))
+	}
+	return gaps
+}
+
+func p50(gaps []time.Duration) time.Duration {
+	s := slices.Sorted(slices.Values(gaps))
+	return s[len(s)/2]
+}
+
+// loopPuppeteer runs js/pptr-loop.mjs: n gotos of one page to pageURL.
+func loopPuppeteer(t *testing.T, cdpURL, pageURL string, n int, allPages bool) {
+	t.Helper()
+	env := []string{"CDP_URL=" + cdpURL, "PAGE_URL=" + pageURL, "N=" + strconv.Itoa(n)}
+	if allPages {
+		env = append(env, "ALL_PAGES=1")
+	}
+	runNode(t, 3*time.Minute, "pptr-loop.mjs", env...)
+}
+
+// TestOnlyItsOwnClients: one Chromium, a holding relay (fixed 100 ms,
+// burst 1), an off relay and a Puppeteer client connected directly, each
+// crawling the same host at once: only the holding relay's own client is
+// spaced. Its Puppeteer attaches to every page of the browser and sets
+// them all up (browser.pages()), the others' pages too; that does not make
+// them its own.
+func TestOnlyItsOwnClients(t *testing.T) {
+	const n = 60
+	holding := startRelay(t, fixed(100*time.Millisecond, 1))
+	off := startRelay(t, limiter.Config{Mode: limiter.Off})
+	sites := map[string]*site{"holding": newSite(t), "off": newSite(t), "direct": newSite(t)}
+	var wg sync.WaitGroup
+	wg.Go(func() { loopPuppeteer(t, holding.url, sites["holding"].url("own.test", "/page?who=holding"), n, true) })
+	wg.Go(func() { loopPuppeteer(t, off.url, sites["off"].url("own.test", "/page?who=off"), n, false) })
+	wg.Go(func() { loopPuppeteer(t, browser.http, sites["direct"].url("own.test", "/page?who=direct"), n, false) })
+	wg.Wait()
+	for who, s := range sites {
+		docs := s.hitsOf(func(h hit) bool {
+			return h.Host == "own.test" && h.Path == "/page" && !strings.Contains(h.Query, "warm=1")
+		})
+		if len(docs) != n {
+			t.Fatalf("%s: server saw %d navigations, want %d", who, len(docs), n)
+		}
+		gaps := gapsAfter(docs, 1)
+		t.Logf("%s: %d navigations, gap p50 %.1f ms, min %.1f ms", who, n, ms(p50(gaps)), ms(slices.Min(gaps)))
+		switch who {
+		case "holding":
+			if g := p50(gaps); g < 100*time.Millisecond-leaveBound/4 || g > 130*time.Millisecond {
+				t.Errorf("holding relay's own client: gap p50 %v, want 100 ms", g)
+			}
+		default:
+			if g := p50(gaps); g >= 60*time.Millisecond {
+				t.Errorf("%s client: gap p50 %v, want under 60 ms (never spaced)", who, g)
+			}
+		}
+	}
+	if body, _ := httpGet(holding.url + "/metrics"); !strings.Contains(string(body), `cdp_throttle_navigations_total{outcome="foreign"}`) {
+		t.Errorf("holding relay's metrics count no foreign navigation:\n%s", body)
+	}
+}
+
+// redisStore makes a relay book in Redis at url.
+func redisStore(t *testing.T, url string, cfg limiter.Config) func(*relay.Proxy) {
+	return func(p *relay.Proxy) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := store.NewRedis(ctx, url, cfg, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		p.Limiter = s
+	}
+}
+
+// TestTwoRelaysOneBrowser: two relays sharing one Redis in front of one
+// Chromium, 200 navigations alternating between them: each navigation is
+// booked once, by the relay its client came through, and the host sees one
+// schedule: the span simulate gives one relay, not double.
+func TestTwoRelaysOneBrowser(t *testing.T) {
+	rs := startRedisServer(t)
+	cfg := limiter.Config{}
+	a := startRelay(t, cfg, redisStore(t, rs.url(), cfg))
+	b := startRelay(t, cfg, redisStore(t, rs.url(), cfg))
+	s := newSite(t)
+	clients := []*rawClient{dialRaw(t, browserWSVia(t, a)), dialRaw(t, browserWSVia(t, b))}
+	var sessions []string
+	for _, rc := range clients {
+		session, _ := rc.newPage()
+		warm(t, rc, session, s, "onebrowser.test")
+		sessions = append(sessions, session)
+	}
+	time.Sleep(hostForgotten)
+	i := 0
+	at, err := drive(s, "onebrowser.test", 200, 4*time.Minute, func(url string) {
+		c := i % 2
+		i++
+		clients[c].send(sessions[c], "Page.navigate", map[string]any{"url": url})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := statsOf(at)
+	want := simulateSpan(limiter.Config{}, 200, 4500*time.Microsecond)
+	t.Logf("two relays, one Redis, one Chromium: 200 navigations span %.2fs (simulate: %.2fs), gap p50 %.1fms", st.span.Seconds(), want.Seconds(), ms(st.p50))
+	if !within(st.span, want, 500*time.Millisecond) {
+		t.Errorf("200 navigations span %v, want %v ± 0.5s (one schedule, each navigation booked once)", st.span, want)
+	}
+}
+
+// cutter is a TCP forwarder between a relay and the browser that can cut
+// the connections that went through it, as a network fault would.
+type cutter struct {
+	ln     net.Listener
+	to     string
+	mu     sync.Mutex
+	conns  []cutConn // guarded by mu, in the order they were made
+	closed bool
+}
+
+type cutConn struct {
+	path string // the request line's path
+	a, b net.Conn
+	cut  bool
+}
+
+func newCutter(t *testing.T, to string) *cutter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{ln: ln, to: strings.TrimPrefix(to, "http://")}
+	go c.serve()
+	t.Cleanup(func() { ln.Close() })
+	return c
+}
+
+func (c *cutter) url() string { return "http://" + c.ln.Addr().String() }
+
+func (c *cutter) serve() {
+	for {
+		a, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			b, err := net.Dial("tcp", c.to)
+			if err != nil {
+				a.Close()
+				return
+			}
+			br := bufio.NewReader(a)
+			line, _ := br.ReadString('\n')
+			fields := strings.Fields(line)
+			path := ""
+			if len(fields) > 1 {
+				path = fields[1]
+			}
+			c.mu.Lock()
+			c.conns = append(c.conns, cutConn{path: path, a: a, b: b})
+			c.mu.Unlock()
+			b.Write([]byte(line))
+			go func() { io.Copy(b, br); b.Close() }()
+			io.Copy(a, b)
+			a.Close()
+		}()
+	}
+}
+
+// cut closes, both ways and without a close frame, the websockets to the
+// browser endpoint made through the forwarder that are still open, but
+// for the one numbered keep (in the order they were made) and, with one,
+// all but the first of the others.
+func (c *cutter) cut(keep int, one bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, cut := -1, 0
+	for i := range c.conns {
+		cc := &c.conns[i]
+		if !strings.HasPrefix(cc.path, "/devtools/browser/") {
+			continue
+		}
+		n++
+		if n == keep || cc.cut {
+			continue
+		}
+		cc.a.Close()
+		cc.b.Close()
+		cc.cut = true
+		if cut++; one {
+			break
+		}
+	}
+	return cut
+}
+
+// browserConns counts the websockets to the browser endpoint made so far.
+func (c *cutter) browserConns() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, cc := range c.conns {
+		if strings.HasPrefix(cc.path, "/devtools/browser/") {
+			n++
+		}
+	}
+	return n
+}
+
+// orphanWait is how long the relay waits to count what the browser let go
+// (relay.orphanWait), with a margin.
+const orphanWait = 3 * time.Second
+
+// TestConnectionCutMidCrawl cuts the relay's own browser connections in the
+// middle of a crawl (fixed 200 ms, burst 1), each right after a navigation
+// was sent, while it is held: first one connection, later the other. After
+// the first ten, no two navigations reach the host closer than the rule
+// allows (less what Chromium's own lag takes off a gap), and nothing goes
+// unheld. With both cut at once the browser lets go what they held, which
+// nothing can stop: the relay counts what it can tell went out.
+func TestConnectionCutMidCrawl(t *testing.T) {
+	const spacing, n = 200 * time.Millisecond, 60
+	for _, both := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one at a time", true: "both at once"}[both], func(t *testing.T) {
+			fw := newCutter(t, browser.http)
+			r := startRelayTo(t, fw.url(), fixed(spacing, 1))
+			// The relay's two own connections first, then the client's.
+			deadline := time.Now().Add(30 * time.Second)
+			for fw.browserConns() < 2 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			s := newSite(t)
+			rc := dialRaw(t, browserWSVia(t, r))
+			session, _ := rc.newPage()
+			host := fmt.Sprintf("cut%v.test", both)
+			warm(t, rc, session, s, host)
+			time.Sleep(hostForgotten)
+			k := 0
+			at, err := drive(s, host, n, 2*time.Minute, func(url string) {
+				k++
+				rc.send(session, "Page.navigate", map[string]any{"url": url})
+				time.Sleep(20 * time.Millisecond) // held by now
+				switch {
+				case !both && (k == 20 || k == 40):
+					fw.cut(2, true) // one of the relay's own (the client's is number 2)
+				case both && k == 30:
+					fw.cut(2, false) // all of the relay's
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hits []hit
+			for _, a := range at {
+				hits = append(hits, hit{At: a})
+			}
+			gaps := gapsAfter(hits, 10)
+			t.Logf("%d navigations, the relay's connections cut %s: min gap %.1f ms, p50 %.1f ms; unheld %d",
+				n, t.Name(), ms(slices.Min(gaps)), ms(p50(gaps)), r.p.Metrics.Unheld())
+			if !strings.Contains(r.logs.String(), "lost one of the relay's browser connections") {
+				t.Fatalf("no connection was cut:\n%s", r.logs.String())
+			}
+			for i, g := range gaps {
+				if g < spacing-leaveBound {
+					t.Logf("navigations %d and %d reached the host %v apart", i+10, i+11, g)
+				}
+			}
+			if both && os.Getenv("CUT_DEBUG") != "" {
+				for _, h := range s.documents(host) {
+					t.Logf("doc %s %s at %d", h.Path, h.Query, h.At.UnixNano())
+				}
+			}
+			if both {
+				// The browser lets go what both held: the relay counts it
+				// and logs it (the harness checks the two agree).
+				time.Sleep(orphanWait)
+				if r.p.Metrics.Unheld() == 0 {
+					t.Errorf("both connections cut while one held a navigation: unheld 0, want what the browser let go")
+				}
+				return
+			}
+			for i, g := range gaps {
+				if g < spacing-leaveBound {
+					t.Errorf("navigations %d and %d reached the host %v apart, want at least %v", i+10, i+11, g, spacing-leaveBound)
+				}
+			}
+		})
+	}
+}
+
+// TestBrowserKilledMidCrawl kills the browser the relay command launched in
+// the middle of a crawl: the relay restarts it, the crawler reconnects, and
+// after the first ten no two navigations reach the host closer than the
+// rule allows; the unheld counter is what the relay logged (nothing: a
+// dead browser sends nothing).
+func TestBrowserKilledMidCrawl(t *testing.T) {
+	const spacing, n = 200 * time.Millisecond, 40
+	bin := buildBinary(t)
+	chromium, err := findChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + freePort(t)
+	args := []string{"--listen", listen, "--http-nav-delay", "200", "--http-nav-burst", "1", "--log-format", "json", "--log-level", "debug", "--", chromium}
+	args = append(append(args, ChromiumFlags...), "--user-data-dir="+t.TempDir(), "--remote-debugging-port="+freePort(t))
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{seen: make(chan string, 1024)}
+	go logs.read(bufio.NewScanner(stderr))
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	started := logs.waitFor(t, "browser started", 10*time.Second)
+	pid := int(started["pid"].(float64))
+	logs.waitFor(t, "relay ready", 40*time.Second)
+	rp := &relayProcess{url: "http://" + listen, logs: logs, cmd: cmd}
+
+	s := newSite(t)
+	var mu sync.Mutex
+	var rc *rawClient
+	var session string
+	connect := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c, err := tryDialRaw(t, rp.url)
+			if err == nil {
+				sess, _ := c.newPage()
+				mu.Lock()
+				rc, session = c, sess
+				mu.Unlock()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("reconnecting through the relay: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	connect()
+	warm(t, rc, session, s, "killed.test")
+	time.Sleep(hostForgotten)
+	k := 0
+	killed := false
+	at, err := drive(s, "killed.test", n, 3*time.Minute, func(url string) {
+		k++
+		if k == 20 && !killed {
+			killed = true
+			syscall.Kill(pid, syscall.SIGKILL)
+			go func() {
+				mu.Lock()
+				old := rc
+				mu.Unlock()
+				<-old.done
+				connect()
+				mu.Lock()
+				c, sess := rc, session
+				mu.Unlock()
+				// A fresh browser's first request leaves it late: spend it
+				// on another host, as a crawler's first page would.
+				c.mustCall(sess, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?after-restart")})
+				c.send(sess, "Page.navigate", map[string]any{"url": url})
+			}()
+			return
+		}
+		mu.Lock()
+		c, sess := rc, session
+		mu.Unlock()
+		c.send(sess, "Page.navigate", map[string]any{"url": url})
+	})
+	if err != nil {
+		t.Fatalf("%v\nrelay log:\n%s", err, logs.raw.String())
+	}
+	var hits []hit
+	for _, a := range at {
+		hits = append(hits, hit{At: a})
+	}
+	gaps := gapsAfter(hits, 10)
+	t.Logf("%d navigations with the browser killed at the 20th: min gap %.1f ms", n, ms(slices.Min(gaps)))
+	for i, g := range gaps {
+		if g < spacing-leaveBound {
+			t.Errorf("navigations %d and %d reached the host %v apart, want at least %v", i+10, i+11, g, spacing-leaveBound)
+		}
+	}
+	logged := 0
+	logs.mu.Lock()
+	for _, m := range logs.lines {
+		if m["message"] == "navigations reached the network unheld" {
+			logged += int(m["navigations"].(float64))
+		}
+	}
+	logs.mu.Unlock()
+	if got := int(rp.metric(t, `cdp_throttle_navigations_total{outcome="unheld"}`)); got != logged {
+		t.Errorf("unheld navigations: %d, want %d (what the relay logged)", got, logged)
+	}
+	if !logs.has("browser exited") {
+		t.Errorf("the browser was not restarted:\n%s", logs.raw.String())
+	}
+}
+
+// TestServerSideSpacing: fixed 300 ms, burst 1, Playwright newContext()
+// and two gotos, 20 times: the gaps the server sees are never shorter than
+// the spacing less leaveBound, the documented bound.
+func TestServerSideSpacing(t *testing.T) {
+	const spacing = 300 * time.Millisecond
+	r := startRelay(t, fixed(spacing, 1))
+	s := newSite(t)
+	out := runNode(t, 5*time.Minute, "pw-contexts.mjs", "CDP_URL="+r.url, "PAGE_URL="+s.url("spaced.test", "/page?x=1"), "RUNS=20")
+	docs := s.documents("spaced.test")
+	if len(docs) != 40 {
+		t.Fatalf("server saw %d navigations, want 40; script said %s", len(docs), out)
+	}
+	gaps := gapsAfter(docs, 1)
+	short := 0
+	for _, g := range gaps {
+		if g < spacing-5*time.Millisecond {
+			short++
+		}
+	}
+	t.Logf("20 runs of newContext() and two gotos at 300 ms: min gap %.1f ms, p50 %.1f ms; %d of %d gaps under 295 ms", ms(slices.Min(gaps)), ms(p50(gaps)), short, len(gaps))
+	if m := slices.Min(gaps); m < spacing-leaveBound {
+		t.Errorf("shortest gap at the server %v, want at least %v (the spacing less the documented bound)", m, spacing-leaveBound)
+	}
+}
+
+// tryDialRaw dials the browser endpoint a relay advertises, or says why not.
+func tryDialRaw(t *testing.T, relayURL string) (*rawClient, error) {
+	body, err := httpGet(relayURL + "/json/version")
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		WS string `json:"webSocketDebuggerUrl"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.WS == "" {
+		return nil, fmt.Errorf("no browser yet: %s", body)
+	}
+	c, _, err := websocket.DefaultDialer.Dial(v.WS, nil)
+	if err != nil {
+		return nil, err
+	}
+	rc := &rawClient{t: t, c: c, waiting: map[int64]chan rawMessage{}, done: make(chan struct{})}
+	go rc.read()
+	t.Cleanup(func() { rc.close() })
+	return rc, nil
+}
+
+// simulateSpan is the span simulate gives n navigations back to back,
+// each asked for load after the one before started.
+func simulateSpan(cfg limiter.Config, n int, load time.Duration) time.Duration {
+	navs := simulate.Replay(simulate.Options{Limiter: cfg, Navigations: n, Load: load, Phases: 1})
+	return navs[len(navs)-1].Start - navs[0].Start
+}
