@@ -282,7 +282,7 @@ func (l *Limiter) ReserveWith(hostname string, cfg Config, now time.Time) Reserv
 
 func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservation {
 	if set.mode == Off || Exempt(hostname) {
-		return Reservation{Start: now}
+		return Reservation{Start: now, Mode: Off}
 	}
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
@@ -450,6 +450,10 @@ type HostState struct {
 	// (the host's booked slots, less the burst allowance); 0 when one would
 	// go now.
 	NextFree time.Duration `json:"-"`
+	// Source and Rule say where the setting of the host's last booking
+	// came from, as Reservation's do; a policy fills them in.
+	Source string `json:"-"`
+	Rule   string `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,
