@@ -135,6 +135,15 @@ func (c Config) setting() setting {
 	return s
 }
 
+// Params returns what c books with, as the limiter reads it: the mode it
+// really has (Off for Fixed without an Interval), the base interval, the
+// burst allowance tau ((burst−1) × base, 0 with a floor) and the floor. A
+// shared store applies the same rule with them.
+func (c Config) Params() (mode Mode, base, tau, floor time.Duration) {
+	s := c.setting()
+	return s.mode, time.Duration(s.base), time.Duration(s.tau), time.Duration(s.floor)
+}
+
 // burst is Burst as the rule reads it.
 func (c Config) burst() int {
 	switch {
