@@ -98,50 +98,64 @@ func (h *holder) supervise(bg context.Context, fc *fetchConn) {
 	}
 }
 
-// book reserves host's next slot for a navigation wanted now and returns
-// how long it must wait, logging the first delay of each host. retry is set
-// when nothing could be booked (a shared store that holds navigations while
-// it is unreachable): the navigation waits d and then books again.
-func (h *holder) book(host string, log *zerolog.Logger) (d time.Duration, retry bool) {
-	l := h.p.Limiter
-	now := time.Now()
-	r := l.Reserve(host, now)
-	d = r.Start.Sub(now)
+// book reserves the slot of a navigation to rawURL (whose host is host)
+// wanted now and returns how long it must wait, logging the first delay of
+// each host. retry is set when nothing could be booked (a shared store that
+// holds navigations while it is unreachable): the navigation waits d and
+// then books again. Booking may block for the site's robots.txt, never
+// past ctx.
+func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
+	r := h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
+	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Dur("retry_in", d).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
+	}
+	if !r.Tracked {
+		h.p.Metrics.navigation(navExempt, 0)
+		return 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
 	if d <= 0 {
 		return 0, false
 	}
 	if h.p.warned.first(host) {
+		// Adaptive spacing surprises; a fixed one was asked for.
 		ev := h.p.log.Warn()
-		if l.Mode() == limiter.Fixed {
+		if r.Mode != limiter.Adaptive {
 			ev = h.p.log.Debug()
 		}
-		ev.Str("host", host).Dur("delay", d).Str("mode", l.Mode().String()).
-			Str("tip", "use --http-nav-delay 0 to disable").
-			Msg("spacing out navigations to this host")
+		if r.Bucket != host {
+			ev = ev.Str("bucket", r.Bucket)
+		}
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		switch r.Source {
+		case "", "flag":
+			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
+		default:
+			ev = ev.Str("rule", r.Rule)
+		}
+		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Dur("delay", d).Int("pressure", r.Pressure).Dur("spacing", r.Spacing).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
 
-// wait books host's slot for a navigation and calls release when the slot
-// comes, booking again while a shared store asks to retry. It reports false,
-// calling nothing, when the navigation may go at once. When ctx ends first,
-// release is never called. done, when set, is called once the hold is over,
-// either way.
-func (h *holder) wait(ctx context.Context, host string, log *zerolog.Logger, release, done func()) bool {
-	d, retry := h.book(host, log)
+// wait books host's slot for a navigation to rawURL and calls release when
+// the slot comes, booking again while a shared store asks to retry. It
+// reports false, calling nothing, when the navigation may go at once. When
+// ctx ends first, release is never called. done, when set, is called once
+// the hold is over, either way.
+func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) bool {
+	d, retry := h.book(ctx, host, rawURL, log)
 	if d <= 0 && !retry {
 		return false
 	}
 	h.waiting.Add(1)
 	after(ctx, d, func() {
 		h.waiting.Add(-1)
-		if retry && h.wait(ctx, host, log, release, done) {
+		if retry && h.wait(ctx, host, rawURL, log, release, done) {
 			return
 		}
 		release()

@@ -393,14 +393,14 @@ func (fc *fetchConn) hold(ev *cdp.RequestPaused, host string) {
 		fc.release(id)
 		return
 	}
-	fc.await(id, host)
+	fc.await(id, host, ev.Request.URL)
 }
 
 // await books host's slot for a held request and releases the request when
 // the slot comes (at once if it has come already).
-func (fc *fetchConn) await(id, host string) {
+func (fc *fetchConn) await(id, host, rawURL string) {
 	release := func() { fc.release(id) }
-	if !fc.h.wait(fc.held, host, &fc.log, release, nil) {
+	if !fc.h.wait(fc.held, host, rawURL, &fc.log, release, nil) {
 		release()
 	}
 }

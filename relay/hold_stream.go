@@ -114,7 +114,7 @@ func (h *navHold) fromClient(msg []byte) bool {
 		pr.p.Metrics.relayed(true, len(held))
 	}
 	// When the connection ends first, the navigation goes nowhere.
-	if !pr.up.holder.wait(pr.ctx, host, &pr.log, write, pr.held.Done) {
+	if !pr.up.holder.wait(pr.ctx, host, rawURL, &pr.log, write, pr.held.Done) {
 		pr.held.Done()
 		return false
 	}
@@ -165,7 +165,7 @@ func (h *navHold) fromBrowser(msg []byte) {
 		if ev.Redirect != nil && host != prev {
 			// The browser follows redirects by itself: book the new host so
 			// its schedule counts the request, though it cannot be held.
-			h.pr.up.holder.book(host, &h.pr.log)
+			h.pr.up.holder.book(h.pr.ctx, host, ev.URL, &h.pr.log)
 		}
 		h.mu.Lock()
 		put(h.docs, key, host)

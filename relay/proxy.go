@@ -71,14 +71,19 @@ func (i Intercept) String() string {
 	return [...]string{"auto", "fetch", "navigate"}[i]
 }
 
-// Limiter books navigation slots per host, as *limiter.Limiter does in
-// process; a shared store can stand in for it. Its methods must be safe for
+// Limiter books navigation slots, as *policy.Policy does over the
+// in-process limiter or a shared store. Its methods must be safe for
 // concurrent use.
 type Limiter interface {
-	// Mode reports whether the limiter is adaptive, fixed or off.
+	// Mode reports the global mode: Off means nothing is ever booked, so
+	// the relay arms no holding at all.
 	Mode() limiter.Mode
-	// Reserve books host's next slot for a navigation wanted at now.
-	Reserve(host string, now time.Time) limiter.Reservation
+	// Reserve books the slot of a navigation to rawURL, wanted at now; host
+	// is limiter.Key(rawURL). It may block, to read the site's robots.txt,
+	// but never past ctx. A reservation that is not Tracked has nothing to
+	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
+	// what was booked and why.
+	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
 	// Observe feeds the answer a navigation of host got at now back.
 	Observe(host string, o limiter.Outcome, now time.Time)
 }
