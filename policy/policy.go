@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -45,6 +47,8 @@ type Config struct {
 	// CrawlDelay is a floor under every host's spacing, as if each site's
 	// robots.txt asked for it: simulate's --crawl-delay.
 	CrawlDelay time.Duration
+	// Log, when set, is Robots' log unless it has its own.
+	Log *zerolog.Logger
 }
 
 // Sources of a setting, as Reservation.Source names them.
@@ -76,6 +80,9 @@ type Policy struct {
 
 // New returns a policy booking in b.
 func New(cfg Config, b Booker) *Policy {
+	if cfg.Robots != nil && cfg.Robots.Log == nil {
+		cfg.Robots.Log = cfg.Log
+	}
 	p := &Policy{cfg: cfg, book: b, mode: limiter.Off}
 	if spaces(cfg.Default) {
 		p.mode = cfg.Default.Mode

@@ -75,6 +75,15 @@ const (
 	FallbackClosed Fallback = "closed"
 )
 
+// ParseFallback reads --store-fallback: local or closed.
+func ParseFallback(s string) (Fallback, error) {
+	switch f := Fallback(strings.ToLower(strings.TrimSpace(s))); f {
+	case FallbackLocal, FallbackClosed:
+		return f, nil
+	}
+	return "", fmt.Errorf("--store-fallback %q: want local or closed", s)
+}
+
 // Options configures a Redis store. The zero Options is the default.
 type Options struct {
 	// Prefix is put before each host to make its key. Empty means DefaultPrefix.
