@@ -25,8 +25,8 @@ const DefaultHost = "example.com"
 
 // Options is what a replay runs.
 type Options struct {
-	// Policy books the navigations; its Robots must be nil (a replay reads
-	// no robots.txt: CrawlDelay stands in for one).
+	// Policy books the navigations. Its Robots is ignored: a replay reads
+	// no robots.txt, and CrawlDelay stands in for one.
 	Policy      policy.Config
 	Hosts       []string      // navigated to in turn; empty means DefaultHost
 	Navigations int           // per phase
@@ -47,8 +47,6 @@ func (o Options) Check() error {
 		return fmt.Errorf("--load %v: want a duration ≥ 0", o.Load)
 	case o.Idle < 0:
 		return fmt.Errorf("--idle %v: want a duration ≥ 0", o.Idle)
-	case o.Policy.Robots != nil:
-		return fmt.Errorf("a replay reads no robots.txt: give --crawl-delay instead")
 	}
 	for _, h := range o.Hosts {
 		if k, ok := limiter.Key("http://" + h + "/"); !ok || k != h {
