@@ -9,7 +9,7 @@ PORT    ?= 9222
 # Flags headless Chromium needs as root on a closed network.
 CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
 	--disable-background-networking --disable-component-update --disable-sync \
-	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
+	--disable-dev-shm-usage --remote-debugging-port=$(PORT)
 
 .PHONY: all build demo run test unit e2e deps chromium redis node-deps bench bench-e2e fuzz fmt vet clean
 
@@ -18,14 +18,18 @@ all: build
 build:
 	$(GO) build -o cdp-throttle .
 
-# Reproduce the seed's measurement against a real Chromium: tables on
-# stdout, the chart in demo.html. ARGS="--navigations 400" for the seed's run.
+# Reproduce the limiter's published measurement (the rate limiter designed
+# for Lightpanda) against a real Chromium: tables on stdout, the chart in
+# demo.html. ARGS="--navigations 400" for the published run.
 demo: chromium build
 	./cdp-throttle demo $(ARGS)
 
-# Start the relay on 127.0.0.1:9322 in front of a headless Chromium it launches.
+# Start the relay on 127.0.0.1:9322 in front of a headless Chromium it
+# launches, with the relay's flags in ARGS (make run ARGS="--bucket site").
+# Chromium's profile is a temporary directory, removed when the relay exits.
 run: chromium build
-	./cdp-throttle $(ARGS) -- $(CHROMIUM) $(CHROMIUM_FLAGS)
+	@profile=$$(mktemp -d -t cdp-throttle-profile-XXXXXX); trap 'rm -rf "$$profile"' EXIT; \
+	./cdp-throttle $(ARGS) -- $(CHROMIUM) $(CHROMIUM_FLAGS) --user-data-dir="$$profile"
 
 # Everything CI runs: formatting, vet, unit tests with -race, fuzz seeds,
 # and the end-to-end suite against real Chromium with real clients.

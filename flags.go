@@ -15,6 +15,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/demo"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -34,15 +35,42 @@ const envPrefix = "CDP_THROTTLE_"
 
 func env(name string) []string { return []string{envPrefix + name} }
 
+// durationFlag is a duration flag read by policy.ParseDuration (a Go
+// duration, or a bare number of milliseconds), through durations.
+func durationFlag(name, value, usage string, envVars ...string) cli.Flag {
+	return &cli.StringFlag{Name: name, Value: value, Usage: usage + " (100ms, 1.5s, or a number of ms)", EnvVars: envVars}
+}
+
+// durations reads the duration flags named in pairs with where to put
+// them, durations(c, false, "load", &o.Load, …); positive refuses 0.
+func durations(c *cli.Context, positive bool, pairs ...any) error {
+	for i := 0; i < len(pairs); i += 2 {
+		d, err := policy.FlagDuration(pairs[i].(string), c.String(pairs[i].(string)), positive)
+		if err != nil {
+			return usageError{err}
+		}
+		*pairs[i+1].(*time.Duration) = d
+	}
+	return nil
+}
+
+// repeated is a repeatable flag whose values may hold commas (a rule's
+// burst:N), which urfave's StringSliceFlag would split; an environment
+// variable holds one value a line.
+type repeated []string
+
+func (r *repeated) Set(v string) error { *r = append(*r, strings.Split(v, "\n")...); return nil }
+func (r *repeated) String() string     { return strings.Join(*r, "\n") }
+
 func newApp(stdout, stderr io.Writer) *cli.App {
 	onUsage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 	return &cli.App{
 		Name:      "cdp-throttle",
-		Usage:     "a CDP relay that spaces out top-level navigations per host",
+		Usage:     "a CDP relay that spaces out top-level navigations per host, with the rate limiter designed for Lightpanda",
 		UsageText: "cdp-throttle [flags] [-- BROWSER COMMAND ...]\ncdp-throttle simulate [flags]\ncdp-throttle demo [flags]",
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags:     append(relayFlags(), append(limiterFlags(), logFlags()...)...),
+		Flags:     append(relayFlags(), append(limiterFlags(), logFlags(stderr)...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := relayConfigFrom(c, stderr)
 			if err != nil {
@@ -53,31 +81,19 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			{
 				Name:         "demo",
-				Usage:        "reproduce the seed's measurement against a real Chromium and chart it",
+				Usage:        "reproduce the limiter's published measurement (the rate limiter designed for Lightpanda) against a real Chromium, and chart it",
 				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--browser PATH] [--out demo.html]",
 				Flags:        demoFlags(),
 				OnUsageError: onUsage,
-				Action: func(c *cli.Context) error {
-					opts, err := demoOptionsFrom(c, stderr)
-					if err != nil {
-						return err
-					}
-					return demo.Run(c.Context, opts, stdout, stderr)
-				},
+				Action:       func(c *cli.Context) error { return runDemo(c, stdout, stderr) },
 			},
 			{
 				Name:         "simulate",
 				Usage:        "replay the limiter on a simulated clock and print the schedule",
-				UsageText:    "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--csv]",
+				UsageText:    "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--host H]... [--rule R]... [--bucket B] [--crawl-delay D] [--csv]",
 				Flags:        append(simulateFlags(), limiterFlags()...),
 				OnUsageError: onUsage,
-				Action: func(c *cli.Context) error {
-					opts, err := simulateOptionsFrom(c)
-					if err != nil {
-						return err
-					}
-					return simulate.Run(opts, stdout)
-				},
+				Action:       func(c *cli.Context) error { return runSimulate(c, stdout) },
 			},
 		},
 		OnUsageError:    onUsage,
@@ -93,15 +109,14 @@ const (
 
 // relayConfig is what the relay runs with.
 type relayConfig struct {
-	listen      string
-	upstreams   []string
-	upstreamSet bool   // --upstream was given, not defaulted
-	store       string // redis://HOST:PORT/DB, "" for in-process
-	storeOpts   store.Options
-	limiter     limiter.Config
-	browserCmd  []string // after --: a browser the relay starts and stops
-	log         zerolog.Logger
-	proxy       *relay.Proxy // the flags that are the relay's own fields
+	listen     string
+	upstreams  []string
+	store      string // redis://HOST:PORT/DB, "" for in-process
+	storeOpts  store.Options
+	policy     policy.Config
+	browserCmd []string // after --: a browser the relay starts and stops
+	log        zerolog.Logger
+	proxy      *relay.Proxy // the flags that are the relay's own fields
 }
 
 func relayFlags() []cli.Flag {
@@ -111,24 +126,29 @@ func relayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "store", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB (default: in process)", EnvVars: env("STORE")},
 		&cli.StringFlag{Name: "store-prefix", Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
 		&cli.StringFlag{Name: "store-fallback", Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
-		&cli.DurationFlag{Name: "store-timeout", Value: 100 * time.Millisecond, Usage: "longest wait for one Redis call before falling back", EnvVars: env("STORE_TIMEOUT")},
+		durationFlag("store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
 		&cli.StringFlag{Name: "intercept", Value: "auto", Usage: "how navigations are caught: auto, fetch (browser-level Fetch) or navigate (hold Page.navigate in client streams)", EnvVars: env("INTERCEPT")},
 		&cli.StringSliceFlag{Name: "allow-origin", Usage: "Origin a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
 		&cli.StringSliceFlag{Name: "allow-host", Usage: "name a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
 		&cli.StringFlag{Name: "token", Usage: "require this token on every request (Authorization: Bearer TOKEN or ?token=TOKEN)", EnvVars: env("TOKEN")},
 		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
-		&cli.DurationFlag{Name: "start-timeout", Value: relay.DefaultStartTimeout, Usage: "how long to wait for the browser at start", EnvVars: env("START_TIMEOUT")},
+		durationFlag("start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
+		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
+		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
 	}
 }
 
 func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	cfg := relayConfig{proxy: &relay.Proxy{}}
 	var err error
-	if cfg.limiter, err = limiterConfigFrom(c); err != nil {
+	if cfg.policy, err = policyFrom(c); err != nil {
 		return cfg, err
 	}
 	if cfg.log, err = loggerFrom(c, stderr); err != nil {
+		return cfg, err
+	}
+	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout); err != nil {
 		return cfg, err
 	}
 	cfg.listen = c.String("listen")
@@ -148,15 +168,9 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.store != "" && !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
 		return cfg, usagef("--store %q: want redis://HOST:PORT/DB", cfg.store)
 	}
-	cfg.storeOpts = store.Options{Prefix: c.String("store-prefix"), Timeout: c.Duration("store-timeout")}
-	switch f := store.Fallback(c.String("store-fallback")); f {
-	case store.FallbackLocal, store.FallbackClosed:
-		cfg.storeOpts.Fallback = f
-	default:
-		return cfg, usagef("--store-fallback %q: want local or closed", f)
-	}
-	if cfg.storeOpts.Timeout <= 0 {
-		return cfg, usagef("--store-timeout %v: want a duration > 0", cfg.storeOpts.Timeout)
+	cfg.storeOpts.Prefix = c.String("store-prefix")
+	if cfg.storeOpts.Fallback, err = store.ParseFallback(c.String("store-fallback")); err != nil {
+		return cfg, usageError{err}
 	}
 	if cfg.proxy.Intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
 		return cfg, usagef("--intercept %q: want auto, fetch or navigate", c.String("intercept"))
@@ -171,9 +185,6 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.proxy.MaxMessageSize = c.Int64("max-message-size"); cfg.proxy.MaxMessageSize < 1<<10 {
 		return cfg, usagef("--max-message-size %d: want at least 1024 bytes", cfg.proxy.MaxMessageSize)
 	}
-	if cfg.proxy.StartTimeout = c.Duration("start-timeout"); cfg.proxy.StartTimeout <= 0 {
-		return cfg, usagef("--start-timeout %v: want a duration > 0", cfg.proxy.StartTimeout)
-	}
 	cfg.browserCmd = c.Args().Slice()
 	if len(cfg.browserCmd) > 0 && !c.IsSet("upstream") {
 		cfg.upstreams = []string{launcher.Endpoint(cfg.browserCmd, defaultUpstream)}
@@ -181,43 +192,38 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	return cfg, nil
 }
 
+// limiterFlags are the policy's flags the relay and simulate share.
 func limiterFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "http-nav-delay", Usage: "spacing of top-level navigations per host in ms: unset = adaptive, 0 = off, N = fixed N ms", EnvVars: env("HTTP_NAV_DELAY")},
-		&cli.StringFlag{Name: "http-nav-burst", Usage: "navigations an idle host absorbs at once (values < 1 act as 1)", Value: strconv.Itoa(limiter.DefaultBurst), EnvVars: env("HTTP_NAV_BURST")},
+		&cli.StringFlag{Name: "http-nav-delay", Usage: "spacing of top-level navigations per host: unset = adaptive, 0 = off, else fixed (100ms, 1.5s, or a number of ms)", EnvVars: env("HTTP_NAV_DELAY")},
+		&cli.StringFlag{Name: "http-nav-burst", Usage: "navigations an idle host absorbs at once, a whole number ≥ 0 (0 acts as 1)", Value: strconv.Itoa(limiter.DefaultBurst), EnvVars: env("HTTP_NAV_BURST")},
+		&cli.GenericFlag{Name: "rule", Value: &repeated{}, Usage: "PATTERN=SETTING: hosts matching the glob PATTERN get SETTING, adaptive, fixed:DURATION, off or exempt, optionally with burst:N (repeatable; the first match wins)", EnvVars: env("RULE")},
+		&cli.StringFlag{Name: "rules", Usage: "file of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
+		&cli.StringFlag{Name: "bucket", Value: "host", Usage: "which hosts share one schedule: host, or site (the registrable domain: www.example.com and example.com share one)", EnvVars: env("BUCKET")},
+		&cli.StringSliceFlag{Name: "exempt-host", Usage: "host glob never spaced, besides loopback (repeatable)", EnvVars: env("EXEMPT_HOST")},
 	}
 }
 
-// limiterConfigFrom reads --http-nav-delay and --http-nav-burst.
-func limiterConfigFrom(c *cli.Context) (limiter.Config, error) {
-	var cfg limiter.Config
-	if v := strings.TrimSpace(c.String("http-nav-delay")); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 {
-			return cfg, usagef("--http-nav-delay %q: want a whole number of milliseconds ≥ 0 (0 turns the limiter off; leave it unset for adaptive)", v)
-		}
-		if ms > int64(time.Hour/time.Millisecond) {
-			return cfg, usagef("--http-nav-delay %q: longer than an hour", v)
-		}
-		if ms == 0 {
-			cfg.Mode = limiter.Off
-		} else {
-			cfg.Mode, cfg.Interval = limiter.Fixed, time.Duration(ms)*time.Millisecond
-		}
+// policyFrom reads the policy's flags; those a command lacks read as unset.
+func policyFrom(c *cli.Context) (policy.Config, error) {
+	var rules []string
+	if r, ok := c.Generic("rule").(*repeated); ok {
+		rules = *r
 	}
-	v := strings.TrimSpace(c.String("http-nav-burst"))
-	burst, err := strconv.Atoi(v)
-	if err != nil || burst < 0 || burst > 1_000_000 {
-		return cfg, usagef("--http-nav-burst %q: want a whole number of navigations ≥ 0", v)
+	cfg, err := policy.FromFlags(policy.Flags{Delay: c.String("http-nav-delay"), Burst: c.String("http-nav-burst"),
+		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), ExemptHosts: c.StringSlice("exempt-host"),
+		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay")})
+	if err != nil {
+		return cfg, usageError{err}
 	}
-	cfg.Burst = max(burst, 1) // 0 acts as 1, not as the Config default
 	return cfg, nil
 }
 
-func logFlags() []cli.Flag {
+func logFlags(stderr io.Writer) []cli.Flag {
+	format := map[bool]string{true: "console", false: "json"}[isTerminal(stderr)]
 	return []cli.Flag{
 		&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: env("LOG_LEVEL")},
-		&cli.StringFlag{Name: "log-format", Usage: "console or json", DefaultText: "console on a terminal, else json", EnvVars: env("LOG_FORMAT")},
+		&cli.StringFlag{Name: "log-format", Usage: "console or json", Value: format, DefaultText: "console on a terminal, else json", EnvVars: env("LOG_FORMAT")},
 	}
 }
 
@@ -227,17 +233,11 @@ func loggerFrom(c *cli.Context, w io.Writer) (zerolog.Logger, error) {
 	if err != nil || level == zerolog.NoLevel {
 		return zerolog.Logger{}, usagef("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
-	format := strings.ToLower(c.String("log-format"))
-	if format == "" {
-		format = "json"
-		if isTerminal(w) {
-			format = "console"
-		}
-	}
-	switch format {
+	switch strings.ToLower(c.String("log-format")) {
 	case "json":
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+		zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // the console reads it back: keep the milliseconds
 	default:
 		return zerolog.Logger{}, usagef("--log-format %q: want console or json", c.String("log-format"))
 	}
@@ -256,67 +256,62 @@ func isTerminal(w io.Writer) bool {
 func simulateFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "navigations", Value: 400, Usage: "navigations per phase"},
-		&cli.DurationFlag{Name: "load", Value: 4500 * time.Microsecond, Usage: "page load time: from a navigation's start to the next request"},
+		durationFlag("load", "4.5ms", "page load time: from a navigation's start to the next request"),
 		&cli.IntFlag{Name: "phases", Value: 1, Usage: "phases of navigations, separated by --idle"},
-		&cli.DurationFlag{Name: "idle", Value: 8 * time.Second, Usage: "time without navigations between phases"},
+		durationFlag("idle", "8s", "time without navigations between phases"),
+		&cli.StringSliceFlag{Name: "host", Usage: "host navigated to, in turn when repeated (default example.com)"},
+		durationFlag("crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
 		&cli.BoolFlag{Name: "csv", Usage: "print one row per navigation instead of the tables"},
 	}
 }
 
-func simulateOptionsFrom(c *cli.Context) (simulate.Options, error) {
-	lc, err := limiterConfigFrom(c)
-	if err != nil {
-		return simulate.Options{}, err
+func runSimulate(c *cli.Context, stdout io.Writer) error {
+	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
+	var err error
+	if o.Policy, err = policyFrom(c); err != nil {
+		return err
 	}
-	o := simulate.Options{
-		Limiter:     lc,
-		Navigations: c.Int("navigations"),
-		Load:        c.Duration("load"),
-		Phases:      c.Int("phases"),
-		Idle:        c.Duration("idle"),
-		CSV:         c.Bool("csv"),
+	if err := durations(c, false, "load", &o.Load, "idle", &o.Idle); err != nil {
+		return err
 	}
 	if c.NArg() > 0 {
-		return o, usagef("simulate takes no arguments, got %q", c.Args().First())
+		return usagef("simulate takes no arguments, got %q", c.Args().First())
 	}
 	if err := o.Check(); err != nil {
-		return o, usageError{err}
+		return usageError{err}
 	}
-	return o, nil
+	return simulate.Run(o, stdout)
 }
 
 func demoFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "navigations", Value: 200, Usage: "navigations per phase (400 reproduces the seed's run)"},
+		&cli.IntFlag{Name: "navigations", Value: 200, Usage: "navigations per phase (400 is the published measurement's run)"},
 		&cli.IntFlag{Name: "phases", Value: 2, Usage: "phases per mode, separated by --idle"},
-		&cli.DurationFlag{Name: "idle", Value: 8 * time.Second, Usage: "time without navigations between phases"},
-		&cli.DurationFlag{Name: "fixed", Value: 100 * time.Millisecond, Usage: "spacing of the fixed mode"},
+		durationFlag("idle", "8s", "time without navigations between phases"),
+		durationFlag("fixed", "100ms", "spacing of the fixed mode"),
 		&cli.StringFlag{Name: "browser", Usage: "Chromium to run (default: chromium on PATH)", EnvVars: env("BROWSER")},
 		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "non-exempt loopback address the demo site listens on"},
 		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "where to write the chart"},
 	}
 }
 
-func demoOptionsFrom(c *cli.Context, stderr io.Writer) (demo.Options, error) {
-	o := demo.Options{
-		Navigations: c.Int("navigations"),
-		Phases:      c.Int("phases"),
-		Idle:        c.Duration("idle"),
-		Fixed:       c.Duration("fixed"),
-		Browser:     c.String("browser"),
-		SiteIP:      c.String("site"),
-		Out:         c.String("out"),
-		Live:        isTerminal(stderr),
+func runDemo(c *cli.Context, stdout, stderr io.Writer) error {
+	o := demo.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Browser: c.String("browser"),
+		SiteIP: c.String("site"), Out: c.String("out"), Live: isTerminal(stderr)}
+	if err := durations(c, false, "idle", &o.Idle, "fixed", &o.Fixed); err != nil {
+		return err
 	}
 	if c.NArg() > 0 {
-		return o, usagef("demo takes no arguments, got %q", c.Args().First())
+		return usagef("demo takes no arguments, got %q", c.Args().First())
 	}
 	if err := o.Check(); err != nil {
-		return o, usageError{err}
+		return usageError{err}
 	}
 	var err error
 	if o.Browser == "" {
-		o.Browser, err = launcher.FindChromium()
+		if o.Browser, err = launcher.FindChromium(); err != nil {
+			return err
+		}
 	}
-	return o, err
+	return demo.Run(c.Context, o, stdout, stderr)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -16,8 +17,9 @@ import (
 // runRelay serves the relay until ctx ends.
 func runRelay(ctx context.Context, cfg relayConfig) error {
 	log := cfg.log
-	local := limiter.New(cfg.limiter)
-	start := log.Info().Str("mode", cfg.limiter.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen)
+	local := limiter.New(cfg.policy.Default)
+	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
+		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Bool("robots", cfg.policy.Robots != nil)
 	shown := make([]string, len(cfg.upstreams)) // a token or password in them stays out of the log
 	for i, u := range cfg.upstreams {
 		shown[i] = redact.URL(u)
@@ -32,19 +34,22 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	}
 	start.Msg("cdp-throttle starting")
 
-	var lim relay.Limiter = local
+	var book policy.Booker = local
 	if cfg.store != "" {
 		storeLog := log.With().Str("store", redact.URL(cfg.store)).Logger()
 		cfg.storeOpts.Log = &storeLog
 		ctx, cancel := context.WithTimeout(ctx, cfg.proxy.StartTimeout)
-		s, err := store.NewRedis(ctx, cfg.store, cfg.limiter, cfg.storeOpts)
+		s, err := store.NewRedis(ctx, cfg.store, cfg.policy.Default, cfg.storeOpts)
 		cancel()
 		if err != nil {
 			return err
 		}
 		defer s.Close()
-		lim = s
+		book = s
 	}
+	cfg.policy.Log = &log
+	lim := policy.New(cfg.policy, book)
+	defer lim.Close()
 
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -62,7 +67,7 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 
 	p := cfg.proxy
 	p.Upstream, p.Upstreams = cfg.upstreams[0], cfg.upstreams[1:]
-	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(lim), &log
+	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(book), &log
 	if browser != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = browser.Bind(ctx) // ends, with the browser's error, when it is given up on

@@ -117,8 +117,15 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{[]string{"simulate", "--http-nav-delay", "-5"}, `--http-nav-delay "-5"`},
 		{[]string{"simulate", "--http-nav-delay", "fast"}, `--http-nav-delay "fast"`},
-		{[]string{"simulate", "--http-nav-delay", "100ms"}, `--http-nav-delay "100ms"`},
-		{[]string{"simulate", "--http-nav-burst", "-1"}, `--http-nav-burst "-1"`},
+		{[]string{"simulate", "--http-nav-delay", "1e3"}, `--http-nav-delay "1e3"`},
+		{[]string{"simulate", "--http-nav-burst", "-1"}, `--http-nav-burst "-1": want a whole number of navigations ≥ 0 (0 acts as 1)`},
+		{[]string{"simulate", "--rule", "*.slow.test=fast"}, `--rule "*.slow.test=fast": "fast": want adaptive, fixed:DURATION, off or exempt`},
+		{[]string{"simulate", "--rule", "*.slow.test"}, `--rule "*.slow.test": want PATTERN=SETTING`},
+		{[]string{"simulate", "--bucket", "domain"}, `--bucket "domain": want host or site`},
+		{[]string{"simulate", "--host", "HTTP://x/"}, `--host "HTTP://x/"`},
+		{[]string{"--rules", "/no/such/rules.txt"}, `--rules: open /no/such/rules.txt`},
+		{[]string{"--robots", "obey"}, `--robots "obey": want ignore or crawl-delay`},
+		{[]string{"--exempt-host", "http://a/"}, `--exempt-host "http://a/"`},
 		{[]string{"simulate", "--http-nav-burst", "ten"}, `--http-nav-burst "ten"`},
 		{[]string{"simulate", "--navigations", "0"}, "--navigations 0"},
 		{[]string{"simulate", "--load", "soon"}, "soon"},
@@ -159,3 +166,48 @@ func TestLimiterFlagsFromEnvironment(t *testing.T) {
 }
 
 func errorsAs(err error, target *usageError) bool { return errors.As(err, target) }
+
+// TestSimulatePolicy replays per-site settings: a rule, one schedule per
+// site for two hosts in turn (the span of one host's 200 navigations, where
+// two hosts of their own would go much faster), and a Crawl-delay.
+func TestSimulatePolicy(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		contains []string
+	}{
+		{"rule-fixed300.txt", []string{"--navigations", "20", "--rule", "example.com=fixed:300ms,burst:1", "--rule", "*=off"}, []string{
+			"; burst 1, by rule 1\n",
+			"fixed300      1    20      5.70    3.3    300.0    300.0    300.0\n",
+		}},
+		{"site-bucket.txt", []string{"--navigations", "200", "--bucket", "site", "--host", "www.site.test", "--host", "site.test"}, []string{
+			"to www.site.test and site.test in turn, bucket site,",
+			"adaptive      1   200     16.06   12.4    100.0    100.0    100.0\n",
+		}},
+		{"host-buckets.txt", []string{"--navigations", "200", "--host", "www.site.test", "--host", "site.test"}, []string{
+			"adaptive      1   200      6.06",
+		}},
+		{"crawl-delay.txt", []string{"--navigations", "10", "--crawl-delay", "500ms"}, []string{
+			"Crawl-delay 500ms: no burst",
+			"adaptive      1    10      4.50    2.0    500.0    500.0    500.0\n",
+		}},
+	}
+	one, _, err := runCLI(t, "simulate", "--navigations", "200")
+	if err != nil || !strings.Contains(one, "adaptive      1   200     16.06") {
+		t.Fatalf("one host, 200 navigations: got %v\n%s", err, one)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.contains {
+				if !strings.Contains(out, c) {
+					t.Errorf("output lacks %q:\n%s", c, out)
+				}
+			}
+			golden(t, tt.name, out)
+		})
+	}
+}

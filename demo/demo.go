@@ -25,6 +25,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/report"
 )
@@ -177,7 +178,7 @@ func demoMode(ctx context.Context, upstream string, cfg limiter.Config, site *de
 	name := cfg.Name()
 	run := report.Run{Mode: name, Quantum: cfg.Quantum()}
 	quiet := zerolog.New(io.Discard)
-	lim := &bookings{Limiter: limiter.New(cfg)}
+	lim := &bookings{Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg))}
 	p := &relay.Proxy{Upstream: upstream, Limiter: lim, Log: &quiet}
 	if err := p.Start(ctx); err != nil {
 		return run, err
@@ -232,7 +233,7 @@ func demoMode(ctx context.Context, upstream string, cfg limiter.Config, site *de
 // navigation go, so the first-at table shows what the limiter enforced
 // rather than page-load noise.
 type bookings struct {
-	*limiter.Limiter
+	relay.Limiter
 	mu   sync.Mutex
 	navs []bookedAt // guarded by mu
 }
@@ -242,8 +243,8 @@ type bookedAt struct {
 	waited bool
 }
 
-func (b *bookings) Reserve(host string, now time.Time) limiter.Reservation {
-	r := b.Limiter.Reserve(host, now)
+func (b *bookings) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	r := b.Limiter.Reserve(ctx, host, rawURL, now)
 	b.mu.Lock()
 	b.navs = append(b.navs, bookedAt{r.Start, r.Start.After(now)})
 	b.mu.Unlock()

@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -320,7 +321,7 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 	// nanosecond (the timestamp has whole seconds).
 	atNanos := zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) { e.Int64("at_ns", time.Now().UnixNano()) })
 	log := zerolog.New(logs).Level(zerolog.DebugLevel).Hook(atNanos).With().Timestamp().Logger()
-	p := &relay.Proxy{Upstream: upstream, Limiter: limiter.New(cfg), Log: &log}
+	p := &relay.Proxy{Upstream: upstream, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: &log}
 	for _, o := range opts {
 		o(p)
 	}

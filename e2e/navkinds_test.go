@@ -108,10 +108,11 @@ func heldBookings(r *relayed, host string) []booking {
 	var out []booking
 	for _, line := range strings.Split(r.logs.String(), "\n") {
 		var l struct {
-			Message, Host  string
-			Delay, Spacing float64 // milliseconds
-			Pressure       int
-			AtNs           int64 `json:"at_ns"`
+			Message, Host string
+			Delay         float64 `json:"delay_ms"`
+			Spacing       float64 `json:"spacing_ms"`
+			Pressure      int
+			AtNs          int64 `json:"at_ns"`
 		}
 		if json.Unmarshal([]byte(line), &l) != nil || l.Message != "navigation held" || l.Host != host {
 			continue

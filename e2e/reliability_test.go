@@ -571,7 +571,7 @@ func TestSoak(t *testing.T) {
 
 	var rec *soakRecorder
 	r := startRelay(t, fixed(interval, 1), func(p *relay.Proxy) {
-		rec = &soakRecorder{Limiter: p.Limiter.(*limiter.Limiter), starts: map[string][]time.Time{}}
+		rec = &soakRecorder{Limiter: p.Limiter, starts: map[string][]time.Time{}}
 		p.Limiter = rec
 		quiet := p.Log.Level(2) // warn and up
 		p.Log = &quiet
@@ -658,14 +658,14 @@ func TestSoak(t *testing.T) {
 
 // soakRecorder wraps the relay's limiter and keeps the slots it books.
 type soakRecorder struct {
-	*limiter.Limiter
+	relay.Limiter
 	mu     sync.Mutex
 	starts map[string][]time.Time // guarded by mu
 	held   int                    // guarded by mu; bookings that had to wait
 }
 
-func (r *soakRecorder) Reserve(host string, now time.Time) limiter.Reservation {
-	res := r.Limiter.Reserve(host, now)
+func (r *soakRecorder) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	res := r.Limiter.Reserve(ctx, host, rawURL, now)
 	r.mu.Lock()
 	r.starts[host] = append(r.starts[host], res.Start)
 	if res.Start.After(now) {

@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -110,7 +111,7 @@ func redisStore(t *testing.T, url string, cfg limiter.Config) func(*relay.Proxy)
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		p.Limiter = s
+		p.Limiter = policy.New(policy.Config{Default: cfg}, s)
 	}
 }
 
@@ -494,6 +495,6 @@ func tryDialRaw(t *testing.T, relayURL string) (*rawClient, error) {
 // simulateSpan is the span simulate gives n navigations back to back,
 // each asked for load after the one before started.
 func simulateSpan(cfg limiter.Config, n int, load time.Duration) time.Duration {
-	navs := simulate.Replay(simulate.Options{Limiter: cfg, Navigations: n, Load: load, Phases: 1})
+	navs := simulate.Replay(simulate.Options{Policy: policy.Config{Default: cfg}, Navigations: n, Load: load, Phases: 1})
 	return navs[len(navs)-1].Start - navs[0].Start
 }

@@ -90,8 +90,9 @@ func (m Mode) String() string {
 	return "unknown"
 }
 
-// Config configures a Limiter. The zero Config is the adaptive limiter with
-// the default burst.
+// Config configures a Limiter, and is the setting one booking is made with
+// (ReserveWith). The zero Config is the adaptive limiter with the default
+// burst.
 type Config struct {
 	// Mode is Adaptive, Fixed or Off.
 	Mode Mode
@@ -101,6 +102,66 @@ type Config struct {
 	// Burst is how many navigations an idle host absorbs before any waits.
 	// Zero means DefaultBurst; negative values act as 1.
 	Burst int
+	// Floor is the least spacing in Adaptive and Fixed mode: a site's
+	// robots.txt Crawl-delay. A host with a floor gets no burst, since
+	// Crawl-delay asks for that much time between any two requests. Zero
+	// means none; Off ignores it.
+	Floor time.Duration
+}
+
+// setting is a Config normalised for booking: the mode it really has, and
+// its durations in nanoseconds.
+type setting struct {
+	mode  Mode
+	base  int64 // spacing unit: AdaptiveInterval, or Interval when fixed
+	tau   int64 // burst allowance: (burst-1) × base, 0 with a floor
+	floor int64
+}
+
+func (c Config) setting() setting {
+	s := setting{mode: c.Mode, base: int64(AdaptiveInterval)}
+	if s.mode == Fixed {
+		if c.Interval > 0 {
+			s.base = int64(c.Interval)
+		} else {
+			s.mode = Off
+		}
+	}
+	if c.Floor > 0 {
+		s.floor = int64(c.Floor)
+		return s
+	}
+	s.tau = int64(c.burst()-1) * s.base
+	return s
+}
+
+// Params returns what c books with, as the limiter reads it: the mode it
+// really has (Off for Fixed without an Interval), the base interval, the
+// burst allowance tau ((burst−1) × base, 0 with a floor) and the floor. A
+// shared store applies the same rule with them.
+func (c Config) Params() (mode Mode, base, tau, floor time.Duration) {
+	s := c.setting()
+	return s.mode, time.Duration(s.base), time.Duration(s.tau), time.Duration(s.floor)
+}
+
+// burst is Burst as the rule reads it.
+func (c Config) burst() int {
+	switch {
+	case c.Burst == 0:
+		return DefaultBurst
+	case c.Burst < 1:
+		return 1
+	}
+	return c.Burst
+}
+
+// spacing is how far a booking at pressure p pushes the schedule.
+func (s setting) spacing(p int32) time.Duration {
+	d := time.Duration(s.base)
+	if s.mode == Adaptive {
+		d = min(d*time.Duration(1+p/RampBursts), maxSpacing)
+	}
+	return max(d, time.Duration(s.floor))
 }
 
 // Name names the configuration the way the tables of the limiter's
@@ -153,6 +214,20 @@ type Reservation struct {
 	// wait until Start and then ask again. The in-process limiter never
 	// sets it.
 	Retry bool
+	// Mode is the mode the booking was made in; Off when nothing was booked.
+	Mode Mode
+	// Bucket is the schedule that was booked: the host, or the site it
+	// belongs to when a policy groups hosts by site; "" when nothing was
+	// booked.
+	Bucket string
+	// Source says where the booking's setting came from, for logs and the
+	// status page: "flag" (the global flags), "rule N" (the N-th rule),
+	// "robots.txt" (a Crawl-delay set the spacing), "loopback" or
+	// "exempt-host". The limiter leaves it empty; a policy fills it in.
+	Source string
+	// Rule is the text of what Source names: the rule as written, the
+	// Crawl-delay, the exempt host pattern. Empty for the flags.
+	Rule string
 }
 
 // Limiter books navigation slots per host. It is safe for concurrent use by
@@ -161,10 +236,8 @@ type Reservation struct {
 // written and run in parallel; no lock covers more than one shard of hosts.
 // Create it with New.
 type Limiter struct {
-	mode  Mode
-	base  time.Duration // spacing unit: AdaptiveInterval, or Config.Interval when fixed
-	tau   int64         // burst allowance in ns: (burst-1) × base
-	epoch time.Time     // origin of the int64 nanosecond clock kept per host
+	def   setting   // what Reserve and Observe book with
+	epoch time.Time // origin of the int64 nanosecond clock kept per host
 	seed  maphash.Seed
 	_     [64]byte // keep the read-mostly fields above off the first shard's lines
 	shard [shardCount]shard
@@ -172,30 +245,17 @@ type Limiter struct {
 
 // host is one host's schedule. Times are nanoseconds since Limiter.epoch.
 type host struct {
-	tat      int64 // when the host's booked slots run out
-	clock    int64 // up to when elapsed time has been credited against pressure
+	tat      int64   // when the host's booked slots run out
+	clock    int64   // up to when elapsed time has been credited against pressure
+	set      setting // of the host's last booking, for Busiest
 	pressure int32
 	gone     bool // the record was forgotten by its shard: look the host up again
 }
 
-// New returns a limiter for cfg.
+// New returns a limiter that books with cfg unless a booking brings a
+// setting of its own (ReserveWith).
 func New(cfg Config) *Limiter {
-	l := &Limiter{mode: cfg.Mode, base: AdaptiveInterval, epoch: time.Now(), seed: maphash.MakeSeed()}
-	if l.mode == Fixed {
-		if cfg.Interval > 0 {
-			l.base = cfg.Interval
-		} else {
-			l.mode = Off
-		}
-	}
-	burst := cfg.Burst
-	switch {
-	case burst == 0:
-		burst = DefaultBurst
-	case burst < 1:
-		burst = 1
-	}
-	l.tau = int64(burst-1) * int64(l.base)
+	l := &Limiter{def: cfg.setting(), epoch: time.Now(), seed: maphash.MakeSeed()}
 	for i := range l.shard {
 		l.shard[i].init()
 	}
@@ -203,46 +263,61 @@ func New(cfg Config) *Limiter {
 }
 
 // Mode reports the limiter's mode.
-func (l *Limiter) Mode() Mode { return l.mode }
+func (l *Limiter) Mode() Mode { return l.def.mode }
 
 // Interval reports the base interval: the spacing in Fixed mode, the unit of
 // the adaptive ramp otherwise.
-func (l *Limiter) Interval() time.Duration { return l.base }
+func (l *Limiter) Interval() time.Duration { return time.Duration(l.def.base) }
 
 // Burst reports how many navigations an idle host absorbs at once.
-func (l *Limiter) Burst() int { return int(l.tau/int64(l.base)) + 1 }
+func (l *Limiter) Burst() int { return int(l.def.tau/l.def.base) + 1 }
 
 // Reserve books the next slot of host for a navigation wanted at now and
 // returns it; the navigation may go at the reservation's Start. host is a
 // bucket as returned by Key. Exempt hosts and an Off limiter get now and
 // leave no state behind.
 func (l *Limiter) Reserve(hostname string, now time.Time) Reservation {
-	if l.mode == Off || Exempt(hostname) {
-		return Reservation{Start: now}
+	return l.reserve(hostname, l.def, now)
+}
+
+// ReserveWith is Reserve with the setting cfg instead of the limiter's
+// own: a policy that gives each site a rule of its own books every host of
+// one limiter with the rule that applies to it. The setting travels with
+// the booking: a host booked under two settings keeps one schedule, each
+// booking spaced by its own setting.
+func (l *Limiter) ReserveWith(hostname string, cfg Config, now time.Time) Reservation {
+	return l.reserve(hostname, cfg.setting(), now)
+}
+
+func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservation {
+	if set.mode == Off || Exempt(hostname) {
+		return Reservation{Start: now, Mode: Off}
 	}
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
 	rec := s.lock(hostname, t)
 	if rec == nil { // s.mu is held
-		h := host{tat: t + int64(l.base), clock: t}
-		if l.mode == Adaptive {
+		spacing := set.spacing(0)
+		h := host{tat: t + int64(spacing), clock: t, set: set}
+		if set.mode == Adaptive {
 			h.pressure = 1
 		}
 		s.insert(hostname, h, t)
 		s.mu.Unlock()
-		return Reservation{Start: now, Spacing: l.base, Pressure: int(h.pressure), Tracked: true}
+		return Reservation{Start: now, Spacing: spacing, Pressure: int(h.pressure), Tracked: true, Mode: set.mode, Bucket: hostname}
 	}
 	h := &rec.host
 	h.drain(t)
-	spacing := l.spacing(h.pressure)
-	start := max(t, h.tat-l.tau)
+	h.set = set
+	spacing := set.spacing(h.pressure)
+	start := max(t, h.tat-set.tau)
 	h.tat = max(h.tat, start) + int64(spacing)
-	if l.mode == Adaptive {
+	if set.mode == Adaptive {
 		h.pressure = min(h.pressure+1, maxPressure)
 	}
 	pressure := int(h.pressure)
 	rec.mu.Unlock()
-	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Tracked: true}
+	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Tracked: true, Mode: set.mode, Bucket: hostname}
 }
 
 // Observe feeds the answer to a navigation of host, received at now, back
@@ -250,7 +325,17 @@ func (l *Limiter) Reserve(hostname string, now time.Time) Reservation {
 // Retry-After that pushes the next slot, another 5xx or no answer at all adds
 // 10, anything else nothing. Only an adaptive limiter listens.
 func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
-	if l.mode != Adaptive || Exempt(hostname) {
+	l.observe(hostname, l.def, o, now)
+}
+
+// ObserveWith is Observe for a host booked with the setting cfg
+// (ReserveWith): only an adaptive setting listens.
+func (l *Limiter) ObserveWith(hostname string, cfg Config, o Outcome, now time.Time) {
+	l.observe(hostname, cfg.setting(), o, now)
+}
+
+func (l *Limiter) observe(hostname string, set setting, o Outcome, now time.Time) {
+	if set.mode != Adaptive || Exempt(hostname) {
 		return
 	}
 	var add int32
@@ -268,7 +353,7 @@ func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
 	rec := s.lock(hostname, t)
-	h := host{tat: t, clock: t}
+	h := host{tat: t, clock: t, set: set}
 	if rec != nil {
 		h = rec.host
 		h.drain(t)
@@ -277,7 +362,7 @@ func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
 	if hasWait {
 		// The wait is measured from the answer and the burst allowance must
 		// not shorten it: the next start, max(now, tat-tau), lands at t+wait.
-		h.tat = max(h.tat, t+int64(wait)+l.tau)
+		h.tat = max(h.tat, t+int64(wait)+set.tau)
 	}
 	if rec != nil {
 		rec.host = h
@@ -342,14 +427,6 @@ func (l *Limiter) shardFor(hostname string) *shard {
 	return &l.shard[maphash.String(l.seed, hostname)&(shardCount-1)]
 }
 
-// spacing is how far a booking at pressure p pushes the schedule.
-func (l *Limiter) spacing(p int32) time.Duration {
-	if l.mode != Adaptive {
-		return l.base
-	}
-	return min(l.base*time.Duration(1+p/RampBursts), maxSpacing)
-}
-
 // drain credits the time elapsed since h.clock against h.pressure, one unit
 // per whole cooldown; the clock moves by whole cooldowns only, so a host
 // touched often loses nothing to rounding.
@@ -375,18 +452,24 @@ func (h *host) idle(t int64) bool {
 type HostState struct {
 	Host     string        `json:"host"`
 	Pressure int           `json:"pressure"`
+	Mode     Mode          `json:"-"` // of the host's last booking
+	Floor    time.Duration `json:"-"` // of the host's last booking: its Crawl-delay
 	Spacing  time.Duration `json:"-"`
 	// NextFree is how long from now until a navigation would go at once
 	// (the host's booked slots, less the burst allowance); 0 when one would
 	// go now.
 	NextFree time.Duration `json:"-"`
+	// Source and Rule say where the setting of the host's last booking
+	// came from, as Reservation's do; a policy fills them in.
+	Source string `json:"-"`
+	Rule   string `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,
 // busiest first (ties broken by the latest booked slot), for a status page.
 // It reads every shard under its lock, so it costs a pass over all hosts.
 func (l *Limiter) Busiest(now time.Time, n int) []HostState {
-	if l.mode == Off || n <= 0 {
+	if n <= 0 {
 		return nil
 	}
 	t := l.nanos(now)
@@ -407,12 +490,17 @@ func (l *Limiter) Busiest(now time.Time, n int) []HostState {
 				all = append(all, entry{HostState{
 					Host:     name,
 					Pressure: int(h.pressure),
-					Spacing:  l.spacing(h.pressure),
-					NextFree: time.Duration(max(0, h.tat-l.tau-t)),
+					Mode:     h.set.mode,
+					Floor:    time.Duration(h.set.floor),
+					Spacing:  h.set.spacing(h.pressure),
+					NextFree: time.Duration(max(0, h.tat-h.set.tau-t)),
 				}, h.tat})
 			}
 		}
 		s.mu.Unlock()
+	}
+	if len(all) == 0 {
+		return nil
 	}
 	slices.SortFunc(all, func(a, b entry) int {
 		if a.Pressure != b.Pressure {

@@ -25,3 +25,4 @@ func TestDrainFromPlateau(t *testing.T)       { limitertest.DrainFromPlateau(t, 
 func TestDrainWholeSteps(t *testing.T)        { limitertest.DrainWholeSteps(t, newSubject) }
 func TestIdleHostStartsFromZero(t *testing.T) { limitertest.IdleHostStartsFromZero(t, newSubject) }
 func TestSeedGolden(t *testing.T)             { limitertest.Golden(t, newSubject) }
+func TestSettings(t *testing.T)               { limitertest.Settings(t, newSubject) }

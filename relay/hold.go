@@ -193,7 +193,7 @@ func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerol
 // true: the timer calls release (or done alone, when ctx ends first).
 // Callers count themselves in waiting.
 func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) bool {
-	d, retry := h.book(host, rawURL, log)
+	d, retry := h.book(ctx, host, rawURL, log)
 	if !retry && booked != nil {
 		booked(time.Now().Add(max(d, 0)))
 	}
@@ -236,35 +236,48 @@ func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done f
 	})
 }
 
-// book reserves host's next slot for a navigation to rawURL wanted now and
-// returns how long it must wait, logging the first delay of each host.
-// retry is set when nothing could be booked (a shared store that holds
-// navigations while it is unreachable): the navigation waits d and then
-// books again.
-func (h *holder) book(host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
+// book reserves the slot of a navigation to rawURL (whose host is host)
+// wanted now and returns how long it must wait, logging the first delay of
+// each host. retry is set when nothing could be booked (a shared store that
+// holds navigations while it is unreachable): the navigation waits d and
+// then books again. Booking may block for the site's robots.txt, never
+// past ctx.
+func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
 	h.awaitAnswers(host)
-	l := h.p.Limiter
-	now := time.Now()
-	r := l.Reserve(host, now)
-	d = r.Start.Sub(now)
+	r := h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
+	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Dur("retry_in", d).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
+	}
+	if !r.Tracked {
+		h.p.Metrics.navigation(navExempt, 0)
+		return 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
 	if d <= 0 {
 		return 0, false
 	}
 	if h.p.warned.first(host) {
+		// Adaptive spacing surprises; a fixed one was asked for.
 		ev := h.p.log.Warn()
-		if l.Mode() == limiter.Fixed {
+		if r.Mode != limiter.Adaptive {
 			ev = h.p.log.Debug()
 		}
-		ev.Str("host", host).Dur("delay", d).Str("mode", l.Mode().String()).
-			Str("tip", "use --http-nav-delay 0 to disable").
-			Msg("spacing out navigations to this host")
+		if r.Bucket != host {
+			ev = ev.Str("bucket", r.Bucket)
+		}
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		switch r.Source {
+		case "", "flag":
+			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
+		default:
+			ev = ev.Str("rule", r.Rule)
+		}
+		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Dur("delay", d).Int("pressure", r.Pressure).Dur("spacing", r.Spacing).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
 

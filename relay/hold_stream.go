@@ -322,7 +322,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		case ev.Redirect != nil && host != prev:
 			// The browser follows redirects by itself: book the new host so
 			// its schedule counts the request, though it cannot be held.
-			go w.h.book(host, ev.URL, &w.pr.log)
+			go w.h.book(w.pr.ctx, host, ev.URL, &w.pr.log)
 		case ev.Redirect == nil && !s.expected(host):
 			w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 		}

@@ -26,16 +26,18 @@ type Metrics struct {
 	bytesToBrowser, bytesToClient                  prometheus.Counter
 }
 
-// NewMetrics creates the metrics of a relay booking with l. What only some
-// limiters know — how many hosts they track (Len), how often a shared store
-// fell back (Fallbacks) — is exported when l has it.
-func NewMetrics(l Limiter) *Metrics {
+// NewMetrics creates the metrics of a relay booking in l: its Limiter, or
+// what books under it (a *limiter.Limiter, a shared store). What only some
+// know — how many hosts they track (Len), how often a shared store fell
+// back (Fallbacks) — is exported when l has it.
+func NewMetrics(l any) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{reg: reg}
 	nav := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cdp_throttle_navigations_total",
-		Help: "Top-level navigations by outcome: passed (booked, went at once), delayed (held for their slot), exempt (loopback), " +
-			"untracked (not a page's main frame, or not http), foreign (a page none of the relay's clients drives: let go at once), " +
+		Help: "Top-level navigations by outcome: passed (booked, went at once), delayed (held for their slot), " +
+			"exempt (loopback, --exempt-host, a rule that is exempt or off), untracked (not a page's main frame, or not http), " +
+			"foreign (a page none of the relay's clients drives: let go at once), " +
 			"unheld (a client's navigation that reached the network without a booking).",
 	}, []string{"outcome"})
 	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")

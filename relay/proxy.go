@@ -77,14 +77,19 @@ func (i Intercept) String() string {
 	return [...]string{"auto", "fetch", "navigate", "session"}[i]
 }
 
-// Limiter books navigation slots per host, as *limiter.Limiter does in
-// process; a shared store can stand in for it. Its methods must be safe for
+// Limiter books navigation slots, as *policy.Policy does over the
+// in-process limiter or a shared store. Its methods must be safe for
 // concurrent use.
 type Limiter interface {
-	// Mode reports whether the limiter is adaptive, fixed or off.
+	// Mode reports the global mode: Off means nothing is ever booked, so
+	// the relay arms no holding at all.
 	Mode() limiter.Mode
-	// Reserve books host's next slot for a navigation wanted at now.
-	Reserve(host string, now time.Time) limiter.Reservation
+	// Reserve books the slot of a navigation to rawURL, wanted at now; host
+	// is limiter.Key(rawURL). It may block, to read the site's robots.txt,
+	// but never past ctx. A reservation that is not Tracked has nothing to
+	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
+	// what was booked and why.
+	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
 	// Observe feeds the answer a navigation of host got at now back.
 	Observe(host string, o limiter.Outcome, now time.Time)
 }
@@ -256,6 +261,16 @@ func (p *Proxy) Start(ctx context.Context) error {
 		}()
 	}
 
+	// robots.txt is read for the browser's own user agent, unless told
+	// otherwise.
+	if b, ok := p.Limiter.(interface{ SetBrowser(string) }); ok {
+		for i := range p.ups {
+			if errs[i] == nil && versions[i].UserAgent != "" {
+				b.SetBrowser(versions[i].UserAgent)
+				break
+			}
+		}
+	}
 	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil

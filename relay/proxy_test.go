@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 )
 
 // testProxy is a started Proxy served on an httptest.Server.
@@ -58,6 +59,12 @@ func (b *syncBuffer) lines(parts ...string) []string {
 	return out
 }
 
+// withPolicy is lim behind the policy of the global flags cfg alone, as
+// the relay command books without rules.
+func withPolicy(lim *limiter.Limiter, cfg limiter.Config) Limiter {
+	return policy.New(policy.Config{Default: cfg}, lim)
+}
+
 // newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
 func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
 	logs := &syncBuffer{}
@@ -65,7 +72,7 @@ func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *s
 	lim := limiter.New(cfg)
 	return &Proxy{
 		Upstream:     fb.url(),
-		Limiter:      lim,
+		Limiter:      withPolicy(lim, cfg),
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
 		Metrics:      NewMetrics(lim),

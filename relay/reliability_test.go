@@ -6,6 +6,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +28,10 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// recorder wraps the limiter and remembers every booking, so a test can
-// tell what was booked and for when without timing the browser.
+// recorder wraps the relay's limiter and remembers every booking, so a
+// test can tell what was booked and for when without timing the browser.
 type recorder struct {
-	*limiter.Limiter
+	Limiter
 	mu     sync.Mutex
 	booked []booking // guarded by mu
 }
@@ -41,8 +42,8 @@ type booking struct {
 	at, start time.Time
 }
 
-func (r *recorder) Reserve(host string, now time.Time) limiter.Reservation {
-	res := r.Limiter.Reserve(host, now)
+func (r *recorder) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	res := r.Limiter.Reserve(ctx, host, rawURL, now)
 	r.mu.Lock()
 	r.booked = append(r.booked, booking{host: host, at: now, start: res.Start})
 	r.mu.Unlock()
@@ -68,7 +69,7 @@ func (r *recorder) hostsSince(n int) []string {
 // recordBookings makes a relay book through a recorder, stored in *rec.
 func recordBookings(rec **recorder) func(*Proxy) {
 	return func(p *Proxy) {
-		*rec = &recorder{Limiter: p.Limiter.(*limiter.Limiter)}
+		*rec = &recorder{Limiter: p.Limiter}
 		p.Limiter = *rec
 	}
 }
@@ -119,7 +120,7 @@ func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(
 	logs := &syncBuffer{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
-	p := &Proxy{Upstream: upstream, Limiter: lim, Log: &log, StartTimeout: 5 * time.Second}
+	p := &Proxy{Upstream: upstream, Limiter: withPolicy(lim, cfg), Log: &log, StartTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(p)
 	}
@@ -1031,7 +1032,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			logs := &syncBuffer{}
 			log := zerolog.New(logs).Level(zerolog.DebugLevel)
 			lim := limiter.New(limiter.Config{})
-			p := &Proxy{Upstream: tt.upstream(addr), Limiter: lim, Log: &log, StartTimeout: waitFor}
+			p := &Proxy{Upstream: tt.upstream(addr), Limiter: withPolicy(lim, limiter.Config{}), Log: &log, StartTimeout: waitFor}
 			if tt.name == "ws" {
 				p.Intercept = InterceptNavigate // no Fetch attempt: one websocket to the browser before the client's
 			}
@@ -1286,7 +1287,7 @@ func TestLogHygiene(t *testing.T) {
 		} {
 			logs := &syncBuffer{}
 			log := zerolog.New(logs).Level(zerolog.DebugLevel)
-			p := &Proxy{Upstream: up, Limiter: limiter.New(limiter.Config{}), Log: &log, StartTimeout: 300 * time.Millisecond}
+			p := &Proxy{Upstream: up, Limiter: withPolicy(limiter.New(limiter.Config{}), limiter.Config{}), Log: &log, StartTimeout: 300 * time.Millisecond}
 			err := p.Start(t.Context())
 			if err == nil {
 				p.Close()

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ type holdingStore struct {
 	holds int       // guarded by mu
 }
 
-func (s *holdingStore) Reserve(host string, now time.Time) limiter.Reservation {
+func (s *holdingStore) Reserve(_ context.Context, host, _ string, now time.Time) limiter.Reservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now.Before(s.up) {

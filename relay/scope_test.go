@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -173,15 +174,15 @@ func TestFetchNeverPauses(t *testing.T) {
 // slowLimiter books hosts named slow.* only after a pause, as a shared
 // store that answers slowly does.
 type slowLimiter struct {
-	*limiter.Limiter
+	Limiter
 	wait time.Duration
 }
 
-func (s slowLimiter) Reserve(host string, now time.Time) limiter.Reservation {
+func (s slowLimiter) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
 	if strings.HasPrefix(host, "slow.") {
 		time.Sleep(s.wait)
 	}
-	return s.Limiter.Reserve(host, time.Now())
+	return s.Limiter.Reserve(ctx, host, rawURL, time.Now())
 }
 
 // TestSlowStoreDelaysNothingElse books through a store that takes a second
@@ -192,7 +193,7 @@ func TestSlowStoreDelaysNothingElse(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			checkLeaks(t)
 			fb := newFakeBrowser(t, fakeConfig{})
-			opts := []func(*Proxy){func(p *Proxy) { p.Limiter = slowLimiter{p.Limiter.(*limiter.Limiter), time.Second} }}
+			opts := []func(*Proxy){func(p *Proxy) { p.Limiter = slowLimiter{p.Limiter, time.Second} }}
 			if mode == "navigate" {
 				opts = append(opts, navigateInStream)
 			}

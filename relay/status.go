@@ -12,7 +12,9 @@ import (
 // The status surface: what people watching a crawl ask the relay itself,
 // beside the browser's endpoints. /metrics is Metrics'.
 
-// serveHosts answers /hosts: the busiest hosts, for people watching a crawl.
+// serveHosts answers /hosts: the busiest buckets (hosts, or sites with
+// --bucket site), each with its mode, the rule that set it and where that
+// came from, for people watching a crawl.
 func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 	type busiest interface {
 		Busiest(now time.Time, n int) []limiter.HostState
@@ -22,15 +24,20 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		n = min(v, 1000)
 	}
 	type host struct {
-		Host       string  `json:"host"`
-		Pressure   int     `json:"pressure"`
-		SpacingMS  float64 `json:"spacing_ms"`
-		NextFreeMS float64 `json:"next_free_ms"`
+		Host         string  `json:"host"`
+		Pressure     int     `json:"pressure"`
+		SpacingMS    float64 `json:"spacing_ms"`
+		NextFreeMS   float64 `json:"next_free_ms"`
+		Mode         string  `json:"mode"`
+		Source       string  `json:"source,omitempty"` // flag, rule N, robots.txt
+		Rule         string  `json:"rule,omitempty"`
+		CrawlDelayMS float64 `json:"crawl_delay_ms,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			out = append(out, host{h.Host, h.Pressure, limiter.Millis(h.Spacing), limiter.Millis(h.NextFree)})
+			out = append(out, host{h.Host, h.Pressure, limiter.Millis(h.Spacing), limiter.Millis(h.NextFree),
+				h.Mode.String(), h.Source, h.Rule, limiter.Millis(h.Floor)})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

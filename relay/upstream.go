@@ -105,6 +105,7 @@ func (up *upstream) pageWS(ctx context.Context, path string) (string, error) {
 // version is the part of /json/version the relay reads.
 type version struct {
 	Browser              string `json:"Browser"`
+	UserAgent            string `json:"User-Agent"`
 	WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
 }
 

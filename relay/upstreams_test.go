@@ -119,11 +119,9 @@ func TestDeadBrowserSkipped(t *testing.T) {
 func TestMetricsAndHosts(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
-	var m *Metrics
-	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
-		m = NewMetrics(p.Limiter)
-		p.Metrics = m
-	})
+	p, lim, logs := newProxy(fb, limiter.Config{})
+	p.Metrics = NewMetrics(lim) // as the relay command does: the hosts tracked are the limiter's
+	tp := startProxy(t, p, lim, logs)
 	hc := fb.holder(t)
 	replayChromium(t, fb, hc)
 	c := tp.dial(t, "/", nil)
@@ -166,6 +164,8 @@ func TestMetricsAndHosts(t *testing.T) {
 		Pressure   int     `json:"pressure"`
 		SpacingMS  float64 `json:"spacing_ms"`
 		NextFreeMS float64 `json:"next_free_ms"`
+		Mode       string  `json:"mode"`
+		Source     string  `json:"source"`
 	}
 	if err := json.Unmarshal([]byte(hosts), &list); err != nil || len(list) != 2 {
 		t.Fatalf("/hosts?n=2: got %s (%v), want two hosts", hosts, err)
@@ -173,6 +173,9 @@ func TestMetricsAndHosts(t *testing.T) {
 	// a.test answered 429 (+50): the busiest, its next slot past Retry-After.
 	if list[0].Host != "a.test" || list[0].Pressure < 50 || list[0].NextFreeMS < 1000 || list[0].SpacingMS < 100 {
 		t.Errorf("/hosts: got %+v first, want a.test with pressure ≥ 50 and its slot seconds away", list[0])
+	}
+	if list[0].Mode != "adaptive" || list[0].Source != "flag" {
+		t.Errorf("/hosts: got mode %q source %q, want adaptive from the flags", list[0].Mode, list[0].Source)
 	}
 }
 

@@ -121,11 +121,20 @@ func writeFirstAt(w io.Writer, quantum time.Duration, navs []Booking) {
 	}
 	fmt.Fprintf(w, "%-13s %-20s %s\n", "0ms", first, "0s")
 	var top time.Duration
+	note := -1 // the first row whose gap was rounded
 	for i := free; i < len(navs); i++ {
 		if l := level(i); l > top {
 			top = l
 			fmt.Fprintf(w, "%-13s %-20d %.2fs\n", strconv.FormatInt(l.Milliseconds(), 10)+"ms", i+1, (navs[i].Start - navs[0].Start).Seconds())
+			if gap := navs[i].Start - navs[i-1].Start; note < 0 && (gap-l).Abs() >= 50*time.Microsecond {
+				note = i
+			}
 		}
+	}
+	if note >= 0 {
+		// The gap rows below show the gap as measured; say why one differs.
+		fmt.Fprintf(w, "(gaps are counted in whole %v steps: navigation %d waited for its slot but came %.1fms after navigation %d, which went later than its own slot, when the crawl asked for it; that counts as %v)\n",
+			quantum, note+1, limiter.Millis(navs[note].Start-navs[note-1].Start), note, level(note))
 	}
 }
 

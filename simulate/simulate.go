@@ -1,23 +1,34 @@
 // Package simulate replays the limiter on a simulated clock: navigations
-// issued back to back against one host, each a page-load time after the one
-// before started, in phases separated by idle time. It prints the schedule
-// as the tables of the limiter's published measurement (package report) or
-// as CSV, and never sleeps. It knows the limiter, not the relay or CDP.
+// issued back to back against one host (or several in turn), each a
+// page-load time after the one before started, in phases separated by idle
+// time, booked through a policy as the relay books them (rules, buckets, a
+// Crawl-delay). It prints the schedule as the tables of the limiter's
+// published measurement (package report) or as CSV, and never sleeps. It
+// knows the limiter and the policy, not the relay or CDP.
 package simulate
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/report"
 )
 
+// DefaultHost is the host navigated to when Options.Hosts is empty.
+const DefaultHost = "example.com"
+
 // Options is what a replay runs.
 type Options struct {
-	Limiter     limiter.Config
+	// Policy books the navigations. Its Robots is ignored: a replay reads
+	// no robots.txt, and CrawlDelay stands in for one.
+	Policy      policy.Config
+	Hosts       []string      // navigated to in turn; empty means DefaultHost
 	Navigations int           // per phase
 	Load        time.Duration // from a navigation's start to the next request
 	Phases      int
@@ -37,24 +48,38 @@ func (o Options) Check() error {
 	case o.Idle < 0:
 		return fmt.Errorf("--idle %v: want a duration ≥ 0", o.Idle)
 	}
+	for _, h := range o.Hosts {
+		if k, ok := limiter.Key("http://" + h + "/"); !ok || k != h {
+			return fmt.Errorf("--host %q: want a host name, lower-case, such as www.example.com", h)
+		}
+	}
 	return nil
+}
+
+func (o Options) hosts() []string {
+	if len(o.Hosts) == 0 {
+		return []string{DefaultHost}
+	}
+	return o.Hosts
 }
 
 // Nav is one simulated navigation. Times count from the run's first navigation.
 type Nav struct {
 	Phase, Nav int
+	Host       string
 	Start      time.Duration
 	Wait       time.Duration // from the request to the start
 	Spacing    time.Duration
 	Pressure   int
 }
 
-// Replay replays navigations issued back to back against one host: each
-// is requested o.Load after the previous one started. It runs the real
-// limiter on a simulated clock and never sleeps.
+// Replay replays navigations issued back to back against the hosts in
+// turn: each is requested o.Load after the previous one started. It runs
+// the real policy and limiter on a simulated clock and never sleeps.
 func Replay(o Options) []Nav {
-	l := limiter.New(o.Limiter)
-	const host = "example.com"
+	o.Policy.Robots = nil // never fetched on a simulated clock
+	pol := policy.New(o.Policy, limiter.New(o.Policy.Default))
+	hosts := o.hosts()
 	origin := time.Now()
 	var navs []Nav
 	var t time.Duration // simulated time of the next request
@@ -63,9 +88,10 @@ func Replay(o Options) []Nav {
 			t += o.Idle
 		}
 		for i := 1; i <= o.Navigations; i++ {
-			r := l.Reserve(host, origin.Add(t))
+			host := hosts[(i-1)%len(hosts)]
+			r := pol.Reserve(context.Background(), host, "http://"+host+"/", origin.Add(t))
 			start := r.Start.Sub(origin)
-			navs = append(navs, Nav{Phase: p, Nav: i, Start: start, Wait: start - t, Spacing: r.Spacing, Pressure: r.Pressure})
+			navs = append(navs, Nav{Phase: p, Nav: i, Host: host, Start: start, Wait: start - t, Spacing: r.Spacing, Pressure: r.Pressure})
 			t = start + o.Load
 		}
 	}
@@ -87,9 +113,25 @@ func Run(o Options, stdout io.Writer) error {
 				booked = append(booked, report.Booking{Start: n.Start, Waited: n.Wait > 0})
 			}
 		}
-		fmt.Fprintf(w, "%d navigations per phase to one host, each requested %v after the previous one started; burst %d\n\n",
-			o.Navigations, o.Load, max(o.Limiter.Burst, 1))
-		report.Write(w, report.Run{Mode: o.Limiter.Name(), Quantum: o.Limiter.Quantum(), Phases: phases, Booked: booked})
+		// The tables are read in the setting of the first host.
+		set, source, _ := policy.New(o.Policy, nil).Setting(o.hosts()[0])
+		to := "one host"
+		if hosts := o.hosts(); len(hosts) > 1 {
+			to = strings.Join(hosts, " and ") + " in turn, bucket " + o.Policy.Bucket.String()
+		}
+		burst := fmt.Sprintf("burst %d", max(set.Burst, 1))
+		if set.Burst == 0 {
+			burst = fmt.Sprintf("burst %d", limiter.DefaultBurst)
+		}
+		if o.Policy.CrawlDelay > 0 {
+			burst = fmt.Sprintf("Crawl-delay %v: no burst", o.Policy.CrawlDelay)
+		}
+		if source != policy.SourceFlags {
+			burst += ", by " + source
+		}
+		fmt.Fprintf(w, "%d navigations per phase to %s, each requested %v after the previous one started; %s\n\n",
+			o.Navigations, to, o.Load, burst)
+		report.Write(w, report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases, Booked: booked})
 	}
 	return w.Flush()
 }

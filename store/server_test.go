@@ -15,13 +15,14 @@ import (
 )
 
 // server is a redis-server of a test's own, on a free loopback port, with
-// no persistence, in a temporary directory. It can be killed and started
-// again on the same port.
+// no persistence unless asked, in a temporary directory. It can be killed
+// and started again on the same port.
 type server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
+	t       testing.TB
+	bin     string
+	dir     string
+	port    int
+	persist bool // an append-only file, synced at every write, brings the keys back after a restart
 
 	mu  sync.Mutex
 	cmd *exec.Cmd   // guarded by mu; nil while stopped
@@ -33,6 +34,18 @@ type server struct {
 // worthless without a real server.
 func startRedis(t testing.TB) *server {
 	t.Helper()
+	return startRedisWith(t, false)
+}
+
+// startPersistentRedis is startRedis with an append-only file: a restart
+// brings the keys back, but not the script cache.
+func startPersistentRedis(t testing.TB) *server {
+	t.Helper()
+	return startRedisWith(t, true)
+}
+
+func startRedisWith(t testing.TB, persist bool) *server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found (%v): the store tests need a real Redis; install it with `apt-get install redis-server`", err)
@@ -43,7 +56,7 @@ func startRedis(t testing.TB) *server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &server{t: t, bin: bin, dir: t.TempDir(), port: port}
+	s := &server{t: t, bin: bin, dir: t.TempDir(), port: port, persist: persist}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -61,10 +74,14 @@ func (s *server) start() {
 		s.t.Fatal("redis-server already running")
 	}
 	s.out = new(syncBuffer)
-	cmd := exec.Command(s.bin,
+	appendOnly := []string{"--appendonly", "no"}
+	if s.persist {
+		appendOnly = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--loglevel", "warning")
+		"--save", "", "--dir", s.dir,
+		"--daemonize", "no", "--loglevel", "warning"}, appendOnly...)...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)

@@ -5,7 +5,9 @@
 -- Times are whole microseconds. Lua numbers are doubles, which hold every
 -- integer below 2^53 exactly: microseconds since 1970 need 2^51 today.
 --
--- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock.
+-- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, and the
+--          setting of its last booking: m = '1' adaptive or '0' fixed,
+--          b = base, u = tau, f = floor.
 -- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing).
 -- ARGV[2]  '1' adaptive, '0' fixed.
 -- ARGV[3]  base interval.
@@ -14,9 +16,14 @@
 -- ARGV[6]  observe: the Retry-After wait, or -1 when there is none.
 -- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
 --          replay the rule on a simulated clock.
--- Returns {start, spacing, pressure, now}; peek writes nothing, returns the
--- start a navigation would get and the spacing it would add, and pressure -1
--- for a host it does not know.
+-- ARGV[8]  floor: the least spacing (a robots.txt Crawl-delay), 0 for none.
+-- ARGV[2..4] and [8] are the setting of this booking: it travels with the
+-- booking, so relays with different rules for a host share its schedule,
+-- each booking spaced by its own relay's setting. Peek ignores them and
+-- reads the setting of the host's last booking.
+-- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor}; peek
+-- writes nothing, returns the start a navigation would get and the spacing
+-- it would add, and pressure -1 for a host it does not know.
 
 local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
 local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
@@ -26,16 +33,25 @@ local MARGIN_MS = {{MARGIN_MS}}        -- kept past the moment the host is idle
 
 local key, op = KEYS[1], ARGV[1]
 local adaptive = ARGV[2] == '1'
-local base, tau = tonumber(ARGV[3]), tonumber(ARGV[4])
+local base, tau, floor = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[8]) or 0
 local now = tonumber(ARGV[7])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local h = redis.call('HMGET', key, 't', 'p', 'c')
+local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f')
 local tat, p, clock = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
 local known = tat ~= nil and p ~= nil and clock ~= nil
+
+-- spacing is how far a booking at pressure q pushes the schedule.
+local function spacing(q)
+  local s = base
+  if adaptive then
+    s = math.min(base * (1 + math.floor(q / RAMP)), MAX_SPACING)
+  end
+  return math.max(s, floor)
+end
 
 -- drain credits the time elapsed since clock against p, one unit per whole
 -- COOLDOWN; clock moves by whole steps only, so nothing is lost to rounding.
@@ -58,30 +74,35 @@ end
 -- (clock + p × COOLDOWN). A host forgotten then is booked exactly as one
 -- never seen, so expiry replaces limiter.Limiter's sweeps.
 local function save()
-  redis.call('HSET', key, 't', string.format('%d', tat), 'p', string.format('%d', p), 'c', string.format('%d', clock))
+  local m = '0'
+  if adaptive then m = '1' end
+  redis.call('HSET', key, 't', string.format('%d', tat), 'p', string.format('%d', p), 'c', string.format('%d', clock),
+    'm', m, 'b', string.format('%d', base), 'u', string.format('%d', tau), 'f', string.format('%d', floor))
   local idle = math.max(tat, clock + p * COOLDOWN) - now
   local ttl = math.max(math.ceil(idle / 1000), 1) + MARGIN_MS
   redis.call('PEXPIRE', key, string.format('%d', ttl))
 end
 
+local function flag()
+  if adaptive then return 1 end
+  return 0
+end
+
 if op == 'r' then
-  local start, spacing
+  local start, s
   if not known then
-    start, spacing = now, base
-    tat, clock = now + base, now
+    start, s = now, spacing(0)
+    tat, clock = now + s, now
     if adaptive then p = 1 else p = 0 end
   else
     drain()
-    spacing = base
-    if adaptive then
-      spacing = math.min(base * (1 + math.floor(p / RAMP)), MAX_SPACING)
-    end
+    s = spacing(p)
     start = math.max(now, tat - tau)
-    tat = math.max(tat, start) + spacing
+    tat = math.max(tat, start) + s
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
   end
   save()
-  return {start, spacing, p, now}
+  return {start, s, p, now, flag(), floor}
 end
 
 if op == 'o' then
@@ -99,18 +120,19 @@ if op == 'o' then
     tat = math.max(tat, now + wait + tau)
   end
   save()
-  return {0, 0, p, now}
+  return {0, 0, p, now, flag(), floor}
 end
 
 if op == 'p' then
-  if not known then return {0, 0, -1, now} end
-  drain()
-  local spacing = base
-  if adaptive then
-    spacing = math.min(base * (1 + math.floor(p / RAMP)), MAX_SPACING)
+  if not known then return {0, 0, -1, now, flag(), floor} end
+  if h[4] then
+    -- The setting of the host's last booking, whichever relay made it.
+    adaptive = h[4] == '1'
+    base, tau, floor = tonumber(h[5]) or base, tonumber(h[6]) or tau, tonumber(h[7]) or 0
   end
+  drain()
   -- The earliest a navigation would go: max(now, tat - tau).
-  return {math.max(now, tat - tau), spacing, p, now}
+  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor}
 end
 
 return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

@@ -5,10 +5,13 @@
 // relay, which use it as they would a limiter.Limiter.
 //
 // Redis books with the same rule as the in-process limiter.Limiter (SPEC
-// §1). Each host is one hash (tat, pressure, clock) under Options.Prefix +
-// host, and each Reserve or Observe is one atomic server-side step: a Lua
-// script, loaded once and run with EVALSHA, reads the hash, applies the rule
-// and writes it back. The step reads Redis's own clock, so relays whose
+// §1). Each host is one hash (tat, pressure, clock, and the setting of its
+// last booking) under Options.Prefix + host, and each Reserve or Observe
+// is one atomic server-side step: a Lua script, loaded once and run with
+// EVALSHA, reads the hash, applies the rule and writes it back. The
+// setting travels with each booking as the script's arguments
+// (ReserveWith), so relays whose rules differ for a host still share its
+// schedule, each booking spaced by the setting of the relay that made it. The step reads Redis's own clock, so relays whose
 // clocks disagree still agree on the schedule; the start it books is handed
 // back in the caller's clock. A host's key expires by itself once the host is
 // idle, so nothing sweeps.
@@ -72,6 +75,15 @@ const (
 	FallbackClosed Fallback = "closed"
 )
 
+// ParseFallback reads --store-fallback: local or closed.
+func ParseFallback(s string) (Fallback, error) {
+	switch f := Fallback(strings.ToLower(strings.TrimSpace(s))); f {
+	case FallbackLocal, FallbackClosed:
+		return f, nil
+	}
+	return "", fmt.Errorf("--store-fallback %q: want local or closed", s)
+}
+
 // Options configures a Redis store. The zero Options is the default.
 type Options struct {
 	// Prefix is put before each host to make its key. Empty means DefaultPrefix.
@@ -102,19 +114,17 @@ type Options struct {
 // Times are kept in whole microseconds; a fixed Interval is rounded down to
 // one (and is at least 1 µs).
 type Redis struct {
-	client   *redis.Client
-	local    *limiter.Limiter // fallback in FallbackLocal mode; always holds the normalised config
-	holds    bool             // FallbackClosed: hold navigations while Redis is down
-	prefix   string
-	timeout  time.Duration
-	probe    time.Duration
-	hold     time.Duration
-	log      zerolog.Logger
-	addr     string // for logs: host:port/db, never the password
-	adaptive string // script argument: "1" adaptive, "0" fixed
-	burst    int
-	baseUS   int64
-	tauUS    int64
+	client  *redis.Client
+	local   *limiter.Limiter // fallback in FallbackLocal mode; always holds the normalised config
+	holds   bool             // FallbackClosed: hold navigations while Redis is down
+	prefix  string
+	timeout time.Duration
+	probe   time.Duration
+	hold    time.Duration
+	log     zerolog.Logger
+	addr    string         // for logs: host:port/db, never the password
+	cfg     limiter.Config // what Reserve and Observe book with
+	burst   int
 	// callerClock makes the script use the caller's now instead of
 	// Redis's clock. Set by tests only, to replay the rule on a simulated clock.
 	callerClock bool
@@ -169,6 +179,7 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 		hold:    opts.Hold,
 		log:     zerolog.Nop(),
 		addr:    fmt.Sprintf("%s/%d", ro.Addr, ro.DB),
+		cfg:     cfg,
 	}
 	switch opts.Fallback {
 	case "", FallbackLocal:
@@ -192,10 +203,6 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 	if opts.Log != nil {
 		s.log = *opts.Log
 	}
-	s.adaptive = "0"
-	if s.local.Mode() == limiter.Adaptive {
-		s.adaptive = "1"
-	}
 	// As limiter.New reads Burst; limiter.Limiter's Burst method cannot
 	// tell it for a fixed limiter without an interval.
 	switch s.burst = cfg.Burst; {
@@ -204,8 +211,6 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 	case s.burst < 1:
 		s.burst = 1
 	}
-	s.baseUS = max(s.local.Interval().Microseconds(), 1)
-	s.tauUS = int64(s.burst-1) * s.baseUS
 
 	// Every call is bounded by s.timeout through its context, dialing
 	// included. No retries: a step that timed out may have run, and running
@@ -262,11 +267,19 @@ func (s *Redis) Outages() uint64 { return s.outages.Load() }
 // FallbackClosed mode Reserve returns a hold: nothing booked, Start one
 // Options.Hold after now, and Retry set (ask again at Start).
 func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
-	if s.local.Mode() == limiter.Off || limiter.Exempt(host) {
-		return limiter.Reservation{Start: now}
+	return s.ReserveWith(host, s.cfg, now)
+}
+
+// ReserveWith is Reserve with the setting cfg instead of the store's own,
+// as limiter.Limiter's ReserveWith: the setting goes to Redis with the
+// booking.
+func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limiter.Reservation {
+	set := settingOf(cfg)
+	if set.mode == limiter.Off || limiter.Exempt(host) {
+		return limiter.Reservation{Start: now, Mode: limiter.Off}
 	}
 	if s.tryRedis() {
-		v, err := s.run(host, now, "r", 0, -1)
+		v, err := s.run(host, now, "r", set, 0, -1)
 		if err == nil {
 			s.answered()
 			return limiter.Reservation{
@@ -274,15 +287,34 @@ func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
 				Spacing:  time.Duration(v[1]) * time.Microsecond,
 				Pressure: int(v[2]),
 				Tracked:  true,
+				Mode:     set.mode,
+				Bucket:   host,
 			}
 		}
 		s.failed(err)
 	}
 	s.fallbacks.Add(1)
 	if s.holds {
-		return limiter.Reservation{Start: now.Add(s.hold), Retry: true}
+		return limiter.Reservation{Start: now.Add(s.hold), Retry: true, Mode: set.mode, Bucket: host}
 	}
-	return s.local.Reserve(host, now)
+	return s.local.ReserveWith(host, cfg, now)
+}
+
+// setting is a limiter.Config as the script takes it, in microseconds.
+type setting struct {
+	mode              limiter.Mode
+	adaptive          string // "1" adaptive, "0" fixed
+	base, tau, floorU int64
+}
+
+func settingOf(cfg limiter.Config) setting {
+	mode, base, tau, floor := cfg.Params()
+	s := setting{mode: mode, adaptive: "0", base: max(base.Microseconds(), 1), floorU: floor.Microseconds()}
+	if mode == limiter.Adaptive {
+		s.adaptive = "1"
+	}
+	s.tau = int64(tau/max(base, 1)) * s.base // (burst−1) whole base intervals, as the limiter counts them
+	return s
 }
 
 // Observe feeds the answer to a navigation of host, received at now, back
@@ -291,7 +323,14 @@ func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
 // answer, the local fallback is told instead; in FallbackClosed mode the
 // answer is dropped.
 func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
-	if s.local.Mode() != limiter.Adaptive || limiter.Exempt(host) {
+	s.ObserveWith(host, s.cfg, o, now)
+}
+
+// ObserveWith is Observe for a host booked with the setting cfg
+// (ReserveWith): only an adaptive setting listens.
+func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, now time.Time) {
+	set := settingOf(cfg)
+	if set.mode != limiter.Adaptive || limiter.Exempt(host) {
 		return
 	}
 	var add int
@@ -308,7 +347,7 @@ func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
 		return
 	}
 	if s.tryRedis() {
-		_, err := s.run(host, now, "o", add, wait)
+		_, err := s.run(host, now, "o", set, add, wait)
 		if err == nil {
 			s.answered()
 			return
@@ -317,7 +356,7 @@ func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
 	}
 	s.fallbacks.Add(1)
 	if !s.holds {
-		s.local.Observe(host, o, now)
+		s.local.ObserveWith(host, cfg, o, now)
 	}
 }
 
@@ -343,18 +382,22 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 	}
 }
 
-// run runs one step of the script for host and returns its
-// {start, spacing, pressure, now}, in microseconds.
-func (s *Redis) run(host string, now time.Time, op string, add int, wait int64) ([]int64, error) {
+// stepValues is how many values the script returns: {start, spacing,
+// pressure, now, adaptive, floor}, times in microseconds.
+const stepValues = 6
+
+// run runs one step of the script for host with the setting set and
+// returns its values.
+func (s *Redis) run(host string, now time.Time, op string, set setting, add int, wait int64) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	nowArg := ""
 	if s.callerClock {
 		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
 	}
-	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, s.adaptive, s.baseUS, s.tauUS, add, wait, nowArg).Int64Slice()
-	if err == nil && len(v) != 4 {
-		err = fmt.Errorf("script returned %d values, want 4", len(v))
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, add, wait, nowArg, set.floorU).Int64Slice()
+	if err == nil && len(v) != stepValues {
+		err = fmt.Errorf("script returned %d values, want %d", len(v), stepValues)
 	}
 	return v, err
 }
@@ -421,7 +464,7 @@ func (s *Redis) fallbackEffect() string {
 // peek reports host's pressure drained to now without changing it; ok is
 // false when Redis does not know the host.
 func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err error) {
-	v, err := s.run(host, now, "p", 0, -1)
+	v, err := s.run(host, now, "p", settingOf(s.cfg), 0, -1)
 	if err != nil {
 		return 0, false, err
 	}
@@ -436,11 +479,12 @@ func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err err
 const maxScan = 10_000
 
 // Busiest returns up to n of the hosts under the most pressure at now, as
-// limiter.Limiter's Busiest does, from the first maxScan keys of the store.
+// limiter.Limiter's Busiest does, from the first maxScan keys of the store,
+// each with the setting of its last booking, whichever relay made it.
 // It reads Redis with its own, longer timeout; while Redis is down it
 // reports what the local fallback knows.
 func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
-	if s.local.Mode() == limiter.Off || n <= 0 {
+	if n <= 0 {
 		return nil
 	}
 	if s.down.Load() {
@@ -456,21 +500,22 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	if iter.Err() != nil {
 		return nil
 	}
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = step.Run(ctx, pipe, []string{k}, "p", s.adaptive, s.baseUS, s.tauUS, 0, -1, "")
-	}
-	pipe.Exec(ctx)
+	cmds := s.peekAll(ctx, keys)
 	out := make([]limiter.HostState, 0, len(keys))
 	for i, c := range cmds {
 		v, err := c.Int64Slice()
-		if err != nil || len(v) != 4 || v[2] < 0 {
+		if err != nil || len(v) != stepValues || v[2] < 0 {
 			continue
+		}
+		mode := limiter.Fixed
+		if v[4] == 1 {
+			mode = limiter.Adaptive
 		}
 		out = append(out, limiter.HostState{
 			Host:     strings.TrimPrefix(keys[i], s.prefix),
 			Pressure: int(v[2]),
+			Mode:     mode,
+			Floor:    time.Duration(v[5]) * time.Microsecond,
 			Spacing:  time.Duration(v[1]) * time.Microsecond,
 			NextFree: time.Duration(v[0]-v[3]) * time.Microsecond,
 		})
@@ -482,6 +527,32 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 		return int(b.NextFree - a.NextFree)
 	})
 	return out[:min(n, len(out))]
+}
+
+// peekAll peeks at keys in one pipeline. EVALSHA in a pipeline cannot
+// fall back to EVAL as step.Run does alone: when Redis lost the script
+// (NOSCRIPT: a restart that kept its keys, a SCRIPT FLUSH, a failover),
+// peekAll loads it again and runs the pipeline once more.
+func (s *Redis) peekAll(ctx context.Context, keys []string) []*redis.Cmd {
+	set := settingOf(s.cfg)
+	for try := 0; ; try++ {
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = step.EvalSha(ctx, pipe, []string{k}, "p", set.adaptive, set.base, set.tau, 0, -1, "", set.floorU)
+		}
+		pipe.Exec(ctx)
+		if try > 0 || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }) {
+			return cmds
+		}
+		if err := step.Load(ctx, s.client).Err(); err != nil {
+			return cmds
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // quietRedis drops go-redis's own logging (a line per failed dial while

@@ -569,3 +569,25 @@ func TestBusiest(t *testing.T) {
 		t.Errorf("busy.example: got next free %v, spacing %v; the limiter says %v, %v", got[1].NextFree, got[1].Spacing, want[1].NextFree, want[1].Spacing)
 	}
 }
+
+// TestBusiestAfterRestart: /hosts still reads the hosts after Redis
+// restarted with its keys (an append-only file) but without its script
+// cache, before any booking ran the script again: the status page's
+// pipelined peeks load the script rather than come back empty (NOSCRIPT).
+func TestBusiestAfterRestart(t *testing.T) {
+	srv := startPersistentRedis(t)
+	s := newStore(t, srv, limiter.Config{Burst: 1}, Options{Timeout: patient})
+	now := time.Now()
+	s.Reserve("kept.example", now)
+	s.Observe("kept.example", limiter.Outcome{Status: 503}, now) // pressure 51: kept for 5 s
+	srv.stop()
+	srv.start()
+	var got []limiter.HostState
+	for i := 0; len(got) == 0 && i < 20; i++ { // the first calls find the old connections gone
+		time.Sleep(50 * time.Millisecond)
+		got = s.Busiest(time.Now(), 10)
+	}
+	if len(got) != 1 || got[0].Host != "kept.example" || got[0].Pressure < 40 {
+		t.Fatalf("Busiest after a restart: got %+v, want kept.example with its pressure", got)
+	}
+}

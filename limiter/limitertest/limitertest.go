@@ -9,6 +9,7 @@
 package limitertest
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"testing"
@@ -176,6 +177,7 @@ func Run(t *testing.T, newL New) {
 		{"DrainWholeSteps", DrainWholeSteps},
 		{"IdleHostStartsFromZero", IdleHostStartsFromZero},
 		{"Golden", Golden},
+		{"Settings", Settings},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
@@ -439,6 +441,103 @@ func Golden(t *testing.T, newL New) {
 					if got[p][i] != want[p][i] {
 						t.Fatalf("phase %d navigation %d: got %+v, want %+v as limiter.Limiter books it", p+1, i+1, got[p][i], want[p][i])
 					}
+				}
+			}
+		})
+	}
+}
+
+// WithSettings is what an implementation that books with a setting per
+// booking adds to Limiter.
+type WithSettings interface {
+	ReserveWith(host string, cfg limiter.Config, now time.Time) limiter.Reservation
+	ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, now time.Time)
+}
+
+// SettingStep is a Step made with a setting of its own (ReserveWith,
+// ObserveWith).
+type SettingStep struct {
+	Step
+	Setting limiter.Config
+}
+
+var (
+	adaptive1 = limiter.Config{Burst: 1}
+	fixed300  = limiter.Config{Mode: limiter.Fixed, Interval: 300 * time.Millisecond, Burst: 1}
+)
+
+// SettingCases are bookings whose setting travels with them: the rule of
+// a policy that gives hosts settings of their own, and Crawl-delay floors.
+var SettingCases = []struct {
+	Name  string
+	Steps []SettingStep
+}{
+	{"a floor spaces from the second navigation: no burst", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Floor: 500 * time.Millisecond}},
+		{Step{0, "", nil, 500}, limiter.Config{Floor: 500 * time.Millisecond}},
+		{Step{0, "", nil, 1000}, limiter.Config{Floor: 500 * time.Millisecond}},
+	}},
+	{"a floor raises a fixed interval", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 3, Floor: 300 * time.Millisecond}},
+		{Step{0, "", nil, 300}, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 3, Floor: 300 * time.Millisecond}},
+	}},
+	{"off ignores a floor", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Mode: limiter.Off, Floor: time.Second}},
+		{Step{0, "", nil, 0}, limiter.Config{Mode: limiter.Off, Floor: time.Second}},
+	}},
+	{"one schedule, each booking spaced by its own setting", []SettingStep{
+		// fixed: tat 300. adaptive, burst 10: max(0, 300−180) = 120, tat 320.
+		// fixed again: 320.
+		{Step{0, "", nil, 0}, fixed300},
+		{Step{0, "", nil, 120}, limiter.Config{}},
+		{Step{0, "", nil, 320}, fixed300},
+	}},
+	{"an off setting books nothing", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Mode: limiter.Off}},
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{0, "", nil, 20}, adaptive1},
+	}},
+	{"only an adaptive setting hears answers", []SettingStep{
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{10, "", status(503, ""), 0}, fixed300},
+		{Step{10, "", nil, 20}, adaptive1},
+		// pressure 2 + 50: spacing 20 × (1 + 5) = 120 from tat 40.
+		{Step{10, "", status(503, ""), 0}, adaptive1},
+		{Step{20, "", nil, 40}, adaptive1},
+		{Step{20, "", nil, 160}, adaptive1},
+	}},
+	{"Retry-After with a floor", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Floor: 500 * time.Millisecond}},
+		{Step{10, "", status(429, "2"), 0}, limiter.Config{Floor: 500 * time.Millisecond}},
+		{Step{20, "", nil, 2010}, limiter.Config{Floor: 500 * time.Millisecond}},
+		{Step{20, "", nil, 2510}, limiter.Config{Floor: 500 * time.Millisecond}},
+	}},
+}
+
+// Settings runs SettingCases, each against a fresh implementation, which
+// must implement WithSettings.
+func Settings(t *testing.T, newL New) {
+	for _, tt := range SettingCases {
+		t.Run(tt.Name, func(t *testing.T) {
+			l, ok := newL(t, limiter.Config{}).Limiter.(WithSettings)
+			if !ok {
+				t.Fatal("the implementation has no ReserveWith and ObserveWith")
+			}
+			for i, s := range tt.Steps {
+				host := cmp.Or(s.Host, "example.com")
+				if s.Outcome != nil {
+					l.ObserveWith(host, s.Setting, *s.Outcome, At(s.AtMS))
+					continue
+				}
+				r := l.ReserveWith(host, s.Setting, At(s.AtMS))
+				if got := r.Start.Sub(T0); got != time.Duration(s.WantStart*float64(time.Millisecond)) {
+					t.Fatalf("step %d: ReserveWith(%s, %+v, %vms): got start %v, want %vms", i, host, s.Setting, s.AtMS, got, s.WantStart)
+				}
+				if r.Tracked != (s.Setting.Mode != limiter.Off) {
+					t.Errorf("step %d: got Tracked %v with mode %v", i, r.Tracked, s.Setting.Mode)
+				}
+				if r.Tracked && (r.Mode != s.Setting.Mode || r.Bucket != host) {
+					t.Errorf("step %d: got mode %v bucket %q, want %v and %q", i, r.Mode, r.Bucket, s.Setting.Mode, host)
 				}
 			}
 		})

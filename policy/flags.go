@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// Flags are the policy's command-line values as the user typed them (or
+// their environment variables gave them); FromFlags reads them. Empty
+// means unset.
+type Flags struct {
+	Delay       string   // --http-nav-delay: unset adaptive, 0 off, else fixed
+	Burst       string   // --http-nav-burst
+	Rules       []string // --rule, in order
+	RulesFile   string   // --rules
+	Bucket      string   // --bucket: host or site
+	ExemptHosts []string // --exempt-host
+	Robots      string   // --robots: ignore or crawl-delay
+	RobotsAgent string   // --robots-user-agent
+	CrawlDelay  string   // simulate's --crawl-delay
+}
+
+// FromFlags reads f into a Config. Its errors name the flag, with two
+// dashes, and what it accepts; one about a rule quotes the rule.
+func FromFlags(f Flags) (Config, error) {
+	var c Config
+	var err error
+	if c.Default, err = ParseLimiter(f.Delay, f.Burst); err != nil {
+		return c, err
+	}
+	for _, s := range f.Rules {
+		r, err := ParseRule(s, c.Default)
+		if err != nil {
+			return c, fmt.Errorf("--rule %q: %w", s, err)
+		}
+		c.Rules = append(c.Rules, r)
+	}
+	if f.RulesFile != "" {
+		rules, err := ReadRules(f.RulesFile, c.Default)
+		if err != nil {
+			return c, err
+		}
+		c.Rules = append(c.Rules, rules...)
+	}
+	if len(c.Rules) > maxRules {
+		return c, fmt.Errorf("--rule and --rules: more than %d rules", maxRules)
+	}
+	if c.Bucket, err = ParseBucket(f.Bucket); err != nil {
+		return c, err
+	}
+	for _, g := range f.ExemptHosts {
+		p, err := ParsePattern(g)
+		if err != nil {
+			return c, fmt.Errorf("--exempt-host %q: %w", g, err)
+		}
+		c.Exempt = append(c.Exempt, p)
+	}
+	switch strings.ToLower(strings.TrimSpace(f.Robots)) {
+	case "", "ignore":
+		if f.RobotsAgent != "" {
+			return c, fmt.Errorf("--robots-user-agent %q: needs --robots crawl-delay", f.RobotsAgent)
+		}
+	case "crawl-delay":
+		agent := strings.TrimSpace(f.RobotsAgent)
+		if agent != "" && agent != "*" && !isToken(agent) {
+			return c, fmt.Errorf("--robots-user-agent %q: want a product token (letters, digits, _ and -) or *", f.RobotsAgent)
+		}
+		c.Robots = &Robots{UserAgent: agent}
+	default:
+		return c, fmt.Errorf("--robots %q: want ignore or crawl-delay", f.Robots)
+	}
+	if f.CrawlDelay != "" {
+		if c.CrawlDelay, err = FlagDuration("crawl-delay", f.CrawlDelay, false); err != nil {
+			return c, err
+		}
+		if c.CrawlDelay > MaxCrawlDelay {
+			return c, fmt.Errorf("--crawl-delay %q: at most %v, as a robots.txt's is read", f.CrawlDelay, MaxCrawlDelay)
+		}
+	}
+	return c, nil
+}
+
+// ParseLimiter reads --http-nav-delay and --http-nav-burst. delay unset
+// ("") is adaptive, 0 off, anything else a fixed spacing, read as
+// ParseDuration reads it; burst is a whole number ≥ 0, 0 acting as 1.
+func ParseLimiter(delay, burst string) (limiter.Config, error) {
+	var c limiter.Config
+	if v := strings.TrimSpace(delay); v != "" {
+		d, err := ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("--http-nav-delay %q: %w (0 turns the limiter off; leave it unset for adaptive)", delay, err)
+		}
+		switch {
+		case d > time.Hour:
+			return c, fmt.Errorf("--http-nav-delay %q: longer than an hour", delay)
+		case d == 0:
+			c.Mode = limiter.Off
+		default:
+			c.Mode, c.Interval = limiter.Fixed, d
+		}
+	}
+	if v := strings.TrimSpace(burst); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return c, fmt.Errorf("--http-nav-burst %q: want a whole number of navigations ≥ 0 (0 acts as 1)", burst)
+		}
+		c.Burst = max(n, 1) // 0 acts as 1, not as the Config default
+	}
+	return c, nil
+}

@@ -1,0 +1,254 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// robotsSite serves body as /robots.txt (or runs serve) and counts fetches.
+type robotsSite struct {
+	*httptest.Server
+	fetches atomic.Int32
+}
+
+func newRobotsSite(t *testing.T, serve func(w http.ResponseWriter, r *http.Request)) *robotsSite {
+	s := &robotsSite{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		s.fetches.Add(1)
+		serve(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func text(body string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }
+}
+
+// logBuffer is a zerolog destination safe for concurrent writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func newRobots(t *testing.T, r *Robots) (*Robots, *logBuffer) {
+	logs := &logBuffer{}
+	log := zerolog.New(logs).Level(zerolog.DebugLevel)
+	r.Log = &log
+	t.Cleanup(r.Close)
+	return r, logs
+}
+
+func TestRobotsCrawlDelay(t *testing.T) {
+	site := newRobotsSite(t, text("User-agent: HeadlessChrome\nCrawl-delay: 2\n\nUser-agent: *\nCrawl-delay: 0.5\nDisallow: /private\n"))
+	r, logs := newRobots(t, &Robots{})
+	ctx := context.Background()
+	for range 5 {
+		if got := r.CrawlDelay(ctx, site.URL+"/page?x"); got != 500*time.Millisecond {
+			t.Fatalf("for *: got %v, want 500ms", got)
+		}
+	}
+	if n := site.fetches.Load(); n != 1 {
+		t.Errorf("fetched %d times, want once per origin", n)
+	}
+	r.SetBrowser("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36")
+	if got := r.CrawlDelay(ctx, site.URL+"/"); got != 2*time.Second {
+		t.Errorf("for the browser's token: got %v, want 2s", got)
+	}
+	mine, _ := newRobots(t, &Robots{UserAgent: "otherbot"})
+	mine.SetBrowser("HeadlessChrome/131")
+	if got := mine.CrawlDelay(ctx, site.URL+"/"); got != 500*time.Millisecond {
+		t.Errorf("for --robots-user-agent otherbot: got %v, want the * group's 500ms", got)
+	}
+	if n := logs.count("robots"); n != 0 {
+		t.Errorf("a good robots.txt logged %d lines, want none", n)
+	}
+}
+
+func TestRobotsWithoutCrawlDelay(t *testing.T) {
+	huge := "User-agent: *\nCrawl-delay: 1\n" + strings.Repeat("Disallow: /x\n", 200)
+	tests := []struct {
+		name  string
+		serve func(http.ResponseWriter, *http.Request)
+		want  time.Duration
+		log   string // what the one log line says; "" for none at info
+	}{
+		{"missing", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }, 0, ""},
+		{"server error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", 503) }, 0, "answered 503"},
+		{"malformed", text("User-agent: *\nCrawl-delay: soon\n"), 0, "malformed"},
+		{"huge", text(huge), time.Second, "larger than 1024 bytes"},
+		{"empty", text(""), 0, ""},
+		{"no delay", text("User-agent: *\nDisallow: /\n"), 0, ""},
+		{"capped", text("User-agent: *\nCrawl-delay: 86400\n"), MaxCrawlDelay, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			site := newRobotsSite(t, tt.serve)
+			r, logs := newRobots(t, &Robots{MaxBytes: 1024})
+			for range 3 {
+				if got := r.CrawlDelay(context.Background(), site.URL+"/"); got != tt.want {
+					t.Fatalf("got %v, want %v", got, tt.want)
+				}
+			}
+			infos := logs.count(`"level":"info"`)
+			if tt.log == "" && infos != 0 || tt.log != "" && (infos != 1 || logs.count(tt.log) != 1) {
+				t.Errorf("logged %d info lines (%d with %q), want %s", infos, logs.count(tt.log), tt.log, map[bool]string{true: "none", false: "one"}[tt.log == ""])
+			}
+		})
+	}
+}
+
+func TestRobotsNeverAnswers(t *testing.T) {
+	release := make(chan struct{})
+	site := newRobotsSite(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	r, logs := newRobots(t, &Robots{Wait: time.Second})
+	start := time.Now()
+	if got := r.CrawlDelay(context.Background(), site.URL+"/a"); got != 0 {
+		t.Errorf("got %v, want 0", got)
+	}
+	first := time.Since(start)
+	start = time.Now()
+	if got := r.CrawlDelay(context.Background(), site.URL+"/b"); got != 0 {
+		t.Errorf("second navigation: got %v, want 0", got)
+	}
+	second := time.Since(start)
+	// The bound counts from the fetch's start: the first navigation waits
+	// it out, the second finds it passed (half of it is a wide margin).
+	if first < time.Second || second > 500*time.Millisecond {
+		t.Errorf("waited %v, then %v; want 1s, then nothing", first, second)
+	}
+	if n := logs.count("did not answer in time"); n != 1 {
+		t.Errorf("logged the slow robots.txt %d times, want once", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r2, _ := newRobots(t, &Robots{Wait: time.Hour})
+	if got := r2.CrawlDelay(ctx, site.URL+"/"); got != 0 {
+		t.Errorf("cancelled: got %v, want 0 at once", got)
+	}
+}
+
+func TestRobotsBounded(t *testing.T) {
+	var sites []*robotsSite
+	for range 3 {
+		sites = append(sites, newRobotsSite(t, text("User-agent: *\nCrawl-delay: 1\n")))
+	}
+	r, _ := newRobots(t, &Robots{MaxEntries: 2})
+	for _, s := range append(sites, sites[0]) {
+		r.CrawlDelay(context.Background(), s.URL+"/")
+	}
+	r.mu.Lock()
+	n := r.lru.Len()
+	r.mu.Unlock()
+	if n != 2 {
+		t.Errorf("remembers %d origins, want 2", n)
+	}
+	if got := sites[0].fetches.Load(); got != 2 {
+		t.Errorf("the least recently used origin was fetched %d times, want again after it was forgotten", got)
+	}
+}
+
+func TestRobotsExpiry(t *testing.T) {
+	site := newRobotsSite(t, text("User-agent: *\nCrawl-delay: 1\n"))
+	r, _ := newRobots(t, &Robots{})
+	if got := r.CrawlDelay(context.Background(), site.URL+"/"); got != time.Second {
+		t.Fatalf("got %v, want 1s", got)
+	}
+	r.mu.Lock()
+	for _, el := range r.entries {
+		el.Value.(*robotsEntry).expires = time.Now().Add(-time.Second)
+	}
+	r.mu.Unlock()
+	// Expired: fetched again, while the old Crawl-delay stands.
+	if got := r.CrawlDelay(context.Background(), site.URL+"/"); got != time.Second {
+		t.Errorf("while fetching again: got %v, want the old 1s", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); site.fetches.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an expired robots.txt was not fetched again")
+		}
+	}
+}
+
+func TestTTLOf(t *testing.T) {
+	date := "Tue, 01 Dec 2026 12:00:00 GMT"
+	tests := []struct {
+		h    http.Header
+		want time.Duration
+	}{
+		{http.Header{}, time.Hour},
+		{http.Header{"Cache-Control": {"public, max-age=7200"}}, 2 * time.Hour},
+		{http.Header{"Cache-Control": {"max-age=5"}}, time.Minute},
+		{http.Header{"Cache-Control": {"max-age=9999999"}}, 24 * time.Hour},
+		{http.Header{"Cache-Control": {"no-cache"}}, time.Minute},
+		{http.Header{"Date": {date}, "Expires": {"Tue, 01 Dec 2026 15:00:00 GMT"}}, 3 * time.Hour},
+	}
+	for _, tt := range tests {
+		if got := ttlOf(tt.h, time.Hour); got != tt.want {
+			t.Errorf("%v: got %v, want %v", tt.h, got, tt.want)
+		}
+	}
+}
+
+func TestRobotsOrigin(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"http://A.test/x?y", "http://a.test:80"},
+		{"HTTPS://a.test:8443/", "https://a.test:8443"},
+		{"https://a.test/", "https://a.test:443"},
+		{"http://[2001:db8::1]:8080/", "http://[2001:db8::1]:8080"},
+		{"data:text/html,x", ""},
+	}
+	for _, tt := range tests {
+		if got, _ := robotsOrigin(tt.in); got != tt.want {
+			t.Errorf("robotsOrigin(%q): got %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestProductToken(t *testing.T) {
+	tests := []struct{ ua, want string }{
+		{"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36", "HeadlessChrome"},
+		{"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36", "Chrome"},
+		{"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 Edg/131.0.0.0", "Edg"},
+		{"Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", "Firefox"},
+		{"Lightpanda/1.0", "Lightpanda"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := ProductToken(tt.ua); got != tt.want {
+			t.Errorf("ProductToken(%q): got %q, want %q", tt.ua, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package policy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/idna"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// Rule gives the hosts its pattern matches a setting of their own.
+type Rule struct {
+	// Pattern is a host glob as path.Match reads it, lower-case and in
+	// punycode: "*.example.com" (every subdomain, not example.com itself),
+	// "example.org", "10.*". An IPv6 address matches itself, with or
+	// without brackets.
+	Pattern string
+	// Setting is the rule's limiter setting. Its Mode is Off for both off
+	// and exempt: neither books anything.
+	Setting limiter.Config
+	// Exempt is set when the rule says exempt rather than off.
+	Exempt bool
+	// Text is the rule as written, and where, for logs and /hosts:
+	// "*.slow.test=fixed:300ms", or "… (rules.txt:4)".
+	Text string
+}
+
+// maxRules bounds a rules file: every navigation tries the rules in turn.
+const maxRules = 10_000
+
+// ParseRule reads one rule, PATTERN=SETTING, where SETTING is adaptive,
+// fixed:DURATION, off or exempt, optionally followed by burst:N (after a
+// comma or a space); a setting of burst:N alone keeps the mode of def.
+// def is the setting of the global flags, which a rule starts from.
+func ParseRule(s string, def limiter.Config) (Rule, error) {
+	pattern, setting, ok := strings.Cut(s, "=")
+	if !ok {
+		return Rule{}, errors.New("want PATTERN=SETTING, such as *.example.com=fixed:1s")
+	}
+	r := Rule{Text: strings.TrimSpace(s)}
+	var err error
+	if r.Pattern, err = ParsePattern(pattern); err != nil {
+		return r, err
+	}
+	r.Setting, r.Exempt, err = parseSetting(setting, def)
+	return r, err
+}
+
+// ParsePattern reads a host glob: lower-cased, an internationalised name
+// turned into punycode as limiter.Key turns hosts, checked for glob syntax.
+func ParsePattern(p string) (string, error) {
+	p = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(p)), ".")
+	switch {
+	case p == "":
+		return "", errors.New("empty host pattern")
+	case strings.ContainsAny(p, "/ \t") || strings.Contains(p, "://"):
+		return "", fmt.Errorf("host pattern %q: want a host glob such as *.example.com, not a URL", p)
+	}
+	if a, err := netip.ParseAddr(strings.Trim(p, "[]")); err == nil && a.Is6() {
+		return "[" + a.WithZone("").String() + "]", nil // as limiter.Key writes it; matched exactly
+	}
+	if strings.Contains(p, ":") {
+		return "", fmt.Errorf("host pattern %q: want a host glob without a port", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] >= 0x80 {
+			labels := strings.Split(p, ".")
+			for j, l := range labels {
+				if strings.ContainsAny(l, "*?[") {
+					continue // a glob label stays as written
+				}
+				a, err := idna.Lookup.ToASCII(l)
+				if err != nil {
+					return "", fmt.Errorf("host pattern %q: %v", p, err)
+				}
+				labels[j] = a
+			}
+			p = strings.Join(labels, ".")
+			break
+		}
+	}
+	if _, err := path.Match(p, ""); err != nil {
+		return "", fmt.Errorf("host pattern %q: bad glob", p)
+	}
+	return p, nil
+}
+
+// match reports whether the host glob pattern matches host (a bucket as
+// limiter.Key returns it).
+func match(pattern, host string) bool {
+	if pattern == host {
+		return true
+	}
+	if pattern[0] == '[' && pattern[len(pattern)-1] == ']' && !strings.ContainsAny(pattern, "*?") {
+		return false // an IPv6 address: exact only, its brackets are not a class
+	}
+	ok, _ := path.Match(pattern, host)
+	return ok
+}
+
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N"
+
+// parseSetting reads SETTING, starting from def.
+func parseSetting(s string, def limiter.Config) (set limiter.Config, exempt bool, err error) {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return def, false, errors.New("empty setting: " + settingWanted)
+	}
+	set = def
+	set.Floor = 0
+	mode, burst := false, false
+	for _, f := range fields {
+		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
+		switch {
+		case name == "burst" && hasArg:
+			n, err := strconv.Atoi(arg)
+			if err != nil || n < 0 || n > 1_000_000 {
+				return set, false, fmt.Errorf("%q: want burst:N with N a whole number ≥ 0 (0 acts as 1)", f)
+			}
+			if burst {
+				return set, false, fmt.Errorf("%q: one burst:N only", f)
+			}
+			set.Burst, burst = max(n, 1), true
+			continue
+		case mode:
+			return set, false, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
+		case name == "adaptive" && !hasArg:
+			set.Mode, set.Interval = limiter.Adaptive, 0
+		case name == "fixed" && hasArg:
+			d, err := ParseDuration(arg)
+			if err != nil {
+				return set, false, fmt.Errorf("%q: %v", f, err)
+			}
+			if d <= 0 || d > time.Hour {
+				return set, false, fmt.Errorf("%q: want a spacing > 0 and at most an hour (off never spaces)", f)
+			}
+			set.Mode, set.Interval = limiter.Fixed, d
+		case (name == "off" || name == "exempt") && !hasArg:
+			set.Mode, set.Interval, exempt = limiter.Off, 0, name == "exempt"
+		default:
+			return set, false, fmt.Errorf("%q: %s", f, settingWanted)
+		}
+		mode = true
+	}
+	if set.Mode == limiter.Off && burst {
+		return set, false, errors.New("burst:N means nothing for hosts that are never spaced")
+	}
+	return set, exempt, nil
+}
+
+// ReadRules reads a rules file: one rule a line, blank lines and # comments
+// ignored. Each rule's Text names the file and line; an error does too.
+func ReadRules(name string, def limiter.Config) ([]Rule, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("--rules: %w", err)
+	}
+	defer f.Close()
+	return readRules(f, name, def)
+}
+
+func readRules(r io.Reader, name string, def limiter.Config) ([]Rule, error) {
+	var rules []Rule
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if len(rules) == maxRules {
+			return nil, fmt.Errorf("--rules %s: more than %d rules", name, maxRules)
+		}
+		rule, err := ParseRule(line, def)
+		if err != nil {
+			return nil, fmt.Errorf("--rules %s:%d %q: %w", name, n, line, err)
+		}
+		rule.Text += fmt.Sprintf(" (%s:%d)", name, n)
+		rules = append(rules, rule)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--rules %s: %w", name, err)
+	}
+	return rules, nil
+}
