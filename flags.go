@@ -93,15 +93,15 @@ const (
 
 // relayConfig is what the relay runs with.
 type relayConfig struct {
-	listen      string
-	upstreams   []string
-	upstreamSet bool   // --upstream was given, not defaulted
-	store       string // redis://HOST:PORT/DB, "" for in-process
-	storeOpts   store.Options
-	limiter     limiter.Config
-	browserCmd  []string // after --: a browser the relay starts and stops
-	log         zerolog.Logger
-	proxy       *relay.Proxy // the flags that are the relay's own fields
+	listen     string
+	upstreams  []string
+	store      string // redis://HOST:PORT/DB, "" for in-process
+	storeOpts  store.Options
+	limiter    limiter.Config
+	browserCmd []string // after --: a browser the relay starts and stops
+	browsers   int      // how many it starts from browserCmd
+	log        zerolog.Logger
+	proxy      *relay.Proxy // the flags that are the relay's own fields
 }
 
 func relayFlags() []cli.Flag {
@@ -119,6 +119,7 @@ func relayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 		&cli.DurationFlag{Name: "start-timeout", Value: relay.DefaultStartTimeout, Usage: "how long to wait for the browser at start", EnvVars: env("START_TIMEOUT")},
+		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 	}
 }
 
@@ -174,9 +175,12 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.proxy.StartTimeout = c.Duration("start-timeout"); cfg.proxy.StartTimeout <= 0 {
 		return cfg, usagef("--start-timeout %v: want a duration > 0", cfg.proxy.StartTimeout)
 	}
-	cfg.browserCmd = c.Args().Slice()
+	cfg.browserCmd, cfg.browsers = c.Args().Slice(), c.Int("browsers")
+	if err := launcher.Check(cfg.browserCmd, cfg.browsers); err != nil {
+		return cfg, usageError{err}
+	}
 	if len(cfg.browserCmd) > 0 && !c.IsSet("upstream") {
-		cfg.upstreams = []string{launcher.Endpoint(cfg.browserCmd, defaultUpstream)}
+		cfg.upstreams = nil // the relay fronts the browsers it starts, where they say they serve
 	}
 	return cfg, nil
 }

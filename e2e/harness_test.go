@@ -80,6 +80,11 @@ func findChromium() (string, error) {
 // startChromium starts a headless Chromium with a fresh profile and returns
 // its CDP endpoint and a function that stops it.
 func startChromium(extra ...string) (httpURL, wsURL string, stop func(), err error) {
+	return startChromiumOn("0", extra...)
+}
+
+// startChromiumOn is startChromium with --remote-debugging-port=port.
+func startChromiumOn(port string, extra ...string) (httpURL, wsURL string, stop func(), err error) {
 	bin, err := findChromium()
 	if err != nil {
 		return "", "", nil, err
@@ -88,7 +93,7 @@ func startChromium(extra ...string) (httpURL, wsURL string, stop func(), err err
 	if err != nil {
 		return "", "", nil, err
 	}
-	args := append(slices.Clone(ChromiumFlags), "--user-data-dir="+dir, "--remote-debugging-port=0")
+	args := append(slices.Clone(ChromiumFlags), "--user-data-dir="+dir, "--remote-debugging-port="+port)
 	args = append(append(args, extra...), "about:blank")
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
