@@ -53,7 +53,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			{
 				Name:         "demo",
-				Usage:        "reproduce the seed's measurement against a real Chromium and chart it",
+				Usage:        "reproduce the seed's measurement against a real Chromium or Lightpanda and chart it",
 				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--browser PATH] [--out demo.html]",
 				Flags:        demoFlags(),
 				OnUsageError: onUsage,
@@ -295,7 +295,7 @@ func demoFlags() []cli.Flag {
 		&cli.IntFlag{Name: "phases", Value: 2, Usage: "phases per mode, separated by --idle"},
 		&cli.DurationFlag{Name: "idle", Value: 8 * time.Second, Usage: "time without navigations between phases"},
 		&cli.DurationFlag{Name: "fixed", Value: 100 * time.Millisecond, Usage: "spacing of the fixed mode"},
-		&cli.StringFlag{Name: "browser", Usage: "Chromium to run (default: chromium on PATH)", EnvVars: env("BROWSER")},
+		&cli.StringFlag{Name: "browser", Usage: "chromium, lightpanda (make lightpanda installs it), or the path of either (default: chromium on PATH)", EnvVars: env("BROWSER")},
 		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "non-exempt loopback address the demo site listens on"},
 		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "where to write the chart"},
 	}
@@ -319,8 +319,6 @@ func demoOptionsFrom(c *cli.Context, stderr io.Writer) (demo.Options, error) {
 		return o, usageError{err}
 	}
 	var err error
-	if o.Browser == "" {
-		o.Browser, err = launcher.FindChromium()
-	}
+	o.Browser, err = launcher.FindBrowser(o.Browser)
 	return o, err
 }

@@ -42,7 +42,7 @@ var lightpandaAddress = regexp.MustCompile(`\baddress ?= ?(\S+)`)
 // isLightpandaServe says whether argv runs `lightpanda serve` (the binary,
 // or the PyPI package's `lightpanda` command, which execs it).
 func isLightpandaServe(argv []string) bool {
-	return strings.Contains(strings.ToLower(filepath.Base(argv[0])), "lightpanda") && slices.Contains(argv[1:], "serve")
+	return IsLightpanda(argv[0]) && slices.Contains(argv[1:], "serve")
 }
 
 // isChromium says whether argv runs Chromium or Chrome serving CDP.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -95,6 +96,40 @@ func FindChromium() (string, error) {
 		}
 	}
 	return "", errors.New("no Chromium on PATH: install it (apt-get install chromium) or pass --browser PATH")
+}
+
+// FindBrowser resolves a browser named on the command line: "" or
+// "chromium" is Chromium on PATH; "lightpanda" is $LIGHTPANDA, else the
+// `lightpanda` command of the project's .venv (make lightpanda), else one
+// on PATH; anything else is a path, taken as it is.
+func FindBrowser(name string) (string, error) {
+	switch name {
+	case "", "chromium":
+		return FindChromium()
+	case "lightpanda":
+		if p := os.Getenv("LIGHTPANDA"); p != "" {
+			return p, nil
+		}
+		if p := filepath.Join(".venv", "bin", "lightpanda"); fileExists(p) {
+			return filepath.Abs(p)
+		}
+		if p, err := exec.LookPath("lightpanda"); err == nil {
+			return p, nil
+		}
+		return "", errors.New("no Lightpanda: run `make lightpanda` (lightpanda==1.0.2 from PyPI into .venv), pip install lightpanda in a virtual environment, or pass --browser PATH")
+	}
+	return name, nil
+}
+
+// IsLightpanda says whether path runs Lightpanda: its binary, or the PyPI
+// package's command that execs it.
+func IsLightpanda(path string) bool {
+	return strings.Contains(strings.ToLower(filepath.Base(path)), "lightpanda")
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }
 
 // maxQuickExits is how many times in a row a browser may die within

@@ -74,24 +74,28 @@ func Replay(o Options) []Nav {
 
 // Run replays o and prints the tables, or the CSV, to stdout.
 func Run(o Options, stdout io.Writer) error {
-	navs := Replay(o)
 	w := bufio.NewWriter(stdout)
 	if o.CSV {
-		writeSimCSV(w, navs)
+		writeSimCSV(w, Replay(o))
 	} else {
-		phases := make([][]time.Duration, o.Phases)
-		var booked []report.Booking
-		for _, n := range navs {
-			phases[n.Phase-1] = append(phases[n.Phase-1], n.Start)
-			if n.Phase == 1 {
-				booked = append(booked, report.Booking{Start: n.Start, Waited: n.Wait > 0})
-			}
-		}
 		fmt.Fprintf(w, "%d navigations per phase to one host, each requested %v after the previous one started; burst %d\n\n",
 			o.Navigations, o.Load, max(o.Limiter.Burst, 1))
-		report.Write(w, report.Run{Mode: o.Limiter.Name(), Quantum: o.Limiter.Quantum(), Phases: phases, Booked: booked})
+		report.Write(w, Report(o))
 	}
 	return w.Flush()
+}
+
+// Report replays o and returns the schedule as package report reads it.
+func Report(o Options) report.Run {
+	phases := make([][]time.Duration, o.Phases)
+	var booked []report.Booking
+	for _, n := range Replay(o) {
+		phases[n.Phase-1] = append(phases[n.Phase-1], n.Start)
+		if n.Phase == 1 {
+			booked = append(booked, report.Booking{Start: n.Start, Waited: n.Wait > 0})
+		}
+	}
+	return report.Run{Mode: o.Limiter.Name(), Quantum: o.Limiter.Quantum(), Phases: phases, Booked: booked}
 }
 
 func writeSimCSV(w io.Writer, navs []Nav) {
