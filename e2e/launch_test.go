@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,6 +169,52 @@ func TestLaunchedBrowserIsItsOwn(t *testing.T) {
 			t.Errorf("last line %q, want the reason on one line, naming Chromium's complaint and the port", last)
 		}
 		t.Logf("refused after %v: %s", time.Since(began).Round(time.Millisecond), last)
+	})
+
+	t.Run("port 0, killed and restarted", func(t *testing.T) {
+		l, ready := launch(t, append([]string{"--http-nav-delay", "300", "--http-nav-burst", "1"}, command("0")...)...)
+		if !ready {
+			t.Fatalf("not ready:\n%s", l.logs.raw.String())
+		}
+		first, _ := l.logs.waitFor(t, "browser listening", time.Second)["endpoint"].(string)
+		pid := int(l.logs.waitFor(t, "browser started", time.Second)["pid"].(float64))
+		syscall.Kill(-pid, syscall.SIGKILL)
+		var second string
+		for deadline := time.Now().Add(30 * time.Second); second == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			l.logs.mu.Lock()
+			for _, m := range l.logs.lines {
+				if ep, _ := m["endpoint"].(string); m["message"] == "browser listening" && ep != first {
+					second = ep
+				}
+			}
+			l.logs.mu.Unlock()
+		}
+		if second == "" {
+			t.Fatalf("the killed browser did not come back:\n%s", l.logs.raw.String())
+		}
+		t.Logf("restarted: %s, then %s", first, second)
+		_, own, _ := strings.Cut(second, "/devtools/browser/")
+		// The relay follows: the new id, and its own connection holds
+		// navigations again.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			body, _ := httpGet("http://" + l.listen + "/healthz")
+			if strings.Contains(string(body), `"holding":"fetch"`) && browserIDAt(t, "http://"+l.listen) == own {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the relay did not follow the browser to %s: /healthz %s", second, body)
+			}
+		}
+		s := newSite(t)
+		rc := dialRaw(t, browserWSVia(t, &relayed{url: "http://" + l.listen}))
+		session, _ := rc.newPage()
+		rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page")})
+		for i := range 2 {
+			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("restarted.test", "/page?n="+strconv.Itoa(i))})
+		}
+		if docs := s.documents("restarted.test"); len(docs) != 2 || docs[1].At.Sub(docs[0].At) < 250*time.Millisecond {
+			t.Errorf("through the restarted browser: got %d documents %v, want 2, 300 ms apart", len(docs), docs)
+		}
 	})
 
 	t.Run("port 0", func(t *testing.T) {
