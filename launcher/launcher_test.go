@@ -469,3 +469,25 @@ func TestStaticEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartWhileHelperHoldsOutput: a browser that dies leaving a helper
+// with its output open is seen dead and restarted all the same.
+func TestRestartWhileHelperHoldsOutput(t *testing.T) {
+	shorten(t, 50*time.Millisecond, 5*time.Second)
+	bin := script(t, "browser", `echo $$ >> $DIR/pids
+sleep 300 &  # holds the output
+[ "$(wc -l < $DIR/pids)" -le 1 ] && exit 1
+exec sleep 300
+`)
+	logs := &syncBuffer{}
+	b, err := Start([]string{bin}, zerolog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	began := time.Now()
+	waitLog(t, logs, "browser started", 2)
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("restarted after %v, want about a second (the output's grace) and the delay", took)
+	}
+}
