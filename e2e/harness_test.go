@@ -1,10 +1,12 @@
 //go:build e2e
 
-// Package e2e drives real headless Chromium through the relay with real
-// clients (puppeteer-core, playwright-core, chromedp, raw websockets), and
-// measures what a web server on a non-exempt loopback address sees.
+// Package e2e drives real headless Chromium and `lightpanda serve` through
+// the relay with real clients (puppeteer-core, playwright-core, chromedp,
+// raw websockets), and measures what a web server on a non-exempt loopback
+// address sees.
 //
-// Run with: go test -tags e2e ./e2e (after npm ci in e2e/).
+// Run with: go test -tags e2e ./e2e (after npm ci in e2e/ and make
+// lightpanda at the root: make deps does both).
 package e2e
 
 import (
