@@ -17,7 +17,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --user-data-dir=$$(mktemp -d) --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e fuzz fmt vet clean
+.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e fuzz fmt vet clean
 
 all: build
 
@@ -28,6 +28,10 @@ build:
 # stdout, the chart in demo.html. ARGS="--navigations 400" for the seed's run.
 demo: chromium build
 	./cdp-throttle demo $(ARGS)
+
+# The same measurement through lightpanda serve, beside simulate's tables.
+demo-lightpanda: lightpanda build
+	./cdp-throttle demo --browser lightpanda $(ARGS)
 
 # Start the relay on 127.0.0.1:9322 in front of a headless Chromium it launches.
 run: chromium build
