@@ -211,8 +211,9 @@ func (up *upstream) version(ctx context.Context) (version, error) {
 var waitNotice = 5 * time.Second // a variable for tests
 
 // waitVersion polls /json/version with backoff until the browser answers
-// or ctx ends (Start bounds it by StartTimeout, which is bound), saying
-// every waitNotice what it waits for; then it reports the last error.
+// or ctx ends, saying every waitNotice what it waits for; then it reports
+// the last error. bound is the StartTimeout that Start put on ctx, for the
+// messages.
 func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration) (version, error) {
 	log = log.With().Str("upstream", up.name).Logger()
 	began, noticed := time.Now(), time.Now()
