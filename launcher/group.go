@@ -131,7 +131,9 @@ func freePort() (string, error) {
 	return port, nil
 }
 
-// Group is the browsers started from one command. Stop it when done.
+// Group is the browsers started from one command. Create it with
+// StartGroup and Stop it when done; its methods are safe for concurrent
+// use.
 type Group struct {
 	// Browsers are the group's browsers, in order; each is an endpoint
 	// that follows its restarts.

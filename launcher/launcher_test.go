@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 )
 
 // script writes a shell script named name into a fresh directory and
@@ -491,3 +492,7 @@ exec sleep 300
 		t.Errorf("restarted after %v, want about a second (the output's grace) and the delay", took)
 	}
 }
+
+// TestMain checks that every goroutine the launcher starts ends with its
+// browser.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
