@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +66,15 @@ func Check(argv []string, count int) error {
 		}
 		return nil
 	}
+	// Chromium itself (not a script that may add the flag) serves CDP on
+	// a port only when told to.
+	if _, ok := flagValue(argv, "--remote-debugging-port"); !ok && slices.Contains(chromiumNames, filepath.Base(argv[0])) {
+		return fmt.Errorf("%s serves CDP on a port only with --remote-debugging-port: add --remote-debugging-port=0 (a port it chooses and announces) to the command", filepath.Base(argv[0]))
+	}
 	if isLightpandaServe(argv) {
+		if _, ok := flagValue(argv, "--unix-socket"); ok {
+			return errors.New("the relay reaches lightpanda serve over TCP: drop --unix-socket (--port 0 gives it a port of its own)")
+		}
 		if v, ok := flagValue(argv, "--http-nav-delay"); ok && strings.TrimSpace(v) != "0" {
 			return fmt.Errorf("--http-nav-delay %s in the lightpanda command would space navigations a second time, inside each Lightpanda, "+
 				"after the relay released them: give it to the relay instead (cdp-throttle --http-nav-delay %[1]s -- lightpanda serve …)", v)
@@ -130,6 +140,9 @@ func freePort() (string, error) {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port, nil
 }
+
+// chromiumNames are the names Chromium and Chrome are installed under.
+var chromiumNames = []string{"chromium", "chromium-browser", "chrome", "google-chrome", "google-chrome-stable", "chrome-headless-shell", "headless_shell"}
 
 // Group is the browsers started from one command. Create it with
 // StartGroup and Stop it when done; its methods are safe for concurrent

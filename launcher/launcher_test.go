@@ -422,6 +422,10 @@ func TestCheck(t *testing.T) {
 		{[]string{"/venv/bin/lightpanda", "serve", "--http-nav-delay", "100"}, 1, "give it to the relay instead (cdp-throttle --http-nav-delay 100"},
 		{[]string{"lightpanda", "serve", "--http-nav-delay=250"}, 1, "--http-nav-delay 250 in the lightpanda command"},
 		{[]string{"lightpanda", "fetch", "--http-nav-delay", "100"}, 1, ""},
+		{[]string{"/usr/bin/chromium", "--headless"}, 1, "add --remote-debugging-port=0"},
+		{[]string{"google-chrome", "--remote-debugging-pipe"}, 1, "add --remote-debugging-port=0"},
+		{[]string{"./my-chrome.sh", "--headless"}, 1, ""},
+		{[]string{"lightpanda", "serve", "--unix-socket", "/tmp/lp.sock"}, 1, "drop --unix-socket"},
 	}
 	for _, tt := range tests {
 		err := Check(tt.argv, tt.count)
