@@ -500,3 +500,31 @@ exec sleep 300
 // TestMain checks that every goroutine the launcher starts ends with its
 // browser.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestFindBrowser resolves the demo's --browser: $LIGHTPANDA first, then
+// the project's .venv, a path as it is, and a clear error without one.
+func TestFindBrowser(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("PATH", dir) // no lightpanda on it
+	t.Setenv("LIGHTPANDA", "")
+	if _, err := FindBrowser("lightpanda"); err == nil || !strings.Contains(err.Error(), "make lightpanda") {
+		t.Errorf("no Lightpanda anywhere: got %v, want an error saying how to get it", err)
+	}
+	venv := filepath.Join(dir, ".venv", "bin", "lightpanda")
+	os.MkdirAll(filepath.Dir(venv), 0o755)
+	os.WriteFile(venv, []byte("#!/bin/sh\n"), 0o755)
+	if got, err := FindBrowser("lightpanda"); err != nil || got != venv {
+		t.Errorf("with .venv: got %q, %v; want %q", got, err, venv)
+	}
+	t.Setenv("LIGHTPANDA", "/opt/lp/lightpanda")
+	if got, _ := FindBrowser("lightpanda"); got != "/opt/lp/lightpanda" {
+		t.Errorf("with $LIGHTPANDA: got %q", got)
+	}
+	if got, _ := FindBrowser("/usr/local/bin/chrome"); got != "/usr/local/bin/chrome" {
+		t.Errorf("a path: got %q, want it as it is", got)
+	}
+	if !IsLightpanda(venv) || IsLightpanda("/usr/bin/chromium") {
+		t.Errorf("IsLightpanda: wrong for %s or chromium", venv)
+	}
+}
