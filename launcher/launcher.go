@@ -358,6 +358,9 @@ func (b *Browser) Err() error {
 // browser is given up on.
 func (b *Browser) Endpoint(ctx context.Context) (string, error) {
 	for {
+		if closed(b.exited) { // given up: its last process may look settled
+			return "", b.Err()
+		}
 		b.mu.Lock()
 		pr := b.cur
 		b.mu.Unlock()
