@@ -5,13 +5,19 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || echo /usr/bin/chromium)
 PORT    ?= 9222
+# Lightpanda from PyPI, pinned, in a virtual environment of the project's own
+# (ignored by git; nothing installed globally). Its `lightpanda` command
+# execs the browser binary bundled in the wheel.
+VENV    ?= .venv
+LIGHTPANDA_VERSION := 1.0.2
+LIGHTPANDA_STAMP   := $(VENV)/.lightpanda-$(LIGHTPANDA_VERSION)
 
 # Flags headless Chromium needs as root on a closed network.
 CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo run test unit e2e deps chromium redis node-deps bench bench-e2e fuzz fmt vet clean
+.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e fuzz fmt vet clean
 
 all: build
 
@@ -24,12 +30,21 @@ build:
 demo: chromium build
 	./cdp-throttle demo $(ARGS)
 
+# The same measurement through lightpanda serve, beside simulate's tables.
+demo-lightpanda: lightpanda build
+	./cdp-throttle demo --browser lightpanda $(ARGS)
+
 # Start the relay on 127.0.0.1:9322 in front of a headless Chromium it
 # launches, with the relay's flags in ARGS (make run ARGS="--bucket site").
 # Chromium's profile is a temporary directory, removed when the relay exits.
 run: chromium build
 	@profile=$$(mktemp -d -t cdp-throttle-profile-XXXXXX); trap 'rm -rf "$$profile"' EXIT; \
 	./cdp-throttle $(ARGS) -- $(CHROMIUM) $(CHROMIUM_FLAGS) --user-data-dir="$$profile"
+
+# The same in front of four lightpanda serve processes it starts, each on a
+# free port of its own, with Lightpanda's own limiter off.
+run-lightpanda: lightpanda build
+	./cdp-throttle --browsers 4 $(ARGS) -- $(VENV)/bin/lightpanda serve --host 127.0.0.1 --port {port}
 
 # Everything CI runs: formatting, vet, unit tests with -race, fuzz seeds,
 # and the end-to-end suite against real Chromium with real clients.
@@ -48,7 +63,7 @@ unit: redis
 e2e: deps
 	cd e2e && $(GO) test -tags e2e -count=1 -timeout 25m -v .
 
-deps: chromium redis node-deps
+deps: chromium redis node-deps lightpanda
 
 # Debian's chromium package, unless a Chromium is already there.
 chromium:
@@ -59,6 +74,17 @@ chromium:
 redis:
 	@command -v redis-server >/dev/null || \
 		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+
+# Lightpanda $(LIGHTPANDA_VERSION) from PyPI into $(VENV). Debian's python3 needs
+# python3-venv for `python3 -m venv` (ensurepip).
+lightpanda: $(LIGHTPANDA_STAMP)
+$(LIGHTPANDA_STAMP):
+	@command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' 2>/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3 python3-venv; }
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check lightpanda==$(LIGHTPANDA_VERSION)
+	@v=$$($(VENV)/bin/lightpanda version) && [ "$$v" = "$(LIGHTPANDA_VERSION)" ] || { echo "lightpanda version: got '$$v', want $(LIGHTPANDA_VERSION)"; exit 1; }
+	touch $@
 
 node-deps:
 	@[ -d e2e/node_modules/puppeteer-core ] && [ -d e2e/node_modules/playwright-core ] || (cd e2e && npm ci --no-audit --no-fund)
@@ -79,3 +105,4 @@ fuzz:
 
 clean:
 	rm -f cdp-throttle demo.html
+	rm -rf $(VENV)

@@ -81,7 +81,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			{
 				Name:         "demo",
-				Usage:        "reproduce the limiter's published measurement (the rate limiter designed for Lightpanda) against a real Chromium, and chart it",
+				Usage:        "reproduce the limiter's published measurement (the rate limiter designed for Lightpanda) against a real Chromium or Lightpanda, and chart it",
 				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--browser PATH] [--out demo.html]",
 				Flags:        demoFlags(),
 				OnUsageError: onUsage,
@@ -114,6 +114,7 @@ type relayConfig struct {
 	store      string // redis://HOST:PORT/DB, "" for in-process
 	storeOpts  store.Options
 	policy     policy.Config
+	browsers   int      // how many it starts from browserCmd
 	browserCmd []string // after --: a browser the relay starts and stops
 	log        zerolog.Logger
 	proxy      *relay.Proxy // the flags that are the relay's own fields
@@ -134,6 +135,7 @@ func relayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 		durationFlag("start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
+		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
 	}
@@ -185,9 +187,12 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.proxy.MaxMessageSize = c.Int64("max-message-size"); cfg.proxy.MaxMessageSize < 1<<10 {
 		return cfg, usagef("--max-message-size %d: want at least 1024 bytes", cfg.proxy.MaxMessageSize)
 	}
-	cfg.browserCmd = c.Args().Slice()
+	cfg.browserCmd, cfg.browsers = c.Args().Slice(), c.Int("browsers")
+	if err := launcher.Check(cfg.browserCmd, cfg.browsers); err != nil {
+		return cfg, usageError{err}
+	}
 	if len(cfg.browserCmd) > 0 && !c.IsSet("upstream") {
-		cfg.upstreams = []string{launcher.Endpoint(cfg.browserCmd, defaultUpstream)}
+		cfg.upstreams = nil // the relay fronts the browsers it starts, where they say they serve
 	}
 	return cfg, nil
 }

@@ -273,3 +273,31 @@ func TestMaxMessageSizeFlag(t *testing.T) {
 		t.Errorf("--max-message-size 10: got %v, want a usage error", err)
 	}
 }
+
+// TestBrowsersFlag checks what --browsers and a browser command accept,
+// before anything starts: each refusal is a usage error naming the fix.
+func TestBrowsersFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // "" for fine
+	}{
+		{[]string{"--", "chromium", "--remote-debugging-port=0"}, ""},
+		{[]string{"--browsers", "4", "--", "lightpanda", "serve", "--port", "{port}"}, ""},
+		{[]string{"--browsers", "0", "--", "lightpanda", "serve"}, "--browsers 0: want 1 or more"},
+		{[]string{"--browsers", "2"}, "--browsers 2 needs a browser command after --"},
+		{[]string{"--browsers", "2", "--", "chromium", "--remote-debugging-port=9222"}, "put {port} in the command"},
+		{[]string{"--", "lightpanda", "serve", "--http-nav-delay", "100"}, "give it to the relay instead"},
+	}
+	for _, tt := range tests {
+		cfg, err := relayConfigOf(t, tt.args...)
+		var ue usageError
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%q: %v, want it accepted", tt.args, err)
+		case tt.want == "" && cfg.upstreams != nil:
+			t.Errorf("%q: upstreams %q, want none: the relay fronts what it starts", tt.args, cfg.upstreams)
+		case tt.want != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%q: got %v, want a usage error with %q", tt.args, err, tt.want)
+		}
+	}
+}

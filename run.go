@@ -20,14 +20,10 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	local := limiter.New(cfg.policy.Default)
 	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
 		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Bool("robots", cfg.policy.Robots != nil)
-	shown := make([]string, len(cfg.upstreams)) // a token or password in them stays out of the log
-	for i, u := range cfg.upstreams {
-		shown[i] = redact.URL(u)
-	}
-	if len(shown) == 1 {
-		start = start.Str("upstream", shown[0])
-	} else {
-		start = start.Strs("upstreams", shown)
+	if len(cfg.upstreams) == 1 { // a token or password in them stays out of the log
+		start = start.Str("upstream", redact.URL(cfg.upstreams[0]))
+	} else if len(cfg.upstreams) > 1 {
+		start = start.Strs("upstreams", redact.Args(cfg.upstreams))
 	}
 	if cfg.store != "" {
 		start = start.Str("store", redact.URL(cfg.store))
@@ -57,21 +53,23 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	}
 	defer ln.Close()
 
-	var browser *launcher.Browser
-	if len(cfg.browserCmd) > 0 {
-		if browser, err = launcher.Start(cfg.browserCmd, log); err != nil {
-			return err
-		}
-		defer browser.Stop()
-	}
-
 	p := cfg.proxy
-	p.Upstream, p.Upstreams = cfg.upstreams[0], cfg.upstreams[1:]
 	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(book), &log
-	if browser != nil {
+	if len(cfg.browserCmd) > 0 {
+		g, err := launcher.StartGroup(ctx, cfg.browserCmd, launcher.Options{Count: cfg.browsers, Log: log, StartTimeout: p.StartTimeout, TimeoutFlag: "--start-timeout"})
+		if err != nil {
+			return quit(ctx, err)
+		}
+		defer g.Stop()
+		for _, b := range g.Browsers {
+			p.Browsers = append(p.Browsers, b)
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = browser.Bind(ctx) // ends, with the browser's error, when it is given up on
+		ctx, cancel = g.Bind(ctx) // ends, with the browser's error, when one is given up on
 		defer cancel()
+	}
+	if len(cfg.upstreams) > 0 { // given with --upstream: the relay fronts those, not what it launched
+		p.Upstream, p.Upstreams, p.Browsers = cfg.upstreams[0], cfg.upstreams[1:], nil
 	}
 	if err := p.Start(ctx); err != nil {
 		return quit(ctx, err)

@@ -1,9 +1,10 @@
 // Package demo reproduces the limiter's published measurement (the rate
 // limiter designed for Lightpanda: 400 navigations back to back against one
 // host, off, fixed 100 ms and adaptive, two phases 8 s apart) through a real
-// Chromium and in-process relays, and charts what a web server saw. It owns
-// the demo's site, its chromedp driver and its chart; the tables are
-// package report's.
+// Chromium or `lightpanda serve` and in-process relays, and charts what a
+// web server saw, beside what package simulate computes for the page-load
+// time it measured. It owns the demo's site, its chromedp driver and its
+// chart; the tables are package report's.
 package demo
 
 import (
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +30,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/report"
+	"github.com/cdp-throttle/cdp-throttle/simulate"
 )
 
 // Options is what a demo runs.
@@ -36,7 +39,7 @@ type Options struct {
 	Phases      int           // per mode
 	Idle        time.Duration // between phases
 	Fixed       time.Duration // spacing of the fixed mode
-	Browser     string        // the Chromium to run
+	Browser     string        // the Chromium or Lightpanda to run (launcher.IsLightpanda tells which)
 	SiteIP      string        // non-exempt loopback address the site listens on
 	Out         string        // where the chart goes; "" for none
 	// Live rewrites the progress line in place, for a terminal.
@@ -125,30 +128,34 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	defer site.srv.Close()
 
-	port, err := freeLoopbackPort()
-	if err != nil {
-		return err
+	// Each on a port it chooses and announces. lightpanda serve's own
+	// navigation limiter stays off (the launcher sees to it): the relay's
+	// schedule is the one measured.
+	name := "Chromium"
+	argv := []string{o.Browser, "serve", "--host", "127.0.0.1", "--port", "0"}
+	if launcher.IsLightpanda(o.Browser) {
+		name = "Lightpanda"
+	} else {
+		profile, err := os.MkdirTemp("", "cdp-throttle-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(profile)
+		argv = append([]string{o.Browser}, launcher.HeadlessChromium...)
+		argv = append(argv, "--user-data-dir="+profile, "--remote-debugging-port=0", "about:blank")
 	}
-	profile, err := os.MkdirTemp("", "cdp-throttle-demo-")
+	g, err := launcher.StartGroup(ctx, argv, launcher.Options{Log: zerolog.New(io.Discard)})
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(profile)
-	argv := append([]string{o.Browser}, launcher.HeadlessChromium...)
-	argv = append(argv, "--user-data-dir="+profile, "--remote-debugging-port="+port, "about:blank")
-	quiet := zerolog.New(io.Discard)
-	browser, err := launcher.Start(argv, quiet)
-	if err != nil {
-		return err
-	}
-	defer browser.Stop()
+	defer g.Stop()
 
 	modes := []limiter.Config{{Mode: limiter.Off}, {Mode: limiter.Fixed, Interval: o.Fixed}, {}}
-	fmt.Fprintf(stdout, "%d navigations per phase, %d phases %v apart, to %s through Chromium (%s) and the relay\n\n",
-		o.Navigations, o.Phases, o.Idle, site.url, o.Browser)
+	fmt.Fprintf(stdout, "%d navigations per phase, %d phases %v apart, to %s through %s (%s) and the relay\n\n",
+		o.Navigations, o.Phases, o.Idle, site.url, name, o.Browser)
 	var runs []report.Run
 	for _, cfg := range modes {
-		run, err := demoMode(ctx, "http://127.0.0.1:"+port, cfg, site, o, stderr)
+		run, err := demoMode(ctx, g.Browsers[0], cfg, site, o, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr)
 			return err
@@ -159,6 +166,17 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "\r%60s\r", "")
 	}
 	report.Write(stdout, runs...)
+	// The same rule on a simulated clock, with the page load this browser
+	// showed when nothing held it.
+	load := medianGap(runs[0].Phases[0])
+	fmt.Fprintf(stdout, "\nsimulated for the page load measured here (the off run's median gap, %.1fms):\n"+
+		"./cdp-throttle simulate --navigations %d --phases %d --idle %v --load %v [--http-nav-delay 0 | %d]\n\n",
+		limiter.Millis(load), o.Navigations, o.Phases, o.Idle, load.Round(100*time.Microsecond), o.Fixed.Milliseconds())
+	var sims []report.Run
+	for _, cfg := range modes {
+		sims = append(sims, simulate.Report(simulate.Options{Policy: policy.Config{Default: cfg}, Navigations: o.Navigations, Load: load, Phases: o.Phases, Idle: o.Idle}))
+	}
+	report.Write(stdout, sims...)
 	if o.Out != "" {
 		f, err := os.Create(o.Out)
 		if err != nil {
@@ -174,12 +192,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 }
 
 // demoMode runs the phases of one mode through a relay of its own.
-func demoMode(ctx context.Context, upstream string, cfg limiter.Config, site *demoSite, o Options, stderr io.Writer) (report.Run, error) {
+func demoMode(ctx context.Context, browser relay.Endpoint, cfg limiter.Config, site *demoSite, o Options, stderr io.Writer) (report.Run, error) {
 	name := cfg.Name()
 	run := report.Run{Mode: name, Quantum: cfg.Quantum()}
 	quiet := zerolog.New(io.Discard)
 	lim := &bookings{Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg))}
-	p := &relay.Proxy{Upstream: upstream, Limiter: lim, Log: &quiet}
+	p := &relay.Proxy{Browsers: []relay.Endpoint{browser}, Limiter: lim, Log: &quiet}
 	if err := p.Start(ctx); err != nil {
 		return run, err
 	}
@@ -296,14 +314,14 @@ func demoPhase(ctx, tab context.Context, site *demoSite, n int, progress func(in
 	return site.recorded(), nil
 }
 
-func freeLoopbackPort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// medianGap is the median gap between consecutive starts.
+func medianGap(starts []time.Duration) time.Duration {
+	var gaps []time.Duration
+	for i := 1; i < len(starts); i++ {
+		gaps = append(gaps, starts[i]-starts[i-1])
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port, nil
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
 }
 
 // progress shows what the demo is doing: one line rewritten in place on a

@@ -138,11 +138,14 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 	go logs.read(bufio.NewScanner(stderr))
 
 	start := logs.waitFor(t, "cdp-throttle starting", 10*time.Second)
-	if start["mode"] != "fixed300" || start["burst"] != float64(1) || start["listen"] != listen || start["upstream"] != "http://127.0.0.1:"+cdpPort {
-		t.Errorf("startup line: got %v, want mode fixed300, burst 1, listen %s, upstream from the browser command", start, listen)
+	if start["mode"] != "fixed300" || start["burst"] != float64(1) || start["listen"] != listen || start["upstream"] != nil {
+		t.Errorf("startup line: got %v, want mode fixed300, burst 1, listen %s, no upstream (the browser says where it listens)", start, listen)
 	}
 	started := logs.waitFor(t, "browser started", 10*time.Second)
 	pid := int(started["pid"].(float64))
+	if ep, _ := logs.waitFor(t, "browser listening", 40*time.Second)["endpoint"].(string); !strings.HasPrefix(ep, "ws://127.0.0.1:"+cdpPort+"/devtools/browser/") {
+		t.Errorf("browser listening at %q, want the port of its command", ep)
+	}
 	logs.waitFor(t, "relay ready", 40*time.Second)
 
 	// A client through the relay navigates twice; the second waits 300 ms.
@@ -195,8 +198,8 @@ func TestCommandUpstreamNeverUp(t *testing.T) {
 		t.Fatalf("got %v, want exit status 1\n%s", err, out)
 	}
 	last := lastLine(out)
-	if !strings.Contains(last, "did not answer") || !strings.Contains(last, "connection refused") {
-		t.Errorf("last line %q, want it to say the upstream did not answer and why", last)
+	if !strings.Contains(last, "did not answer within 2s (--start-timeout)") || !strings.Contains(last, "connection refused") || strings.Count(last, "relay:") != 1 {
+		t.Errorf("last line %q, want it to say the upstream did not answer, why, and which flag bounds the wait, with relay: once", last)
 	}
 }
 
@@ -212,6 +215,9 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--log-level", "loud"},
 		{"--intercept", "magic"},
 		{"--no-such-flag"},
+		{"--browsers", "0", "--", "chromium"},
+		{"--browsers", "2", "--", "chromium", "--remote-debugging-port=9222"},
+		{"--", "lightpanda", "serve", "--http-nav-delay", "100"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var ee *exec.ExitError

@@ -1,10 +1,12 @@
 //go:build e2e
 
-// Package e2e drives real headless Chromium through the relay with real
-// clients (puppeteer-core, playwright-core, chromedp, raw websockets), and
-// measures what a web server on a non-exempt loopback address sees.
+// Package e2e drives real headless Chromium and `lightpanda serve` through
+// the relay with real clients (puppeteer-core, playwright-core, chromedp,
+// raw websockets), and measures what a web server on a non-exempt loopback
+// address sees.
 //
-// Run with: go test -tags e2e ./e2e (after npm ci in e2e/).
+// Run with: go test -tags e2e ./e2e (after npm ci in e2e/ and make
+// lightpanda at the root: make deps does both).
 package e2e
 
 import (
@@ -82,6 +84,11 @@ func findChromium() (string, error) {
 // startChromium starts a headless Chromium with a fresh profile and returns
 // its CDP endpoint and a function that stops it.
 func startChromium(extra ...string) (httpURL, wsURL string, stop func(), err error) {
+	return startChromiumOn("0", extra...)
+}
+
+// startChromiumOn is startChromium with --remote-debugging-port=port.
+func startChromiumOn(port string, extra ...string) (httpURL, wsURL string, stop func(), err error) {
 	bin, err := findChromium()
 	if err != nil {
 		return "", "", nil, err
@@ -90,7 +97,7 @@ func startChromium(extra ...string) (httpURL, wsURL string, stop func(), err err
 	if err != nil {
 		return "", "", nil, err
 	}
-	args := append(slices.Clone(ChromiumFlags), "--user-data-dir="+dir, "--remote-debugging-port=0")
+	args := append(slices.Clone(ChromiumFlags), "--user-data-dir="+dir, "--remote-debugging-port="+port)
 	args = append(append(args, extra...), "about:blank")
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -1,7 +1,10 @@
-// Package launcher starts a browser from the command line a user gave after
-// --, keeps it running (restarting it when it dies, giving up when it keeps
-// dying at once), stops it with its helpers, and works out where it serves
-// CDP. It knows nothing of CDP messages, the relay or the limiter.
+// Package launcher starts browsers from the command line a user gave after
+// --, keeps each running (restarting it when it dies, giving up when it
+// keeps dying at once), stops them with their helpers, and learns where
+// each serves CDP from what the browser itself announces: Chromium's
+// "DevTools listening on ws://…" line or its DevToolsActivePort file,
+// lightpanda serve's "server running" line. It knows nothing of CDP
+// messages, the relay or the limiter.
 package launcher
 
 import (
@@ -9,9 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,20 +25,62 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
-// Browser is a browser started from a command line. It is restarted when
-// it exits, unless it keeps dying at once. Its methods are safe for
-// concurrent use; create it with Start.
+// Browser is one browser process started from a command line, and the
+// processes that replace it when it dies. Its methods are safe for
+// concurrent use; create it with Start or StartGroup.
 type Browser struct {
-	argv []string
-	log  zerolog.Logger
+	argv  []string // as given, placeholders unfilled
+	index int      // 1-based, in its group
+	name  string   // for logs and errors: the command's base name
+	o     Options
+	log   zerolog.Logger
+	tail  *tailBuffer // the last of its output, for errors
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd     // guarded by mu; the running process
-	stopping bool          // guarded by mu
+	cmd      *exec.Cmd     // guarded by mu; the current process
+	cur      *process      // guarded by mu; what the current process announced
+	stopping bool          // guarded by mu; set once by Stop: nothing starts after it
 	err      error         // guarded by mu; why it was given up
-	tail     *tailBuffer   // the last of its output, for errors
+	stop     chan struct{} // closed by Stop; ends the wait before a restart
+	first    *process      // set once by Start: the first process
 	exited   chan struct{} // closed when the browser is given up or stopped
 	done     chan struct{} // closed when the supervising goroutine returns
+}
+
+// process is one run of the command and what it said about its endpoint.
+type process struct {
+	pid   int
+	ready chan struct{} // closed once endpoint or err is set
+	gone  chan struct{} // closed once the process has exited (after ready)
+	next  chan struct{} // closed when a later process replaces it, or none will
+	once  sync.Once
+	// Set once before ready is closed.
+	endpoint string
+	err      error
+}
+
+func newProcess() *process {
+	return &process{ready: make(chan struct{}), gone: make(chan struct{}), next: make(chan struct{})}
+}
+
+// settle records the process's endpoint, or why it has none; the first
+// call wins.
+func (pr *process) settle(endpoint string, err error) bool {
+	won := false
+	pr.once.Do(func() {
+		pr.endpoint, pr.err, won = endpoint, err, true
+		close(pr.ready)
+	})
+	return won
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // HeadlessChromium are the flags Chromium needs to run headless on a
@@ -53,18 +98,62 @@ func FindChromium() (string, error) {
 	return "", errors.New("no Chromium on PATH: install it (apt-get install chromium) or pass --browser PATH")
 }
 
+// FindBrowser resolves a browser named on the command line: "" or
+// "chromium" is Chromium on PATH; "lightpanda" is $LIGHTPANDA, else the
+// `lightpanda` command of the project's .venv (make lightpanda), else one
+// on PATH; anything else is a path, taken as it is.
+func FindBrowser(name string) (string, error) {
+	switch name {
+	case "", "chromium":
+		return FindChromium()
+	case "lightpanda":
+		if p := os.Getenv("LIGHTPANDA"); p != "" {
+			return p, nil
+		}
+		if p := filepath.Join(".venv", "bin", "lightpanda"); fileExists(p) {
+			return filepath.Abs(p)
+		}
+		if p, err := exec.LookPath("lightpanda"); err == nil {
+			return p, nil
+		}
+		return "", errors.New("no Lightpanda: run `make lightpanda` (lightpanda==1.0.2 from PyPI into .venv), pip install lightpanda in a virtual environment, or pass --browser PATH")
+	}
+	return name, nil
+}
+
+// IsLightpanda says whether path runs Lightpanda: its binary, or the PyPI
+// package's command that execs it.
+func IsLightpanda(path string) bool {
+	return strings.Contains(strings.ToLower(filepath.Base(path)), "lightpanda")
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
 // maxQuickExits is how many times in a row a browser may die within
-// quickExit of starting before the relay gives up on it.
+// quickExit of starting before it is given up; restartDelay is the pause
+// before each restart, stopGrace how long a stopped browser has between
+// SIGTERM and SIGKILL.
 const (
 	maxQuickExits = 3
 	quickExit     = 10 * time.Second
-	stopGrace     = 5 * time.Second
 )
 
-// Start starts argv as a browser and supervises it until Stop.
+// Variables so that tests can shorten them.
+var (
+	restartDelay = time.Second
+	stopGrace    = 5 * time.Second
+)
+
+// errStopping is start's answer once Stop has been called.
+var errStopping = errors.New("launcher: stopping")
+
+// Start starts argv as one browser and supervises it until Stop. It does
+// not wait for the browser to announce its endpoint: Endpoint does.
 func Start(argv []string, log zerolog.Logger) (*Browser, error) {
-	b := &Browser{argv: argv, log: log.With().Str("browser", filepath.Base(argv[0])).Logger(),
-		tail: &tailBuffer{max: 4 << 10}, exited: make(chan struct{}), done: make(chan struct{})}
+	b := newBrowser(argv, 1, Options{Log: log})
 	if err := b.start(); err != nil {
 		return nil, err
 	}
@@ -72,20 +161,86 @@ func Start(argv []string, log zerolog.Logger) (*Browser, error) {
 	return b, nil
 }
 
-func (b *Browser) start() error {
-	cmd := exec.Command(b.argv[0], b.argv[1:]...)
-	cmd.Stdout, cmd.Stderr = b.tail, b.tail
-	// Its own process group, so stopping it stops its helpers too; killed
-	// with the relay if the relay is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the browser: %w", err)
+func newBrowser(argv []string, index int, o Options) *Browser {
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
 	}
+	name := filepath.Base(argv[0])
+	log := o.Log.With().Str("browser", name)
+	if o.Count > 1 {
+		log = log.Int("index", index)
+		name = fmt.Sprintf("%s %d of %d", name, index, o.Count)
+	}
+	return &Browser{argv: argv, index: index, name: name, o: o, log: log.Logger(),
+		tail: &tailBuffer{max: 4 << 10}, stop: make(chan struct{}), exited: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start starts one process of the command, unless Stop has been called.
+func (b *Browser) start() error {
+	argv, err := fill(b.argv, b.index)
+	if err != nil {
+		return err
+	}
+	k := kindOf(argv)
+	pr := newProcess()
+	out := &lineWriter{tail: b.tail}
+	if k.watch != nil {
+		out.line = k.watch(pr)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so stopping it stops its helpers too; killed
+	// with the relay if the relay is killed. Helpers that keep its output
+	// open do not keep Wait waiting.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second
+	began := time.Now()
+
 	b.mu.Lock()
-	b.cmd = cmd
-	b.mu.Unlock()
-	b.log.Info().Int("pid", cmd.Process.Pid).Strs("argv", redact.Args(b.argv)).Msg("browser started")
+	defer b.mu.Unlock()
+	if b.stopping {
+		return errStopping
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("launcher: starting %s: %w", b.name, err)
+	}
+	pr.pid = cmd.Process.Pid
+	if b.cur != nil {
+		close(b.cur.next)
+	}
+	b.cmd, b.cur = cmd, pr
+	if b.first == nil {
+		b.first = pr
+	}
+	b.log.Info().Int("pid", pr.pid).Strs("argv", redact.Args(argv)).Msg("browser started")
+	if ep := k.static; ep != "" {
+		pr.settle(ep, nil)
+	} else if k.activePort != "" {
+		go watchActivePort(pr, k.activePort, began)
+	}
+	go b.await(pr)
 	return nil
+}
+
+// await waits for the process to announce its endpoint, up to
+// StartTimeout, and kills a process that did not or said it cannot serve
+// CDP: supervise then restarts it like one that died.
+func (b *Browser) await(pr *process) {
+	t := time.NewTimer(b.o.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-pr.ready:
+	case <-t.C:
+		pr.settle("", fmt.Errorf("%s did not say where it serves CDP within %v%s%s", b.name, b.o.StartTimeout, b.o.flag(), b.lastWords()))
+	}
+	if pr.err == nil {
+		b.log.Info().Int("pid", pr.pid).Str("endpoint", redact.URL(pr.endpoint)).Msg("browser listening")
+		return
+	}
+	if !closed(pr.gone) {
+		b.log.Warn().Int("pid", pr.pid).Err(pr.err).Msg("browser cannot be reached: killing it")
+		syscall.Kill(-pr.pid, syscall.SIGKILL)
+	}
 }
 
 func (b *Browser) supervise() {
@@ -93,15 +248,15 @@ func (b *Browser) supervise() {
 	quick := 0
 	for {
 		b.mu.Lock()
-		cmd := b.cmd
+		cmd, pr := b.cmd, b.cur
 		b.mu.Unlock()
 		began := time.Now()
 		err := cmd.Wait()
-		b.mu.Lock()
-		stopping := b.stopping
-		b.mu.Unlock()
-		if stopping {
-			close(b.exited)
+		pr.settle("", fmt.Errorf("%s exited (%v) before saying where it serves CDP%s", b.name, err, b.lastWords()))
+		close(pr.gone)
+		syscall.Kill(-pr.pid, syscall.SIGKILL) // helpers it left behind
+		if b.isStopping() {
+			b.giveUp(nil)
 			return
 		}
 		if time.Since(began) < quickExit {
@@ -109,24 +264,61 @@ func (b *Browser) supervise() {
 		} else {
 			quick = 0
 		}
-		b.log.Warn().Err(err).Str("output", b.tail.String()).Msg("browser exited")
+		b.log.Warn().Err(err).Int("pid", pr.pid).Str("output", b.tail.String()).Msg("browser exited")
 		if quick >= maxQuickExits {
-			b.mu.Lock()
-			b.err = fmt.Errorf("the browser exited %d times in a row within %v of starting; last: %v; its output ends:\n%s",
-				quick, quickExit, err, b.tail.String())
-			b.mu.Unlock()
-			close(b.exited)
+			b.giveUp(fmt.Errorf("%s exited %d times in a row within %v of starting; last: %v%s",
+				b.name, quick, quickExit, err, b.lastWords()))
 			return
 		}
-		time.Sleep(time.Second)
+		// Stop may come now: it must not wait out the delay, and no
+		// process may start after it (start checks under mu).
+		select {
+		case <-time.After(restartDelay):
+		case <-b.stop:
+			b.giveUp(nil)
+			return
+		}
 		if err := b.start(); err != nil {
-			b.mu.Lock()
-			b.err = err
-			b.mu.Unlock()
-			close(b.exited)
+			if errors.Is(err, errStopping) {
+				err = nil
+			}
+			b.giveUp(err)
 			return
 		}
 	}
+}
+
+func (b *Browser) isStopping() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopping
+}
+
+// giveUp ends the browser's life: err says why, nil when it was stopped.
+func (b *Browser) giveUp(err error) {
+	b.mu.Lock()
+	b.err = err
+	close(b.cur.next) // no process follows the last one
+	b.mu.Unlock()
+	close(b.exited)
+}
+
+// lastWords is the end of the browser's output, on one line, for errors.
+func (b *Browser) lastWords() string {
+	lines := strings.Split(b.tail.String(), "\n")
+	var keep []string
+	for i := len(lines) - 1; i >= 0 && len(keep) < 2; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			keep = append([]string{l}, keep...)
+		}
+	}
+	if len(keep) == 0 {
+		return ""
+	}
+	return "; its output ends: " + strings.Join(keep, " / ")
 }
 
 // Exited is closed when the browser is given up on, or stopped.
@@ -151,76 +343,112 @@ func (b *Browser) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err == nil {
-		return errors.New("the browser exited")
+		if b.stopping {
+			return fmt.Errorf("launcher: %s stopped", b.name)
+		}
+		return fmt.Errorf("launcher: %s exited", b.name)
 	}
-	return b.err
+	return fmt.Errorf("launcher: %w", b.err)
 }
 
+// Endpoint returns where the browser serves CDP now, as it announced it:
+// the ws:// URL of Chromium's browser endpoint, or http://host:port. It
+// waits for the current process to announce it and, when that process
+// dies or cannot serve CDP, for the next one, until ctx ends or the
+// browser is given up on.
+func (b *Browser) Endpoint(ctx context.Context) (string, error) {
+	for {
+		if closed(b.exited) { // given up: its last process may look settled
+			return "", b.Err()
+		}
+		b.mu.Lock()
+		pr := b.cur
+		b.mu.Unlock()
+		select {
+		case <-pr.ready:
+		case <-pr.gone:
+		case <-b.exited:
+			return "", b.Err()
+		case <-ctx.Done():
+			return "", fmt.Errorf("launcher: waiting for %s to say where it serves CDP: %w", b.name, ctx.Err())
+		}
+		if pr.err == nil && !closed(pr.gone) {
+			return pr.endpoint, nil
+		}
+		select {
+		case <-pr.next:
+		case <-ctx.Done():
+			err := ctx.Err()
+			if pr.err != nil {
+				err = fmt.Errorf("%w; last: %w", err, pr.err)
+			}
+			return "", fmt.Errorf("launcher: waiting for %s to restart: %w", b.name, err)
+		}
+	}
+}
+
+// String names the browser, for logs.
+func (b *Browser) String() string { return b.name }
+
 // Stop ends the browser: SIGTERM to its process group, then SIGKILL after
-// stopGrace.
+// stopGrace. It returns once the browser and its helpers are gone; no
+// process is started after it, even when it comes during a restart.
 func (b *Browser) Stop() {
 	b.mu.Lock()
-	b.stopping = true
-	cmd := b.cmd
+	already := b.stopping
+	if !already {
+		b.stopping = true
+		close(b.stop)
+	}
+	cmd := b.cmd // the last process: start checks stopping under mu
 	b.mu.Unlock()
-	select {
-	case <-b.exited:
+	if already {
 		<-b.done
 		return
-	default:
 	}
 	pid := cmd.Process.Pid
 	syscall.Kill(-pid, syscall.SIGTERM)
 	select {
-	case <-b.exited:
+	case <-b.done:
 	case <-time.After(stopGrace):
 		syscall.Kill(-pid, syscall.SIGKILL)
-		<-b.exited
+		<-b.done
 	}
-	<-b.done
 	// Helpers left in the group after the browser itself exited.
 	syscall.Kill(-pid, syscall.SIGKILL)
 	b.log.Info().Msg("browser stopped")
 }
 
-// Endpoint finds where a browser command will serve CDP: Chrome's
-// --remote-debugging-port=N or lightpanda serve's --host/--port, else def.
-func Endpoint(argv []string, def string) string {
-	host, port := "127.0.0.1", ""
-	serve := false
-	for i, a := range argv {
-		name, val, hasVal := strings.Cut(a, "=")
-		if !hasVal && i+1 < len(argv) {
-			val = argv[i+1]
-		}
-		switch name {
-		case "--remote-debugging-port":
-			if n, err := strconv.Atoi(val); err == nil && n > 0 && hasVal {
-				return "http://127.0.0.1:" + strconv.Itoa(n)
-			}
-		case "--remote-debugging-address", "--host":
-			if val != "" && val != "0.0.0.0" && val != "::" {
-				host = val
-			}
-		case "--port":
-			port = val
-		case "serve":
-			serve = true
-		}
-	}
-	if serve && port != "" {
-		if _, err := strconv.Atoi(port); err == nil {
-			return "http://" + hostPort(host, port)
-		}
-	}
-	return def
+// lineWriter keeps a process's output in tail and hands each complete
+// line to line.
+type lineWriter struct {
+	tail *tailBuffer
+	line func(string)
+
+	mu      sync.Mutex
+	partial []byte // guarded by mu
 }
 
-func hostPort(host, port string) string {
-	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
-		host = "[" + host + "]"
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.tail.Write(p)
+	if w.line == nil {
+		return len(p), nil
 	}
-	return host + ":" + port
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	if len(w.partial) > 64<<10 { // no line is that long; do not grow without bound
+		w.partial = w.partial[:0]
+	}
+	return len(p), nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

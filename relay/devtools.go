@@ -92,7 +92,11 @@ func (p *Proxy) rememberTargets(body []byte, up *upstream) {
 // get asks the browser's HTTP side. It returns the response with an error
 // only when the status is not 200.
 func (up *upstream) get(ctx context.Context, method, path, rawQuery string) ([]byte, *http.Response, error) {
-	u := *up.http
+	base, _, err := up.addr(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	u := *base
 	u.Path, u.RawQuery = path, rawQuery
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {

@@ -115,6 +115,11 @@ type Proxy struct {
 	// client goes to the live browser with the fewest clients; a browser
 	// that stops answering is skipped until it answers again.
 	Upstreams []string
+	// Browsers are more browsers, after Upstreams, whose address can
+	// change while the relay runs (those it launched, which may come back
+	// on another port): the relay asks each for its address whenever it
+	// needs it.
+	Browsers []Endpoint
 	// Metrics, when set, counts what the relay does and serves /metrics.
 	Metrics *Metrics
 	// Limiter books the navigations. Nil, or a limiter that is Off, relays
@@ -198,6 +203,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 		}
 		p.ups = append(p.ups, up)
 	}
+	for i, ep := range p.Browsers {
+		p.ups = append(p.ups, endpointUpstream(ep, i))
+	}
 	if len(p.ups) == 0 {
 		return errors.New("relay: no upstream browser given")
 	}
@@ -229,7 +237,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	errs := make([]error, len(p.ups))
 	var wg sync.WaitGroup
 	for i, up := range p.ups {
-		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log) })
+		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log, p.StartTimeout) })
 	}
 	wg.Wait()
 	up := 0
@@ -257,7 +265,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.done.Add(1)
 		go func() {
 			defer p.done.Done()
-			u.health(bg, p.log)
+			u.health(bg, p.log, len(p.ups) == 1)
 		}()
 	}
 

@@ -19,11 +19,26 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
+// Endpoint is a browser whose address can change while the relay runs,
+// such as one the relay launched, which comes back on another port when
+// it is restarted. Its method must be safe for concurrent use.
+type Endpoint interface {
+	// Endpoint returns where the browser serves CDP now, in the forms of
+	// Proxy.Upstream (http://host:port, or the ws:// URL of its browser
+	// endpoint), waiting while that is not known (the browser is starting
+	// or restarting) until ctx ends.
+	Endpoint(ctx context.Context) (string, error)
+}
+
 // upstream is one browser the relay talks to.
 type upstream struct {
-	name   string   // as given, without credentials, for logs
-	http   *url.URL // http://host:port of its /json endpoints
-	wsURL  string   // the browser endpoint given as --upstream, "" to discover it
+	name  string   // as given, without credentials, for logs
+	http  *url.URL // http://host:port of its /json endpoints; nil with ep
+	wsURL string   // the browser endpoint given as --upstream, "" to discover it
+	ep    Endpoint // set for a browser whose address can change; then ask addr
+	// last is ep's address as last parsed, so that an unchanged one is
+	// not parsed again.
+	last   atomic.Pointer[address]
 	client *http.Client
 	holder *holder // set once by Start; nil when nothing is held
 	// found is the browser endpoint last discovered through /json/version,
@@ -38,41 +53,93 @@ func parseUpstream(raw string) (*upstream, error) {
 	if raw == "" {
 		return nil, errors.New("relay: no upstream browser given")
 	}
+	a, err := parseAddress(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream{name: redact.URL(raw), http: a.http, wsURL: a.ws, client: &http.Client{Timeout: 10 * time.Second}}, nil
+}
+
+// endpointUpstream is a browser whose address is asked of ep each time.
+func endpointUpstream(ep Endpoint, i int) *upstream {
+	name := fmt.Sprintf("browser %d", i+1)
+	if s, ok := ep.(fmt.Stringer); ok {
+		name = s.String()
+	}
+	return &upstream{name: name, ep: ep, client: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// address is where a browser serves CDP.
+type address struct {
+	raw  string
+	http *url.URL // http://host:port of its /json endpoints
+	ws   string   // its browser endpoint when given as a ws:// URL, else ""
+}
+
+func parseAddress(raw string) (*address, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", raw)
+		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", redact.URL(raw))
 	}
 	// Lightpanda takes only an IP address in the Host header; every browser
 	// takes the loopback address.
 	if h, port, err := net.SplitHostPort(u.Host); err == nil && strings.EqualFold(h, "localhost") {
 		u.Host = net.JoinHostPort("127.0.0.1", port)
 	}
-	up := &upstream{name: redact.URL(raw), client: &http.Client{Timeout: 10 * time.Second}}
+	a := &address{raw: raw}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
-		up.http = &url.URL{Scheme: strings.ToLower(u.Scheme), Host: u.Host}
+		a.http = &url.URL{Scheme: strings.ToLower(u.Scheme), Host: u.Host}
 	case "ws", "wss":
 		scheme := "http"
 		if strings.EqualFold(u.Scheme, "wss") {
 			scheme = "https"
 		}
-		up.http = &url.URL{Scheme: scheme, Host: u.Host}
+		a.http = &url.URL{Scheme: scheme, Host: u.Host}
 		if u.Path == "" {
 			u.Path = "/"
 		}
-		up.wsURL = u.String()
+		a.ws = u.String()
 	default:
-		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", raw)
+		return nil, fmt.Errorf("relay: upstream %q: want http://host:port or a ws:// URL", redact.URL(raw))
 	}
-	return up, nil
+	return a, nil
+}
+
+// addr returns where the browser serves CDP now: the http:// base of its
+// /json endpoints and, when it was given as one, its ws:// browser
+// endpoint. For an Endpoint it waits, bounded by ctx, while the browser
+// is (re)starting.
+func (up *upstream) addr(ctx context.Context) (*url.URL, string, error) {
+	if up.ep == nil {
+		return up.http, up.wsURL, nil
+	}
+	raw, err := up.ep.Endpoint(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if a := up.last.Load(); a != nil && a.raw == raw {
+		return a.http, a.ws, nil
+	}
+	a, err := parseAddress(raw)
+	if err != nil {
+		return nil, "", err
+	}
+	up.last.Store(a)
+	return a.http, a.ws, nil
 }
 
 // browserWS returns the URL of the browser endpoint.
 func (up *upstream) browserWS(ctx context.Context) (string, error) {
-	if up.wsURL != "" {
-		return up.wsURL, nil
+	base, ws, err := up.addr(ctx)
+	if err != nil {
+		return "", err
 	}
-	if u := up.found.Load(); u != nil {
+	if ws != "" {
+		return ws, nil
+	}
+	// One discovered at another address is a previous process's.
+	if u := up.found.Load(); u != nil && strings.Contains(*u, "://"+base.Host+"/") {
 		return *u, nil
 	}
 	v, err := up.version(ctx)
@@ -92,14 +159,18 @@ func (up *upstream) forget(wsURL string) {
 // pageWS maps a websocket path a client asked the relay for to the
 // browser's URL for it.
 func (up *upstream) pageWS(ctx context.Context, path string) (string, error) {
-	if path == "/" || (up.wsURL != "" && strings.HasPrefix(path, "/devtools/browser/")) {
+	base, ws, err := up.addr(ctx)
+	if err != nil {
+		return "", err
+	}
+	if path == "/" || (ws != "" && strings.HasPrefix(path, "/devtools/browser/")) {
 		return up.browserWS(ctx)
 	}
 	scheme := "ws"
-	if up.http.Scheme == "https" {
+	if base.Scheme == "https" {
 		scheme = "wss"
 	}
-	return (&url.URL{Scheme: scheme, Host: up.http.Host, Path: path}).String(), nil
+	return (&url.URL{Scheme: scheme, Host: base.Host, Path: path}).String(), nil
 }
 
 // version is the part of /json/version the relay reads.
@@ -111,6 +182,10 @@ type version struct {
 
 func (up *upstream) version(ctx context.Context) (version, error) {
 	var v version
+	base, _, err := up.addr(ctx)
+	if err != nil {
+		return v, err
+	}
 	body, _, err := up.get(ctx, http.MethodGet, "/json/version", "")
 	if err != nil {
 		return v, err
@@ -127,59 +202,77 @@ func (up *upstream) version(ctx context.Context) (version, error) {
 	if err != nil {
 		return v, fmt.Errorf("relay: upstream webSocketDebuggerUrl: %w", err)
 	}
-	ws.Host = up.http.Host
+	ws.Host = base.Host
 	v.WebSocketDebuggerURL = ws.String()
 	up.found.Store(&v.WebSocketDebuggerURL)
 	return v, nil
 }
 
+// waitNotice is how often the wait for a browser says it still waits.
+var waitNotice = 5 * time.Second // a variable for tests
+
 // waitVersion polls /json/version with backoff until the browser answers
-// or ctx ends, then reports the last error.
-func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger) (version, error) {
-	if up.wsURL != "" {
-		// The HTTP side is optional for a ws:// upstream; the websocket is not.
-		v, err := up.version(ctx)
-		if err == nil {
-			v.WebSocketDebuggerURL = up.wsURL
-			return v, nil
-		}
-		return version{WebSocketDebuggerURL: up.wsURL}, waitDial(ctx, up.wsURL, log)
-	}
+// or ctx ends, saying every waitNotice what it waits for; then it reports
+// the last error. bound is the StartTimeout that Start put on ctx, for the
+// messages.
+func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration) (version, error) {
+	log = log.With().Str("upstream", up.name).Logger()
+	began, noticed := time.Now(), time.Now()
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		v, err := up.version(ctx)
+		v, err := up.probe(ctx, attempt == 1)
 		if err == nil {
 			return v, nil
 		}
-		if attempt == 1 {
-			log.Info().Str("upstream", up.http.String()).Msg("waiting for the browser")
+		switch {
+		case attempt == 1:
+			log.Info().Stringer("start_timeout", bound).Str("error", reason(err)).Msg("waiting for the browser")
+		case time.Since(noticed) >= waitNotice:
+			noticed = time.Now()
+			log.Info().Stringer("waited", time.Since(began).Round(100*time.Millisecond)).Stringer("start_timeout", bound).Str("error", reason(err)).
+				Msg("no answer from the browser yet; --start-timeout bounds the wait")
 		}
 		select {
 		case <-ctx.Done():
-			return v, fmt.Errorf("relay: upstream %s did not answer: %w", up.http, err)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return v, fmt.Errorf("relay: browser %s did not answer within %v (--start-timeout): %s", up.name, bound, reason(err))
+			}
+			return v, fmt.Errorf("relay: waiting for browser %s: %w", up.name, ctx.Err())
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, time.Second)
+		backoff = min(2*backoff, time.Second, waitNotice)
 	}
 }
 
-func waitDial(ctx context.Context, wsURL string, log zerolog.Logger) error {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		c, _, err := websocket.DefaultDialer.DialContext(ctx, wsURL, nil)
-		if err == nil {
-			return c.Close()
-		}
-		if attempt == 1 {
-			log.Info().Str("upstream", redact.URL(wsURL)).Msg("waiting for the browser")
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("relay: upstream %s did not answer: %w", redact.URL(wsURL), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+// probe asks the browser once whether it is up: /json/version, or for a
+// browser given as a ws:// URL its websocket, whose HTTP side is optional
+// (asked on the first probe only, unless its address can change).
+func (up *upstream) probe(ctx context.Context, first bool) (version, error) {
+	_, ws, err := up.addr(ctx)
+	if err != nil {
+		return version{}, err
 	}
+	if ws == "" || first || up.ep != nil {
+		v, err := up.version(ctx)
+		if err == nil && ws != "" {
+			v.WebSocketDebuggerURL = ws
+		}
+		if err == nil || ws == "" {
+			return v, err
+		}
+	}
+	c, _, err := websocket.DefaultDialer.DialContext(ctx, ws, nil)
+	if err != nil {
+		return version{}, fmt.Errorf("relay: dialing %s: %w", redact.URL(ws), err)
+	}
+	c.Close()
+	return version{WebSocketDebuggerURL: ws}, nil
+}
+
+// reason is err's text without this package's prefix, for a message that
+// carries it already.
+func reason(err error) string {
+	return strings.TrimPrefix(err.Error(), "relay: ")
 }
 
 // browserID is the id in the browser endpoint's path (/devtools/browser/ID),
@@ -197,10 +290,11 @@ func (up *upstream) browserID() string {
 }
 
 // healthEvery is how often each browser's /json/version is asked.
-const healthEvery = 2 * time.Second
+var healthEvery = 2 * time.Second // a variable for tests
 
-// health keeps up.alive current until ctx ends.
-func (up *upstream) health(ctx context.Context, log zerolog.Logger) {
+// health keeps up.alive current until ctx ends. alone says the relay has
+// no other browser for new clients.
+func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {
@@ -212,17 +306,21 @@ func (up *upstream) health(ctx context.Context, log zerolog.Logger) {
 		cctx, cancel := context.WithTimeout(ctx, healthEvery)
 		_, err := up.version(cctx)
 		cancel()
-		if err != nil && up.wsURL != "" {
-			// A ws:// upstream may have no HTTP side: try its websocket.
+		if err != nil {
 			dctx, cancel := context.WithTimeout(ctx, healthEvery)
-			var c *websocket.Conn
-			if c, _, err = websocket.DefaultDialer.DialContext(dctx, up.wsURL, nil); err == nil {
-				c.Close()
+			if _, ws, aerr := up.addr(dctx); aerr == nil && ws != "" {
+				// A ws:// upstream may have no HTTP side: try its websocket.
+				var c *websocket.Conn
+				if c, _, err = websocket.DefaultDialer.DialContext(dctx, ws, nil); err == nil {
+					c.Close()
+				}
 			}
 			cancel()
 		}
 		was := up.alive.Swap(err == nil)
 		switch {
+		case was && err != nil && alone:
+			log.Warn().Str("upstream", up.name).Err(err).Msg("browser not answering")
 		case was && err != nil:
 			log.Warn().Str("upstream", up.name).Err(err).Msg("browser not answering: new clients go elsewhere")
 		case !was && err == nil:

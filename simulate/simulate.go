@@ -105,14 +105,6 @@ func Run(o Options, stdout io.Writer) error {
 	if o.CSV {
 		writeSimCSV(w, navs)
 	} else {
-		phases := make([][]time.Duration, o.Phases)
-		var booked []report.Booking
-		for _, n := range navs {
-			phases[n.Phase-1] = append(phases[n.Phase-1], n.Start)
-			if n.Phase == 1 {
-				booked = append(booked, report.Booking{Start: n.Start, Waited: n.Wait > 0})
-			}
-		}
 		// The tables are read in the setting of the first host.
 		set, source, _ := policy.New(o.Policy, nil).Setting(o.hosts()[0])
 		to := "one host"
@@ -131,9 +123,37 @@ func Run(o Options, stdout io.Writer) error {
 		}
 		fmt.Fprintf(w, "%d navigations per phase to %s, each requested %v after the previous one started; %s\n\n",
 			o.Navigations, to, o.Load, burst)
-		report.Write(w, report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases, Booked: booked})
+		report.Write(w, report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases(navs, o.Phases), Booked: booked(navs)})
 	}
 	return w.Flush()
+}
+
+// Report replays o and returns the schedule of its first host as the
+// tables read it, to print beside a measured one.
+func Report(o Options) report.Run {
+	navs := Replay(o)
+	set, _, _ := policy.New(o.Policy, nil).Setting(o.hosts()[0])
+	return report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases(navs, o.Phases), Booked: booked(navs)}
+}
+
+// phases returns when each navigation of each phase started.
+func phases(navs []Nav, n int) [][]time.Duration {
+	out := make([][]time.Duration, n)
+	for _, nv := range navs {
+		out[nv.Phase-1] = append(out[nv.Phase-1], nv.Start)
+	}
+	return out
+}
+
+// booked returns phase 1's navigations as the limiter let them go.
+func booked(navs []Nav) []report.Booking {
+	var out []report.Booking
+	for _, nv := range navs {
+		if nv.Phase == 1 {
+			out = append(out, report.Booking{Start: nv.Start, Waited: nv.Wait > 0})
+		}
+	}
+	return out
 }
 
 func writeSimCSV(w io.Writer, navs []Nav) {
