@@ -287,6 +287,13 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			s.arm(sid) // before the client hears of the session
 		}
 		return false
+	case method == "Target.detachedFromTarget":
+		if sid, ok := cdp.DetachedSession(hd.Params); ok {
+			w.mu.Lock()
+			delete(s.states, sid)
+			w.mu.Unlock()
+		}
+		return false
 	case method == "Fetch.requestPaused":
 		return s.paused(session, hd.Params, msg)
 	case method == "Fetch.authRequired":

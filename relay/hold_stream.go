@@ -248,7 +248,12 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 		if len(s.let) >= maxTracked {
 			clear(s.let)
 		}
-		s.let[host] = append(s.let[host], time.Now())
+		now := time.Now()
+		times := s.let[host]
+		for len(times) > 0 && now.Sub(times[0]) > letWindow {
+			times = times[1:] // never seen: the client did not enable Network
+		}
+		s.let[host] = append(times, now)
 	}
 	w.mu.Unlock()
 	w.pass(cmd.msg)

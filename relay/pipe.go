@@ -184,8 +184,8 @@ func (pr *pair) run() {
 	<-browserDone
 	pr.cancel()
 	pr.held.Wait()
-	if pr.watch != nil && pr.watch.sess != nil {
-		pr.watch.sess.ended()
+	if pr.watch != nil {
+		pr.watch.ended()
 	}
 	pr.client.c.Close()
 	pr.browser.c.Close()

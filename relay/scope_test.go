@@ -235,3 +235,26 @@ func metricsBody(t *testing.T, tp *testProxy) string {
 	tp.p.Metrics.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	return w.Body.String()
 }
+
+// TestScopeCreateLeftUnanswered: a client that leaves while its
+// Target.createTarget is unanswered leaves nothing pending: another page's
+// navigation is let go at once, not held while the relay waits to learn
+// whose it is.
+func TestScopeCreateLeftUnanswered(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	tp.lim.Reserve("a.test", time.Now())
+	hc := fb.holder(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
+	fc.next(t)
+	c.Close()
+	waitConns(t, tp, 0)
+	hc.send(pageCreated("OTHERS", ""))
+	hc.send(pausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
+	if !continuedWithin(hc, "interception-job-1.0", time.Second) {
+		t.Error("another client's page waited for a page creation its client left")
+	}
+}

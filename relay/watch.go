@@ -95,6 +95,21 @@ func (w *watch) start() {
 	w.switchTo(w.h.via())
 }
 
+// ended lets go of what the connection left under way: pages it was
+// creating, whose ids will never come.
+func (w *watch) ended() {
+	w.mu.Lock()
+	n := len(w.creates)
+	clear(w.creates)
+	w.mu.Unlock()
+	for range n {
+		w.h.claims.created("")
+	}
+	if w.sess != nil {
+		w.sess.ended()
+	}
+}
+
 // switchTo holds this connection's navigations another way.
 func (w *watch) switchTo(v via) {
 	w.mu.Lock()
