@@ -18,7 +18,22 @@ import (
 type rewriter func(body []byte, host string, token func(string) string) ([]byte, error)
 
 func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, up *upstream, method, path string, rw rewriter) {
+	// A page a client opens with /json/new is that client's: its first
+	// request may pause before the answer names it.
+	created := ""
+	if path == "/json/new" && up.holder != nil {
+		up.holder.claims.creating()
+		defer func() { up.holder.claims.created(created) }()
+	}
 	body, resp, err := up.get(r.Context(), method, path, p.withoutToken(r.URL.RawQuery))
+	if path == "/json/new" && err == nil {
+		var t struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(body, &t) == nil {
+			created = t.ID
+		}
+	}
 	if err != nil && resp == nil {
 		p.log.Warn().Err(err).Str("upstream", up.name).Str("path", path).Msg("browser HTTP endpoint unreachable")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
