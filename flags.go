@@ -294,7 +294,7 @@ func demoFlags() []cli.Flag {
 		&cli.IntFlag{Name: "phases", Value: 2, Usage: "phases per mode, separated by --idle"},
 		durationFlag("idle", "8s", "time without navigations between phases"),
 		durationFlag("fixed", "100ms", "spacing of the fixed mode"),
-		&cli.StringFlag{Name: "browser", Usage: "Chromium to run (default: chromium on PATH)", EnvVars: env("BROWSER")},
+		&cli.StringFlag{Name: "browser", Usage: "the browser to run: chromium (on PATH), lightpanda (from .venv, $LIGHTPANDA or PATH) or a path", EnvVars: env("BROWSER")},
 		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "non-exempt loopback address the demo site listens on"},
 		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "where to write the chart"},
 	}
@@ -313,10 +313,8 @@ func runDemo(c *cli.Context, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	var err error
-	if o.Browser == "" {
-		if o.Browser, err = launcher.FindChromium(); err != nil {
-			return err
-		}
+	if o.Browser, err = launcher.FindBrowser(o.Browser); err != nil { // chromium, lightpanda or a path
+		return err
 	}
 	return demo.Run(c.Context, o, stdout, stderr)
 }
