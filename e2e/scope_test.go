@@ -60,15 +60,19 @@ func loopPuppeteer(t *testing.T, cdpURL, pageURL string, n int, allPages bool) {
 	runNode(t, 3*time.Minute, "pptr-loop.mjs", env...)
 }
 
-// TestOnlyItsOwnClients: one Chromium, a holding relay (fixed 100 ms,
+// TestOnlyItsOwnClients: one Chromium, a holding relay (fixed 400 ms,
 // burst 1), an off relay and a Puppeteer client connected directly, each
 // crawling the same host at once: only the holding relay's own client is
 // spaced. Its Puppeteer attaches to every page of the browser and sets
 // them all up (browser.pages()), the others' pages too; that does not make
-// them its own.
+// them its own. An unspaced navigation takes ~110 ms here while three
+// clients share two cores, so the spacing is well above that.
 func TestOnlyItsOwnClients(t *testing.T) {
-	const n = 60
-	holding := startRelay(t, fixed(100*time.Millisecond, 1))
+	const (
+		n       = 25
+		spacing = 400 * time.Millisecond
+	)
+	holding := startRelay(t, fixed(spacing, 1))
 	off := startRelay(t, limiter.Config{Mode: limiter.Off})
 	sites := map[string]*site{"holding": newSite(t), "off": newSite(t), "direct": newSite(t)}
 	var wg sync.WaitGroup
@@ -84,15 +88,28 @@ func TestOnlyItsOwnClients(t *testing.T) {
 			t.Fatalf("%s: server saw %d navigations, want %d", who, len(docs), n)
 		}
 		gaps := gapsAfter(docs, 1)
-		t.Logf("%s: %d navigations, gap p50 %.1f ms, min %.1f ms", who, n, ms(p50(gaps)), ms(slices.Min(gaps)))
+		low := slices.Sorted(slices.Values(gaps))[:3]
+		t.Logf("%s: %d navigations, gap p50 %.1f ms, lowest %.1f, %.1f, %.1f ms", who, n, ms(p50(gaps)), ms(low[0]), ms(low[1]), ms(low[2]))
 		switch who {
 		case "holding":
-			if g := p50(gaps); g < 100*time.Millisecond-leaveBound/4 || g > 130*time.Millisecond {
-				t.Errorf("holding relay's own client: gap p50 %v, want 100 ms", g)
+			// Three crawls and Chromium saturate two cores: a request
+			// leaves the browser up to ~60 ms after its release, so two
+			// gaps may come under the usual bound, none under twice it.
+			early := 0
+			for _, g := range gaps {
+				if g < spacing-leaveBound {
+					early++
+				}
+			}
+			if g := slices.Min(gaps); g < spacing-2*leaveBound || early > 2 {
+				t.Errorf("holding relay's own client: gap min %v, %d gaps under %v; want %v", g, early, spacing-leaveBound, spacing)
+			}
+			if g := p50(gaps); g > spacing+spacing/4 {
+				t.Errorf("holding relay's own client: gap p50 %v, want %v", g, spacing)
 			}
 		default:
-			if g := p50(gaps); g >= 60*time.Millisecond {
-				t.Errorf("%s client: gap p50 %v, want under 60 ms (never spaced)", who, g)
+			if g := p50(gaps); g >= spacing/2 {
+				t.Errorf("%s client: gap p50 %v, want well under %v (never spaced)", who, g, spacing)
 			}
 		}
 	}
