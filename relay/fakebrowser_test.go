@@ -674,6 +674,8 @@ type fakeConn struct {
 	nread     int                  // guarded by mu; msgs handed out by next
 	arrived   chan struct{}        // guarded by mu; closed and replaced on each message
 	continued map[string]time.Time // guarded by mu; Fetch.continueRequest by requestId
+	answers   bool                 // guarded by mu; its Fetch patterns pause answers too
+	watching  map[string]bool      // guarded by mu; requests continued with interceptResponse
 	pings     int                  // guarded by mu
 	closeErr  error                // set before done is closed
 	done      chan struct{}        // closed when the reader ends
@@ -743,6 +745,13 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		default:
 			// Marked before the reply, so the relay's Start cannot return
 			// before the fake knows which connection is the relay's own.
+			var p struct {
+				Patterns []struct{ RequestStage string }
+			}
+			json.Unmarshal(m.Params, &p)
+			fc.mu.Lock()
+			fc.answers = slices.ContainsFunc(p.Patterns, func(pt struct{ RequestStage string }) bool { return pt.RequestStage == "Response" })
+			fc.mu.Unlock()
 			fb.mu.Lock()
 			fc.holder = true
 			fb.broadcast()
@@ -750,11 +759,20 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		}
 	case "Fetch.continueRequest":
-		var p struct{ RequestID string }
+		var p struct {
+			RequestID         string
+			InterceptResponse bool
+		}
 		json.Unmarshal(m.Params, &p)
 		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		fc.mu.Lock()
 		fc.continued[p.RequestID] = msg.at
+		if p.InterceptResponse {
+			if fc.watching == nil {
+				fc.watching = map[string]bool{}
+			}
+			fc.watching[p.RequestID] = true
+		}
 		fc.mu.Unlock()
 	case "Target.getTargetInfo":
 		var p struct{ TargetID string }
@@ -900,6 +918,9 @@ func (fc *fakeConn) play(chain [][]byte) ([]hopTimes, error) {
 	for _, msg := range chain {
 		msg = renumberJob(msg, job)
 		p, _ := readPause(msg)
+		if !p.requestStage() && !fc.pausesAnswer(p.RequestID) {
+			continue // as Chromium: an answer pauses only where it was asked for
+		}
 		sent := time.Now()
 		if err := fc.send(msg); err != nil {
 			return out, err
@@ -915,6 +936,15 @@ func (fc *fakeConn) play(chain [][]byte) ([]hopTimes, error) {
 		out = append(out, hopTimes{requestID: p.RequestID, paused: sent, continued: at})
 	}
 	return out, nil
+}
+
+// pausesAnswer reports whether the answer to requestID pauses at fc: its
+// patterns ask for answers, or it continued the request asking for its
+// answer (interceptResponse).
+func (fc *fakeConn) pausesAnswer(requestID string) bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.answers || fc.watching[requestID]
 }
 
 // holders returns the live connections that enabled browser-level Fetch,
@@ -941,6 +971,7 @@ func (fb *fakeBrowser) holders() []*fakeConn {
 func (fb *fakeBrowser) playAll(t testing.TB, chain [][]byte) []hopTimes {
 	t.Helper()
 	var out []hopTimes
+	jobs := map[*fakeConn]int{} // each holder's interception job of the request under way
 	for _, msg := range chain {
 		p, _ := readPause(msg)
 		hs := fb.holders()
@@ -949,9 +980,16 @@ func (fb *fakeBrowser) playAll(t testing.TB, chain [][]byte) []hopTimes {
 		}
 		var ht hopTimes
 		for i, hc := range hs {
-			job := fb.newJob()
+			job, ok := jobs[hc]
+			if p.requestStage() || !ok {
+				job = fb.newJob()
+				jobs[hc] = job
+			}
 			m := renumberJob(msg, job)
 			mp, _ := readPause(m)
+			if !p.requestStage() && !hc.pausesAnswer(mp.RequestID) {
+				continue // as Chromium: an answer pauses only where it was asked for
+			}
 			sent := time.Now()
 			if err := hc.send(m); err != nil {
 				continue // gone already: the next one gets it

@@ -22,10 +22,11 @@ import (
 // fetchHold holds a Chromium's navigations through the relay's own
 // connections to its browser endpoint. Each connection discovers targets,
 // to tell a page's main frame (whose id is the page's target id) from an
-// iframe, and enables Fetch for every document request of the browser: at
-// the Request stage to hold a navigation of the relay's own clients until
-// its slot, at the Response stage to read the answer. Navigations of pages
-// that are not its clients' are let go at once.
+// iframe, and enables Fetch for every document request of the browser, at
+// the Request stage: a navigation of the relay's own clients is held until
+// its slot, then let go asking for its answer (interceptResponse), which
+// pauses once more to be read. Navigations of pages that are not its
+// clients' are let go at once, answer unasked.
 //
 // There are two connections, so that losing one never lets a held request
 // through. Chromium passes a document request from one interceptor to the
@@ -60,9 +61,8 @@ type heldNav struct {
 
 // passedNav is a document request a connection let go.
 type passedNav struct {
-	by     *fetchConn
-	at     time.Time
-	booked bool // its answer is fed back: whichever connection sees it
+	by *fetchConn
+	at time.Time
 }
 
 // echoWindow is how long after one connection let a request go the other
@@ -353,10 +353,10 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 
 	f.mu.Lock()
 	if p, ok := f.passed[key]; ok && p.by != fc && fc.since.Before(p.at) && now.Sub(p.at) < echoWindow {
-		// The other connection held it already.
+		// The other connection held it already, and reads its answer.
 		delete(f.passed, key)
 		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: p.booked})
+		fc.setHop(id, hop{host: host, frame: ev.FrameID})
 		fc.release(id)
 		return
 	}
@@ -390,10 +390,14 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	}
 	if redirected && prev.host == host {
 		// A hop within the host of the hop before it books nothing.
-		f.passLocked(key, fc, now, prev.booked)
+		f.passLocked(key, fc, now)
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
-		fc.release(id)
+		if prev.booked {
+			fc.releaseWatching(id)
+		} else {
+			fc.release(id)
+		}
 		return
 	}
 	hn = &heldNav{by: fc, booked: make(chan struct{})}
@@ -415,16 +419,16 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 	if f.held[key] == hn {
 		delete(f.held, key)
 	}
-	f.passLocked(key, fc, time.Now(), true)
+	f.passLocked(key, fc, time.Now())
 	f.mu.Unlock()
-	fc.release(id)
+	fc.releaseWatching(id)
 }
 
 // maxPassed bounds the documents remembered as let go; they matter for
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, booked bool) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -435,7 +439,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, booked 
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now, booked: booked}
+	f.passed[key] = passedNav{by: fc, at: now}
 }
 
 // sawPause notes that a page's document request paused at the relay.
@@ -502,17 +506,13 @@ type reply struct {
 	err    *cdp.Error
 }
 
-// documentPatterns pause every document request twice at the first
-// connection: before it goes out, and when its answer (or failure) is in;
-// the second connection pauses it before it goes out only, so that a
-// navigation of a page that is not a client's costs three pauses, not
-// four. While the first connection is down, answers are not read.
-var documentPatterns = [2][]*fetch.RequestPattern{{
+// documentPattern pauses every document request of the browser at each of
+// the relay's connections before it goes out: a navigation of a page that
+// is not a client's costs two pauses. Only the connection that held a
+// navigation asks for its answer.
+var documentPattern = []*fetch.RequestPattern{
 	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
-	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse},
-}, {
-	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
-}}
+}
 
 // connect dials the browser endpoint and enables discovery and Fetch.
 func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
@@ -545,7 +545,7 @@ func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
 		fc.close()
 		return nil, refusal("browser refused target discovery", r, err, h.p.Intercept)
 	}
-	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns[i]}); err != nil {
+	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}); err != nil {
 		fc.close()
 		return nil, refusal("browser refused browser-level Fetch", r, err, h.p.Intercept)
 	}
@@ -664,8 +664,18 @@ func (fc *fetchConn) call(ctx context.Context, method string, params any) (*repl
 }
 
 // release lets a paused request go on, at either stage.
-func (fc *fetchConn) release(id string) {
-	if _, err := fc.send("Fetch.continueRequest", &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}, nil); err != nil && !errors.Is(err, errConnClosed) {
+func (fc *fetchConn) release(id string) { fc.continueRequest(id, false) }
+
+// releaseWatching lets a held document request go on and asks for its
+// answer: it pauses again at this connection once it is in.
+func (fc *fetchConn) releaseWatching(id string) { fc.continueRequest(id, true) }
+
+func (fc *fetchConn) continueRequest(id string, answer bool) {
+	p := &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}
+	if answer {
+		p.InterceptResponse = &answer
+	}
+	if _, err := fc.send("Fetch.continueRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
 		fc.log.Debug().Err(err).Str("request", id).Msg("releasing a request failed")
 	}
 }

@@ -83,7 +83,7 @@ func TestRecord(t *testing.T) {
 	if _, err := rc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: documentPatterns}); err != nil {
+	if _, err := rc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -188,8 +188,14 @@ type recordHolder struct {
 
 func (h *recordHolder) wait() { h.wg.Wait() }
 
-func (h *recordHolder) release(id fetch.RequestID) {
-	h.c.send("", "Fetch.continueRequest", &fetch.ContinueRequestParams{RequestID: id}, nil)
+// release lets a request go on; a page's document request of a host the
+// relay books is let go asking for its answer, as the relay does.
+func (h *recordHolder) release(id fetch.RequestID, answer bool) {
+	p := &fetch.ContinueRequestParams{RequestID: id}
+	if answer {
+		p.InterceptResponse = &answer
+	}
+	h.c.send("", "Fetch.continueRequest", p, nil)
 }
 
 func (h *recordHolder) event(m *cdproto.Message) {
@@ -207,16 +213,17 @@ func (h *recordHolder) event(m *cdproto.Message) {
 			return
 		}
 		if ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
-			h.release(ev.RequestID)
+			h.release(ev.RequestID, false)
 			return
 		}
 		host, ok := limiter.Key(ev.Request.URL)
+		booked := ok && !limiter.Exempt(host)
 		frame := string(ev.FrameID)
 		h.mu.Lock()
-		known := h.pages[frame] || h.notPages[frame]
+		page, notPage := h.pages[frame], h.notPages[frame]
 		h.mu.Unlock()
-		if !ok || limiter.Exempt(host) || known {
-			h.release(ev.RequestID)
+		if !booked || page || notPage {
+			h.release(ev.RequestID, booked && page)
 			return
 		}
 		h.wg.Add(1)
@@ -227,13 +234,14 @@ func (h *recordHolder) event(m *cdproto.Message) {
 			res, err := h.c.call(ctx, "", "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
 			var info target.GetTargetInfoResult
 			h.mu.Lock()
-			if err == nil && jsonv2.Unmarshal(res, &info) == nil && info.TargetInfo != nil && info.TargetInfo.Type == "page" {
+			page := err == nil && jsonv2.Unmarshal(res, &info) == nil && info.TargetInfo != nil && info.TargetInfo.Type == "page"
+			if page {
 				h.pages[frame] = true
 			} else {
 				h.notPages[frame] = true
 			}
 			h.mu.Unlock()
-			h.release(ev.RequestID)
+			h.release(ev.RequestID, page)
 		}()
 	}
 }

@@ -95,6 +95,11 @@ func TestScope(t *testing.T) {
 	if !continuedWithin(hc, "interception-job-1.0", waitFor) {
 		t.Error("another client's page was held")
 	}
+	if hc.pausesAnswer("interception-job-1.0") {
+		// Two pauses for another client's navigation, one at each of the
+		// relay's connections; not a third for its answer.
+		t.Error("the relay asked for the answer to another client's navigation")
+	}
 	if continuedWithin(hc, "interception-job-2.0", 200*time.Millisecond) {
 		t.Error("the client's page was not held")
 	}
