@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -14,8 +15,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // BenchmarkPuppeteerLoop is BENCHMARKS.md's (a): the loop "new browser
@@ -174,4 +178,62 @@ func throughput(b *testing.B, url string, clients, window int, d time.Duration) 
 	start := time.Now()
 	wg.Wait()
 	return float64(done.Load()) / time.Since(start).Seconds()
+}
+
+// BenchmarkForeignNavigation is (h): what a holding relay in front of a
+// browser costs a client that is not its own, connected to the browser
+// directly. Each Page.navigate of the client's page to a local page is
+// timed (it answers once the document's answer is in), 100 at a time on a
+// fresh page, with a relay's two connections intercepting the browser and
+// without, in alternating pairs; the figure is the p50 of each run.
+func BenchmarkForeignNavigation(b *testing.B) {
+	s := newSite(b)
+	rc := dialRaw(b, browser.ws)
+	nav := 0
+	run := func() float64 {
+		// A fresh page each run: a page's navigations slow down as its
+		// history grows (27 to 57 ms over 1,400 here).
+		session, target := rc.newPage()
+		defer rc.mustCall("", "Target.closeTarget", map[string]any{"targetId": target})
+		warm(b, rc, session, s, "foreign.test")
+		var took []float64
+		for range 100 {
+			nav++
+			t0 := time.Now()
+			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("foreign.test", "/page?n="+strconv.Itoa(nav))})
+			took = append(took, float64(time.Since(t0).Microseconds())/1000)
+		}
+		return median(took)
+	}
+	holding := func() (stop func()) {
+		cfg := fixed(100*time.Millisecond, 1)
+		nop := zerolog.Nop()
+		p := &relay.Proxy{Upstream: browser.http, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: &nop}
+		p.Metrics = relay.NewMetrics(p.Limiter)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // both connections up
+		return func() { p.Close() }
+	}
+	for range b.N {
+		var without, with, added []float64
+		for range 7 {
+			d := run()
+			stop := holding()
+			h := run()
+			stop()
+			without, with, added = append(without, d), append(with, h), append(added, h-d)
+		}
+		var ps []string
+		for i := range without {
+			ps = append(ps, fmt.Sprintf("%.1f/%.1f", without[i], with[i]))
+		}
+		b.Logf("Page.navigate p50 in ms, without / with a holding relay, in pairs: %s", strings.Join(ps, ", "))
+		b.ReportMetric(median(without), "alone-ms/nav")
+		b.ReportMetric(median(with), "beside-relay-ms/nav")
+		b.ReportMetric(median(added), "added-ms/nav")
+	}
 }
