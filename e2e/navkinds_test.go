@@ -212,8 +212,15 @@ func checkSlotsWithin(t *testing.T, r *relayed, name string, hits []hit, n int, 
 	if span >= limit {
 		t.Errorf("%s: %d navigations span %v, want under %v: one took more than one slot:%s", name, n, span, limit, describe(hits))
 	}
-	t.Logf("%s: %d navigations span %.0fms (slots: %.0fms); %d of the %d after the first held, the others asked for %.0fms after their slots",
-		name, n, ms(span), ms(time.Duration(n-1)*interval), nheld, n-1, ms(late))
+	// The closest two held navigations came to each other at the server.
+	closest := time.Duration(-1)
+	for k := 1; k < n; k++ {
+		if held[k] && (closest < 0 || at[k].Sub(at[k-1]) < closest) {
+			closest = at[k].Sub(at[k-1])
+		}
+	}
+	t.Logf("%s: %d navigations span %.0fms (slots: %.0fms); %d of the %d after the first held (closest to the one before: %.1fms), the others asked for %.0fms after their slots",
+		name, n, ms(span), ms(time.Duration(n-1)*interval), nheld, n-1, ms(closest), ms(late))
 }
 
 // checkRedirects checks the redirect steps the kinds scripts end with: rb
