@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strconv"
@@ -153,4 +154,45 @@ func (s *server) signal(sig syscall.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.t.Fatalf("signalling redis-server: %v", err)
 	}
+}
+
+// slowWay starts a TCP proxy to s that holds every byte on its way to
+// Redis for delay (answers come back at once) and returns its redis:// URL.
+func (s *server) slowWay(t testing.TB, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r, err := net.Dial("tcp", s.addr())
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); r.Close() })
+			go io.Copy(c, r)
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						r.Close()
+						return
+					}
+					time.Sleep(delay)
+					if _, err := r.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "redis://" + ln.Addr().String() + "/0"
 }

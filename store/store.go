@@ -279,11 +279,20 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 		return limiter.Reservation{Start: now, Mode: limiter.Off}
 	}
 	if s.tryRedis() {
+		sent := time.Now()
 		v, err := s.run(host, now, "r", set, 0, -1)
 		if err == nil {
 			s.answered()
+			// The slot starts v[0]-v[3] after Redis read its clock. That
+			// read came after now by however long the call took to reach
+			// Redis, so count from when the answer is in: a slot is then
+			// never let go early, only late by the answer's way back.
+			at := now
+			if !s.callerClock {
+				at = now.Add(time.Since(sent))
+			}
 			return limiter.Reservation{
-				Start:    now.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
+				Start:    at.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
 				Spacing:  time.Duration(v[1]) * time.Microsecond,
 				Pressure: int(v[2]),
 				Tracked:  true,

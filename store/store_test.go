@@ -177,16 +177,41 @@ func TestRedisClock(t *testing.T) {
 	cfg := limiter.Config{Mode: limiter.Fixed, Interval: time.Minute, Burst: 1}
 	a := newStore(t, srv, cfg, Options{Prefix: "clock:", Timeout: patient})
 	b := newStore(t, srv, cfg, Options{Prefix: "clock:", Timeout: patient})
+	// A slot is told from when Redis's answer is in, so that the call's
+	// way to Redis never makes it start early: at once is now plus the
+	// call.
 	now := time.Now()
-	if r := a.Reserve("example.com", now); !r.Start.Equal(now) {
-		t.Fatalf("first booking: starts %v after now, want at once", r.Start.Sub(now))
+	if r := a.Reserve("example.com", now); r.Start.Before(now) || r.Start.After(now.Add(time.Since(now))) {
+		t.Fatalf("first booking: starts %v after now, want at once (once Redis answered)", r.Start.Sub(now))
 	}
 	// b's clock is an hour behind; its slot is still a minute after a's,
 	// told in b's clock.
 	skewed := time.Now().Add(-time.Hour)
+	sent := time.Now()
 	r := b.Reserve("example.com", skewed)
-	if d := r.Start.Sub(skewed); d <= 50*time.Second || d > time.Minute {
+	if d := r.Start.Sub(skewed); d <= 50*time.Second || d > time.Minute+time.Since(sent) {
 		t.Fatalf("second booking from a clock an hour behind: starts %v after its now, want about a minute", d)
+	}
+}
+
+// TestSlowWayNeverEarly: a booking whose call takes long to reach Redis
+// starts no sooner than a whole spacing after the slot before it, as Redis
+// counted them. Counted from when the call was made, it would start early
+// by the call's way there.
+func TestSlowWayNeverEarly(t *testing.T) {
+	srv := startRedis(t)
+	const delay = 60 * time.Millisecond
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: 200 * time.Millisecond, Burst: 1}
+	quick := newStore(t, srv, cfg, Options{Prefix: "slow:", Timeout: patient})
+	slow, err := NewRedis(context.Background(), srv.slowWay(t, delay), cfg, Options{Prefix: "slow:", Timeout: patient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	first := quick.Reserve("example.com", time.Now())
+	second := slow.Reserve("example.com", time.Now())
+	if gap := second.Start.Sub(first.Start); gap < cfg.Interval {
+		t.Fatalf("a booking %v on its way to Redis starts %v after the one before, want at least %v", delay, gap, cfg.Interval)
 	}
 }
 
