@@ -238,11 +238,11 @@ func loggerFrom(c *cli.Context, w io.Writer) (zerolog.Logger, error) {
 	if err != nil || level == zerolog.NoLevel {
 		return zerolog.Logger{}, usagef("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // milliseconds, in JSON and for the console to read back
 	switch strings.ToLower(c.String("log-format")) {
 	case "json":
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
-		zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // the console reads it back: keep the milliseconds
 	default:
 		return zerolog.Logger{}, usagef("--log-format %q: want console or json", c.String("log-format"))
 	}

@@ -256,6 +256,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	}
 	h.p.Metrics.navigation(navBooked, d)
 	if d <= 0 {
+		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
 		return 0, false
 	}
 	if h.p.warned.first(host) {
@@ -276,7 +277,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
 		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
