@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,7 +27,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 		d = time.Duration(ms * float64(time.Millisecond))
 	} else if d, err = time.ParseDuration(s); err != nil {
-		return 0, fmt.Errorf("%s", durationWanted)
+		return 0, errors.New(durationWanted)
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("want a duration ≥ 0, such as 100ms or 1.5s, or a number of milliseconds")

@@ -93,12 +93,13 @@ func (h *holder) use(v via) {
 // fallOver leaves the way navigations are held now for the next one, and
 // says once what the browser did and what the relay does instead.
 func (h *holder) fallOver(why string) {
-	next := viaSession
-	if h.via() == viaSession {
-		next = viaStream
+	cur := h.via()
+	if cur == viaStream {
+		return // the last resort
 	}
-	if h.via() == next || h.via() == viaStream {
-		return
+	next := viaSession
+	if cur == viaSession {
+		next = viaStream
 	}
 	if h.fellOver.CompareAndSwap(false, true) {
 		h.p.log.Warn().Str("upstream", h.up.name).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
@@ -178,15 +179,24 @@ func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerol
 	go func() {
 		defer h.p.limiting.Done()
 		if !h.wait(ctx, host, rawURL, log, booked, release, done) {
-			h.waiting.Add(-1)
-			if ctx.Err() == nil {
-				release()
+			if ctx.Err() != nil {
+				release = nil
 			}
-			if done != nil {
-				done()
-			}
+			h.end(release, done)
 		}
 	}()
+}
+
+// end ends a hold counted in waiting: it calls release (unless nil: the
+// hold was given up), then done (when set).
+func (h *holder) end(release, done func()) {
+	h.waiting.Add(-1)
+	if release != nil {
+		release()
+	}
+	if done != nil {
+		done()
+	}
 }
 
 // wait books and, when the navigation must wait, arms a timer and reports
@@ -204,17 +214,8 @@ func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Log
 		if retry && h.wait(ctx, host, rawURL, log, booked, release, done) {
 			return
 		}
-		h.waiting.Add(-1)
-		release()
-		if done != nil {
-			done()
-		}
-	}, func() {
-		h.waiting.Add(-1)
-		if done != nil {
-			done()
-		}
-	})
+		h.end(release, done)
+	}, func() { h.end(nil, done) })
 	return true
 }
 
@@ -222,18 +223,7 @@ func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Log
 // relay's other connection takes over a request the first one held.
 func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done func()) {
 	h.waiting.Add(1)
-	after(ctx, time.Until(start), func() {
-		h.waiting.Add(-1)
-		release()
-		if done != nil {
-			done()
-		}
-	}, func() {
-		h.waiting.Add(-1)
-		if done != nil {
-			done()
-		}
-	})
+	after(ctx, time.Until(start), func() { h.end(release, done) }, func() { h.end(nil, done) })
 }
 
 // book reserves the slot of a navigation to rawURL (whose host is host)
@@ -340,6 +330,16 @@ func (h *holder) awaitAnswers(host string) {
 	}
 }
 
+// notBooked counts a top-level navigation that books nothing: exempt when
+// it is http(s), untracked otherwise.
+func (h *holder) notBooked(httpURL bool) {
+	if httpURL {
+		h.p.Metrics.navigation(navExempt, 0)
+	} else {
+		h.p.Metrics.navigation(navUntracked, 0)
+	}
+}
+
 // unheld counts top-level navigations of the relay's clients that reached
 // the network without a booking, and says why.
 func (h *holder) unheld(n int, why string) {
@@ -408,11 +408,16 @@ func (c *claims) claim(target string) {
 	if _, ok := c.pages[target]; ok {
 		return
 	}
+	c.addLocked(target)
+	c.broadcast()
+}
+
+// addLocked adds a page, within maxClaims. Callers hold mu.
+func (c *claims) addLocked(target string) {
 	if len(c.pages) >= maxClaims {
 		clear(c.pages)
 	}
 	c.pages[target] = struct{}{}
-	c.broadcast()
 }
 
 // forget drops a page that is gone.
@@ -446,10 +451,7 @@ func (c *claims) created(target string) {
 	c.mu.Lock()
 	c.pending = max(c.pending-1, 0)
 	if target != "" {
-		if len(c.pages) >= maxClaims {
-			clear(c.pages)
-		}
-		c.pages[target] = struct{}{}
+		c.addLocked(target)
 	}
 	c.broadcast()
 	c.mu.Unlock()

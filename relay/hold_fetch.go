@@ -393,11 +393,7 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, now)
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
-		if prev.booked {
-			fc.releaseWatching(id)
-		} else {
-			fc.release(id)
-		}
+		fc.continueRequest(id, prev.booked) // the answer is read where the hop before it was booked
 		return
 	}
 	hn = &heldNav{by: fc, booked: make(chan struct{})}
@@ -670,6 +666,8 @@ func (fc *fetchConn) release(id string) { fc.continueRequest(id, false) }
 // answer: it pauses again at this connection once it is in.
 func (fc *fetchConn) releaseWatching(id string) { fc.continueRequest(id, true) }
 
+// continueRequest lets a paused request go on, asking for its answer when
+// answer is set.
 func (fc *fetchConn) continueRequest(id string, answer bool) {
 	p := &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}
 	if answer {
@@ -863,16 +861,12 @@ func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 // ours holds a document request of a client's page for its slot.
 func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 	host, ok := limiter.Key(ev.Request.URL)
-	switch {
-	case !ok:
+	if !ok || limiter.Exempt(host) {
 		fc.release(ev.RequestID)
-		fc.h.p.Metrics.navigation(navUntracked, 0)
-	case limiter.Exempt(host):
-		fc.release(ev.RequestID)
-		fc.h.p.Metrics.navigation(navExempt, 0)
-	default:
-		fc.f.hold(fc, ev, host)
+		fc.h.notBooked(ok)
+		return
 	}
+	fc.f.hold(fc, ev, host)
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -55,7 +55,6 @@ type sessState struct {
 type clientFetch struct {
 	patterns []pattern // nil: every request
 	auth     bool      // handleAuthRequests
-	raw      json.RawMessage
 }
 
 // pattern is a Fetch.RequestPattern.
@@ -210,7 +209,7 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		w.mu.Unlock()
 		// What the client held goes on, as Fetch.disable would have let it.
 		for _, id := range waiting {
-			w.send(session, "Fetch.continueRequest", map[string]string{"requestId": id}, nil)
+			s.goOn(session, id)
 		}
 		w.send(session, "Fetch.enable", params, nil)
 		w.answer(session, hd.ID, "{}")
@@ -369,11 +368,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	if !top || !httpURL || limiter.Exempt(host) {
 		w.mu.Unlock()
 		if top {
-			if httpURL {
-				w.h.p.Metrics.navigation(navExempt, 0)
-			} else {
-				w.h.p.Metrics.navigation(navUntracked, 0)
-			}
+			w.h.notBooked(httpURL)
 		}
 		if wants {
 			w.mu.Lock()
@@ -381,7 +376,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 			w.mu.Unlock()
 			return false // the client's own, now
 		}
-		w.send(session, "Fetch.continueRequest", map[string]string{"requestId": ev.RequestID}, nil)
+		s.goOn(session, ev.RequestID)
 		return true
 	}
 	chain := ev.NetworkID
@@ -393,8 +388,9 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		clear(st.docs) // a new navigation of the page ends the one before
 	}
 	st.docs[networkOr(&ev)] = host
-	booked, prebooked := s.prebooked[ev.Request.URL]
-	if prebooked && time.Since(booked) < claimWait {
+	letAt, ok := s.prebooked[ev.Request.URL]
+	prebooked := ok && time.Since(letAt) < claimWait
+	if prebooked {
 		delete(s.prebooked, ev.Request.URL)
 	}
 	s.held++
@@ -411,10 +407,10 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		if wants {
 			w.toClient(held)
 		} else {
-			w.send(session, "Fetch.continueRequest", map[string]string{"requestId": ev.RequestID}, nil)
+			s.goOn(session, ev.RequestID)
 		}
 	}
-	if hop && prev == host || prebooked && time.Since(booked) < claimWait {
+	if hop && prev == host || prebooked {
 		// A hop within the host, or the page of a held createTarget: booked already.
 		release()
 		return true
@@ -424,6 +420,11 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		w.pr.held.Done()
 	})
 	return true
+}
+
+// goOn lets a request paused in a client session go on.
+func (s *sessionHold) goOn(session, requestID string) {
+	s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, nil)
 }
 
 // networkOr names a paused request by what its Network events will call it.

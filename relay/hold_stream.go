@@ -112,7 +112,7 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		w.mu.Unlock()
 		host, ok := limiter.Key(rawURL)
 		if (!ok || limiter.Exempt(host)) && (!queued || method == "Target.createTarget") {
-			s.count(host, ok)
+			s.w.h.notBooked(ok)
 			return false // nothing to hold, nothing to keep in order with
 		}
 	}
@@ -161,7 +161,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 		}
 		host, ok := limiter.Key(u)
 		if !ok || limiter.Exempt(host) {
-			s.count(host, ok)
+			s.w.h.notBooked(ok)
 			s.release(cmd, "")
 			return
 		}
@@ -201,14 +201,6 @@ func (s *streamHold) overtake(session string) {
 		s.supersede(old)
 	}
 	s.start(last)
-}
-
-func (s *streamHold) count(host string, http bool) {
-	if http {
-		s.w.h.p.Metrics.navigation(navExempt, 0)
-	} else {
-		s.w.h.p.Metrics.navigation(navUntracked, 0)
-	}
 }
 
 // supersede answers a held navigation command that a later one on the same

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -441,7 +442,7 @@ func (w *watch) send(session, method string, params any, ch chan reply) (int64, 
 func (w *watch) answer(session string, id int64, result string) {
 	var b bytes.Buffer
 	b.WriteString(`{"id":`)
-	b.WriteString(itoa(id))
+	b.WriteString(strconv.FormatInt(id, 10))
 	b.WriteString(`,"result":`)
 	b.WriteString(result)
 	if session != "" {
@@ -451,11 +452,6 @@ func (w *watch) answer(session string, id int64, result string) {
 	}
 	b.WriteByte('}')
 	w.toClient(b.Bytes())
-}
-
-func itoa(n int64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 // pageOf returns the page target of a session, "" when the session is not
