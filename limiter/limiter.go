@@ -373,6 +373,26 @@ func (l *Limiter) observe(hostname string, set setting, o Outcome, now time.Time
 	s.mu.Unlock()
 }
 
+// Push moves host's schedule later by by: the navigations booked after it
+// start that much later. The relay pushes a host whose navigation left the
+// browser late (package pace), so that the next ones keep their distance
+// from it at the site. A host the limiter does not know (never booked, or
+// forgotten as idle) has no schedule to move.
+func (l *Limiter) Push(hostname string, by time.Duration, now time.Time) {
+	if by <= 0 || Exempt(hostname) {
+		return
+	}
+	t := l.nanos(now)
+	s := l.shardFor(hostname)
+	rec := s.lock(hostname, t)
+	if rec == nil { // s.mu is held
+		s.mu.Unlock()
+		return
+	}
+	rec.host.tat += int64(by)
+	rec.mu.Unlock()
+}
+
 // Wait books a slot for host as Reserve does at time.Now and blocks until the
 // slot starts or ctx is done, returning ctx's error in that case. A cancelled
 // wait keeps its slot booked: the host's schedule never runs ahead of what

@@ -8,11 +8,12 @@
 -- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, and the
 --          setting of its last booking: m = '1' adaptive or '0' fixed,
 --          b = base, u = tau, f = floor.
--- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing).
+-- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
+--          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
 -- ARGV[3]  base interval.
 -- ARGV[4]  tau, the burst allowance.
--- ARGV[5]  observe: the pressure the answer adds.
+-- ARGV[5]  observe: the pressure the answer adds; late: how far to push.
 -- ARGV[6]  observe: the Retry-After wait, or -1 when there is none.
 -- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
 --          replay the rule on a simulated clock.
@@ -121,6 +122,19 @@ if op == 'o' then
   end
   save()
   return {0, 0, p, now, flag(), floor}
+end
+
+if op == 'l' then
+  -- A navigation left the browser late: the slots booked after this move
+  -- by as much. A host Redis does not know has no schedule to move, and
+  -- the setting of its last booking stays as it is.
+  if known then
+    tat = tat + tonumber(ARGV[5])
+    redis.call('HSET', key, 't', string.format('%d', tat))
+    local idle = math.max(tat, clock + p * COOLDOWN) - now
+    redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
+  end
+  return {0, 0, p or 0, now, flag(), floor}
 end
 
 if op == 'p' then

@@ -369,6 +369,28 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 	}
 }
 
+// Push moves host's schedule later by by, as limiter.Limiter's Push does,
+// in Redis: every relay's navigations booked after it start that much
+// later. While Redis does not answer, the local fallback is pushed instead
+// (FallbackClosed books nothing meanwhile, so nothing is pushed).
+func (s *Redis) Push(host string, by time.Duration, now time.Time) {
+	if by <= 0 || limiter.Exempt(host) {
+		return
+	}
+	if s.tryRedis() {
+		_, err := s.run(host, now, "l", settingOf(s.cfg), int(max(by.Microseconds(), 1)), -1)
+		if err == nil {
+			s.answered()
+			return
+		}
+		s.failed(err)
+	}
+	s.fallbacks.Add(1)
+	if !s.holds {
+		s.local.Push(host, by, now)
+	}
+}
+
 // Wait books a slot for host at time.Now, waiting out holds, and blocks
 // until the slot starts or ctx is done, returning ctx's error in that case.
 // A cancelled wait keeps its slot booked, as limiter.Limiter's Wait does.

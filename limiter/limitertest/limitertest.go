@@ -178,6 +178,7 @@ func Run(t *testing.T, newL New) {
 		{"IdleHostStartsFromZero", IdleHostStartsFromZero},
 		{"Golden", Golden},
 		{"Settings", Settings},
+		{"Push", Push},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
@@ -542,4 +543,36 @@ func Settings(t *testing.T, newL New) {
 			}
 		})
 	}
+}
+
+// Pusher is what an implementation that follows late departures adds to
+// Limiter (package pace tells it).
+type Pusher interface {
+	Push(host string, by time.Duration, now time.Time)
+}
+
+// Push checks that a push moves the slots booked after it, and only those:
+// a host not known, or an exempt one, has nothing to move.
+func Push(t *testing.T, newL New) {
+	l := newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 1})
+	p, ok := l.Limiter.(Pusher)
+	if !ok {
+		t.Fatalf("%T does not implement Pusher", l.Limiter)
+	}
+	RunSteps(t, l, []Step{{0, "", nil, 0}, {0, "", nil, 100}})
+	p.Push("example.com", 30*time.Millisecond, At(10))
+	RunSteps(t, l, []Step{{20, "", nil, 230}, {20, "", nil, 330}})
+	// Pushes add up.
+	p.Push("example.com", 5*time.Millisecond, At(30))
+	p.Push("example.com", 5*time.Millisecond, At(30))
+	RunSteps(t, l, []Step{{40, "", nil, 440}})
+	// An idle host's schedule ran out long ago: what it is pushed by from
+	// there does not reach now.
+	p.Push("example.com", 200*time.Millisecond, At(2000))
+	RunSteps(t, l, []Step{{2000, "", nil, 2000}})
+	// A host never booked has no schedule to move; neither does a
+	// loopback one.
+	p.Push("other.example", 50*time.Millisecond, At(3000))
+	p.Push("127.0.0.1", 50*time.Millisecond, At(3000))
+	RunSteps(t, l, []Step{{3000, "other.example", nil, 3000}, {3000, "127.0.0.1", nil, 3000}})
 }
