@@ -21,6 +21,8 @@ type Metrics struct {
 	navForeign, navUnheld                          prometheus.Counter
 	delay                                          prometheus.Histogram
 	overload, failure, answered                    prometheus.Counter
+	late                                           prometheus.Counter
+	pushedBy                                       prometheus.Counter
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
@@ -53,6 +55,14 @@ func NewMetrics(l any) *Metrics {
 		Help: "Answers to held navigations by class: overload (429, 503), failure (other 5xx, no answer), ok (the rest).",
 	}, []string{"class"})
 	m.overload, m.failure, m.answered = fb.WithLabelValues("overload"), fb.WithLabelValues("failure"), fb.WithLabelValues("ok")
+	m.late = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_late_departures_total",
+		Help: "Held navigations that left the browser later than usual after their release, moving the rest of their schedule.",
+	})
+	m.pushedBy = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_schedule_pushed_seconds_total",
+		Help: "How far, in all, late departures moved their schedules.",
+	})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cdp_throttle_connections",
 		Help: "Client connections being relayed.",
@@ -67,7 +77,7 @@ func NewMetrics(l any) *Metrics {
 	}, []string{"direction"})
 	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
 	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
-	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes)
+	reg.MustRegister(nav, m.delay, fb, m.late, m.pushedBy, m.conns, msgs, bytes)
 	if lenner, ok := l.(interface{ Len() int }); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -152,6 +162,14 @@ func (m *Metrics) feedback(o limiter.Outcome) {
 		m.failure.Inc()
 	default:
 		m.answered.Inc()
+	}
+}
+
+// pushed counts a late departure that moved its schedule by by.
+func (m *Metrics) pushed(by time.Duration) {
+	if m != nil {
+		m.late.Inc()
+		m.pushedBy.Add(by.Seconds())
 	}
 }
 

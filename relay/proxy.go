@@ -38,6 +38,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // Intercept chooses how the relay catches navigations.
@@ -164,6 +165,7 @@ type Proxy struct {
 	dialer   *websocket.Dialer
 	upgrader *websocket.Upgrader
 	warned   warnOnce
+	pace     pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
 	stop     context.CancelFunc // set once by Start; ends the background goroutines
 	done     sync.WaitGroup     // background goroutines
 	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
@@ -282,6 +284,18 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
+	}
+	// A navigation that left the browser late moves its bucket's schedule,
+	// in the limiter too when it can (a shared store: every relay's).
+	if pusher, ok := p.Limiter.(interface {
+		Push(bucket string, by time.Duration, now time.Time)
+	}); ok {
+		p.pace.Push = func(bucket string, by time.Duration) {
+			p.Metrics.pushed(by)
+			pusher.Push(bucket, by, time.Now())
+		}
+	} else {
+		p.pace.Push = func(_ string, by time.Duration) { p.Metrics.pushed(by) }
 	}
 	for i, u := range p.ups {
 		if err := p.arm(waitCtx, bg, u, versions[i], errs[i]); err != nil {
