@@ -135,6 +135,10 @@ func relayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 		durationFlag("start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
+		&cli.IntFlag{Name: "max-clients", Usage: "client connections relayed at once, over all browsers (0: no bound but the browsers')", EnvVars: env("MAX_CLIENTS")},
+		&cli.IntFlag{Name: "clients-per-browser", Usage: "client connections each browser takes at once, for browsers that do not say (a launched lightpanda serve does: --cdp-max-connections) or when less (0: no bound)", EnvVars: env("CLIENTS_PER_BROWSER")},
+		&cli.IntFlag{Name: "queue", Usage: "clients over capacity that may wait for a place, their websocket upgrade answered when one frees; one more is answered 429 (0: none wait)", EnvVars: env("QUEUE")},
+		durationFlag("queue-timeout", "60s", "how long a client waits for a place before it is answered 503", env("QUEUE_TIMEOUT")...),
 		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
@@ -150,8 +154,17 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.log, err = loggerFrom(c, stderr); err != nil {
 		return cfg, err
 	}
-	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout); err != nil {
+	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout,
+		"queue-timeout", &cfg.proxy.QueueTimeout); err != nil {
 		return cfg, err
+	}
+	for _, f := range []struct {
+		name string
+		to   *int
+	}{{"max-clients", &cfg.proxy.MaxClients}, {"clients-per-browser", &cfg.proxy.ClientsPerBrowser}, {"queue", &cfg.proxy.Queue}} {
+		if *f.to = c.Int(f.name); *f.to < 0 {
+			return cfg, usagef("--%s %d: want a whole number ≥ 0", f.name, *f.to)
+		}
 	}
 	cfg.listen = c.String("listen")
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {

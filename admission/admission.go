@@ -64,6 +64,7 @@ type Gate struct {
 	mu      sync.Mutex
 	in      []int     // guarded by mu; clients in each browser
 	total   int       // guarded by mu; sum of in
+	peak    int       // guarded by mu; the most total has been
 	waiters []*waiter // guarded by mu; oldest first
 	refused [2]uint64 // guarded by mu; full, timeout
 	waited  float64   // guarded by mu; recent mean wait in seconds (moving average), for Retry-After
@@ -247,6 +248,7 @@ func (g *Gate) free(accept func(int) bool) int {
 func (g *Gate) take(b int) {
 	g.in[b]++
 	g.total++
+	g.peak = max(g.peak, g.total)
 }
 
 // leave counts a client out of browser b and hands places to the oldest
@@ -300,6 +302,7 @@ func (g *Gate) retryAfter() time.Duration {
 type Stats struct {
 	Capacity       int   // -1: no bound
 	Connected      int   // clients holding a place
+	Peak           int   // the most that held a place at once
 	Queued         int   // clients waiting
 	PerBrowser     []int // clients holding a place in each browser
 	RefusedFull    uint64
@@ -310,7 +313,7 @@ type Stats struct {
 func (g *Gate) Stats() Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return Stats{Capacity: g.Capacity(), Connected: g.total, Queued: len(g.waiters), PerBrowser: append([]int(nil), g.in...),
+	return Stats{Capacity: g.Capacity(), Connected: g.total, Peak: g.peak, Queued: len(g.waiters), PerBrowser: append([]int(nil), g.in...),
 		RefusedFull: g.refused[0], RefusedTimeout: g.refused[1]}
 }
 
