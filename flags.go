@@ -16,6 +16,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -124,7 +125,7 @@ func relayFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "listen", Value: defaultListen, Usage: "address the relay serves", EnvVars: env("LISTEN")},
 		&cli.StringSliceFlag{Name: "upstream", Usage: "browser CDP endpoint: http://host:port or a ws:// URL; repeat it for several browsers (default " + defaultUpstream + ")", EnvVars: env("UPSTREAM")},
-		&cli.StringFlag{Name: "store", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB (default: in process)", EnvVars: env("STORE")},
+		&cli.StringFlag{Name: "store", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, or redis-cluster://N1:7000?addr=N2:7001 (default: in process)", EnvVars: env("STORE")},
 		&cli.StringFlag{Name: "store-prefix", Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
 		&cli.StringFlag{Name: "store-fallback", Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
 		durationFlag("store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
@@ -180,8 +181,11 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		}
 	}
 	cfg.store = c.String("store")
-	if cfg.store != "" && !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
-		return cfg, usagef("--store %q: want redis://HOST:PORT/DB", cfg.store)
+	if cfg.store != "" {
+		if _, err := store.ParseKind(cfg.store); err != nil {
+			return cfg, usagef("--store %q: want redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, "+
+				"or redis-cluster://N1:7000?addr=N2:7001 (%v)", redact.URL(cfg.store), err)
+		}
 	}
 	cfg.storeOpts.Prefix = c.String("store-prefix")
 	if cfg.storeOpts.Fallback, err = store.ParseFallback(c.String("store-fallback")); err != nil {
