@@ -73,7 +73,10 @@ func TestSentinelFailover(t *testing.T) {
 	if r := s.Reserve("a.example", time.Now()); !r.Retry {
 		t.Fatalf("a booking with the master dead: %+v, want a hold", r)
 	}
-	took := rs.WaitFailover(t, 30*time.Second)
+	took, err := rs.WaitFailover(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var third limiter.Reservation
 	deadline := time.Now().Add(10 * time.Second)
 	for third = s.Reserve("a.example", time.Now()); third.Retry; third = s.Reserve("a.example", time.Now()) {

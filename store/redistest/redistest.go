@@ -84,8 +84,15 @@ func (p *Process) Output() string {
 	return p.out.String()
 }
 
+// quiet drops go-redis's own logging (a line per refused dial to a
+// process a test killed on purpose).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func need(t testing.TB, bin string) string {
 	t.Helper()
+	redis.SetLogger(quiet{})
 	p, err := exec.LookPath(bin)
 	if err != nil {
 		t.Fatalf("%s not found (%v): install Debian's redis-server, redis-sentinel and redis-tools (make redis)", bin, err)
@@ -246,15 +253,19 @@ func (s *Sentinels) MasterAddr(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("redistest: no sentinel names a master")
 }
 
-// WaitFailover waits until the sentinels name the replica the master.
-func (s *Sentinels) WaitFailover(t testing.TB, within time.Duration) time.Duration {
-	t.Helper()
+// WaitFailover waits until the sentinels name the replica the master,
+// and says how long that took. It may be called from any goroutine.
+func (s *Sentinels) WaitFailover(within time.Duration) (time.Duration, error) {
 	began := time.Now()
-	waitFor(t, "the sentinels to promote the replica", within, func() bool {
-		a, err := s.MasterAddr(context.Background())
-		return err == nil && a == s.Replica.Addr()
-	})
-	return time.Since(began)
+	for {
+		if a, err := s.MasterAddr(context.Background()); err == nil && a == s.Replica.Addr() {
+			return time.Since(began), nil
+		}
+		if time.Since(began) > within {
+			return 0, fmt.Errorf("redistest: the sentinels did not promote the replica within %v", within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // fields reads a reply of alternating names and values (SENTINEL MASTER).
