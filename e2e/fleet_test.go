@@ -123,7 +123,7 @@ func TestSentinelFailover(t *testing.T) {
 				defer close(killed)
 				rs.Master.Kill()
 				var err error
-				if promoted, err = rs.WaitFailover(30 * time.Second); err != nil {
+				if promoted, err = rs.WaitFailover(rs.Master.Addr(), 30*time.Second); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -201,7 +201,7 @@ func TestSentinelFailoverLoss(t *testing.T) {
 	rate := float64(acked.Load()) / 2
 	killed.Store(true)
 	rs.Master.Kill()
-	promoted, err := rs.WaitFailover(30 * time.Second)
+	promoted, err := rs.WaitFailover(rs.Master.Addr(), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

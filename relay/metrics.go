@@ -87,6 +87,12 @@ func NewMetrics(l any) *Metrics {
 			Help: "Bookings and answers the shared store could not take, handled by the local fallback (or held).",
 		}, func() float64 { return float64(fallbacks.Fallbacks()) }))
 	}
+	if conns, ok := l.(interface{ Conns() int }); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cdp_throttle_store_connections",
+			Help: "Connections to Redis open now, idle ones included.",
+		}, func() float64 { return float64(conns.Conns()) }))
+	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

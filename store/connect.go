@@ -173,6 +173,10 @@ func (m *master) connected(s *Redis, addr string) {
 // store saw it.
 func (s *Redis) Failovers() uint64 { return s.master.failovers.Load() }
 
+// Conns reports the connections to Redis open now (idle ones included;
+// those of a cluster's every node).
+func (s *Redis) Conns() int { return int(s.client.PoolStats().TotalConns) }
+
 // Kind reports how the store reaches Redis.
 func (s *Redis) Kind() Kind { return s.kind }
 

@@ -73,7 +73,7 @@ func TestSentinelFailover(t *testing.T) {
 	if r := s.Reserve("a.example", time.Now()); !r.Retry {
 		t.Fatalf("a booking with the master dead: %+v, want a hold", r)
 	}
-	took, err := rs.WaitFailover(30 * time.Second)
+	took, err := rs.WaitFailover(rs.Master.Addr(), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

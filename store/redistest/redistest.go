@@ -168,7 +168,7 @@ func newProcess(t testing.TB, bin string, port int, dir string, args ...string) 
 // serverArgs are the arguments of a redis-server with no persistence.
 func serverArgs(port int, dir string, more ...string) []string {
 	return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, more...)
+		"--dir", dir, "--daemonize", "no", "--loglevel", "warning", "--repl-diskless-sync-delay", "0"}, more...)
 }
 
 // Sentinels is a master, its replica and three sentinels watching them.
@@ -253,19 +253,50 @@ func (s *Sentinels) MasterAddr(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("redistest: no sentinel names a master")
 }
 
-// WaitFailover waits until the sentinels name the replica the master,
-// and says how long that took. It may be called from any goroutine.
-func (s *Sentinels) WaitFailover(within time.Duration) (time.Duration, error) {
+// WaitFailover waits until the sentinels name a master other than from
+// (the address of the one killed), and says how long that took. It may be
+// called from any goroutine.
+func (s *Sentinels) WaitFailover(from string, within time.Duration) (time.Duration, error) {
 	began := time.Now()
 	for {
-		if a, err := s.MasterAddr(context.Background()); err == nil && a == s.Replica.Addr() {
+		if a, err := s.MasterAddr(context.Background()); err == nil && a != from {
 			return time.Since(began), nil
 		}
 		if time.Since(began) > within {
-			return 0, fmt.Errorf("redistest: the sentinels did not promote the replica within %v", within)
+			return 0, fmt.Errorf("redistest: the sentinels named no master but %s within %v", from, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Roles returns the master and the replica as the sentinels name them now
+// (the replica may be one that was killed).
+func (s *Sentinels) Roles() (master, replica *Process) {
+	a, err := s.MasterAddr(context.Background())
+	if err == nil && a == s.Replica.Addr() {
+		return s.Replica, s.Master
+	}
+	return s.Master, s.Replica
+}
+
+// Rejoin starts a killed server again as a replica of the master the
+// sentinels name now, and waits until it is in sync.
+func (s *Sentinels) Rejoin(p *Process) {
+	p.t.Helper()
+	if p.Running() {
+		p.t.Fatalf("redistest: %s is running", p.Addr())
+	}
+	a, err := s.MasterAddr(context.Background())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(a)
+	p.args = serverArgs(p.Port, p.dir, "--dbfilename", fmt.Sprintf("rejoined-%d.rdb", p.Port), "--replicaof", host, port)
+	p.start()
+	waitFor(p.t, "the rejoined replica in sync", 20*time.Second, func() bool {
+		info, _ := p.Client().Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
 }
 
 // fields reads a reply of alternating names and values (SENTINEL MASTER).
