@@ -160,12 +160,13 @@ func (g *Gate) Enter(ctx context.Context, accept func(browser int) bool) (*Place
 	}
 	began := time.Now()
 	g.mu.Lock()
-	if len(g.waiters) == 0 {
-		if b := g.free(accept); b >= 0 {
-			g.take(b)
-			g.mu.Unlock()
-			return &Place{Browser: b, g: g}, nil
-		}
+	// Those waiting go first; a place none of them can use is this
+	// client's at once.
+	g.handOn()
+	if b := g.free(accept); b >= 0 {
+		g.take(b)
+		g.mu.Unlock()
+		return &Place{Browser: b, g: g}, nil
 	}
 	if len(g.waiters) >= g.queue {
 		g.refused[0]++

@@ -199,3 +199,21 @@ func TestPassedOver(t *testing.T) {
 		}
 	})
 }
+
+// TestFreePlaceNotHeldBack: a waiter that only one full browser suits
+// does not keep a newcomer out of a place in another.
+func TestFreePlaceNotHeldBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(Options{Capacity: []int{1, 1}, Queue: 1})
+		enter(t, g, nil) // browser 0
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { g.Enter(ctx, func(b int) bool { return b == 0 }); close(done) }()
+		synctest.Wait()
+		if p := enter(t, g, nil); p.Browser != 1 {
+			t.Errorf("newcomer: browser %d, want 1 at once", p.Browser)
+		}
+		cancel()
+		<-done
+	})
+}

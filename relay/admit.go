@@ -19,7 +19,8 @@ import (
 // capacity waits in the queue with its upgrade not yet answered (every
 // client library just sees a slower connect), and one that gets no place
 // is answered with an HTTP status, never a websocket closed after the
-// upgrade. The HTTP endpoints never wait.
+// upgrade. The HTTP endpoints never wait. Refusals are logged at debug
+// only (a crowd would flood the log) and counted in /metrics.
 
 // newGate makes the gate of the browsers in p.ups: each takes what it
 // announces (a launched lightpanda serve's max_browser_connections),
@@ -59,12 +60,12 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, log zerolog.Logger
 		w.Header().Set("Retry-After", strconv.Itoa(int(refusal.RetryAfter/time.Second)))
 		st := p.gate.Stats()
 		if errors.Is(err, admission.ErrFull) {
-			log.Warn().Int("capacity", st.Capacity).Int("queued", st.Queued).Msg("client refused: every place is taken and the queue is full (--queue)")
+			log.Debug().Int("capacity", st.Capacity).Int("queued", st.Queued).Msg("client refused: every place is taken and the queue is full (--queue)")
 			http.Error(w, "cdp-throttle: every browser place is taken ("+strconv.Itoa(st.Capacity)+
 				") and the queue is full (--queue "+strconv.Itoa(p.Queue)+"); try again later", http.StatusTooManyRequests)
 			return nil, nil
 		}
-		log.Warn().Stringer("queue_timeout", p.queueTimeout()).Msg("client refused: no place freed in time (--queue-timeout)")
+		log.Debug().Stringer("queue_timeout", p.queueTimeout()).Msg("client refused: no place freed in time (--queue-timeout)")
 		http.Error(w, "cdp-throttle: no browser place freed within "+p.queueTimeout().String()+" (--queue-timeout); try again later", http.StatusServiceUnavailable)
 	default: // the client left while it waited
 		log.Debug().Err(err).Msg("client left while waiting for a place")
