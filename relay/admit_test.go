@@ -3,7 +3,9 @@ package relay
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,5 +130,64 @@ func TestAdmissionUnbounded(t *testing.T) {
 	eventually(t, "two clients on each browser", func() bool { return fb1.connCount() == 2 && fb2.connCount() == 2 })
 	if capacity, connected, _, _, _ := clientsOf(t, tp); capacity != -1 || connected != 4 {
 		t.Errorf("/healthz: capacity %d, %d connected; want -1 (no bound) and 4", capacity, connected)
+	}
+}
+
+// fullBrowser is a browser endpoint that answers the first refusals
+// websocket upgrades 503, as lightpanda serve does while it still counts
+// a connection the relay closed, then accepts and echoes.
+func fullBrowser(t *testing.T, refusals int) (url string, upgrades *atomic.Int64) {
+	t.Helper()
+	upgrades = &atomic.Int64{}
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !websocket.IsWebSocketUpgrade(r) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"Browser":"Lightpanda/1.0","webSocketDebuggerUrl":"ws://` + srv.Listener.Addr().String() + `/"}`))
+			return
+		}
+		if upgrades.Add(1) <= int64(refusals) {
+			http.Error(w, "too many connections", http.StatusServiceUnavailable)
+			return
+		}
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			mt, m, err := c.ReadMessage()
+			if err != nil || c.WriteMessage(mt, m) != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws://" + srv.Listener.Addr().String() + "/", upgrades
+}
+
+// TestBrowserStillFull: a browser with a capacity that answers 503 while
+// the client has a place in it is asked again for a moment (it has not
+// seen the last client's close yet); one with no capacity known passes
+// its 503 on at once.
+func TestBrowserStillFull(t *testing.T) {
+	checkLeaks(t)
+	url, upgrades := fullBrowser(t, 3)
+	tp := relayToURL(t, url, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.ClientsPerBrowser = 1 })
+	c := tp.dial(t, "/", nil)
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, m := readClient(t, c); string(m) != `{"id":1}` {
+		t.Errorf("echo: %s", m)
+	}
+	if n := upgrades.Load(); n != 4 {
+		t.Errorf("the browser was asked %d times, want 4 (three 503s, then in)", n)
+	}
+
+	url, upgrades = fullBrowser(t, 1)
+	tp = relayToURL(t, url, limiter.Config{Mode: limiter.Off})
+	if status, _, _ := dialStatus(tp, "/"); status != http.StatusServiceUnavailable || upgrades.Load() != 1 {
+		t.Errorf("no capacity known: got %d after %d upgrades, want the browser's 503 after 1", status, upgrades.Load())
 	}
 }
