@@ -27,3 +27,4 @@ func TestIdleHostStartsFromZero(t *testing.T) { limitertest.IdleHostStartsFromZe
 func TestSeedGolden(t *testing.T)             { limitertest.Golden(t, newSubject) }
 func TestSettings(t *testing.T)               { limitertest.Settings(t, newSubject) }
 func TestPush(t *testing.T)                   { limitertest.Push(t, newSubject) }
+func TestSlackAndHeadroom(t *testing.T)       { limitertest.SlackAndHeadroom(t, newSubject) }

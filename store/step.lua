@@ -22,9 +22,11 @@
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
 -- reads the setting of the host's last booking.
--- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor}; peek
--- writes nothing, returns the start a navigation would get and the spacing
--- it would add, and pressure -1 for a host it does not know.
+-- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor, slack,
+-- headroom}; slack and headroom are those of limiter.Reservation (reserve
+-- only, 0 otherwise). Peek writes nothing, returns the start a navigation
+-- would get and the spacing it would add, and pressure -1 for a host it
+-- does not know.
 
 local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
 local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
@@ -90,20 +92,22 @@ local function flag()
 end
 
 if op == 'r' then
-  local start, s
+  local start, s, slack, headroom
   if not known then
     start, s = now, spacing(0)
+    slack, headroom = 0, tau
     tat, clock = now + s, now
     if adaptive then p = 1 else p = 0 end
   else
     drain()
     s = spacing(p)
     start = math.max(now, tat - tau)
+    slack, headroom = math.max(0, tat - start), start - (tat - tau)
     tat = math.max(tat, start) + s
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
   end
   save()
-  return {start, s, p, now, flag(), floor}
+  return {start, s, p, now, flag(), floor, slack, headroom}
 end
 
 if op == 'o' then
@@ -121,7 +125,7 @@ if op == 'o' then
     tat = math.max(tat, now + wait + tau)
   end
   save()
-  return {0, 0, p, now, flag(), floor}
+  return {0, 0, p, now, flag(), floor, 0, 0}
 end
 
 if op == 'l' then
@@ -134,11 +138,11 @@ if op == 'l' then
     local idle = math.max(tat, clock + p * COOLDOWN) - now
     redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
   end
-  return {0, 0, p or 0, now, flag(), floor}
+  return {0, 0, p or 0, now, flag(), floor, 0, 0}
 end
 
 if op == 'p' then
-  if not known then return {0, 0, -1, now, flag(), floor} end
+  if not known then return {0, 0, -1, now, flag(), floor, 0, 0} end
   if h[4] then
     -- The setting of the host's last booking, whichever relay made it.
     adaptive = h[4] == '1'
@@ -146,7 +150,7 @@ if op == 'p' then
   end
   drain()
   -- The earliest a navigation would go: max(now, tat - tau).
-  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor}
+  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor, 0, 0}
 end
 
 return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

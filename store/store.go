@@ -293,6 +293,8 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Start:    at.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
 				Spacing:  time.Duration(v[1]) * time.Microsecond,
 				Pressure: int(v[2]),
+				Slack:    time.Duration(v[6]) * time.Microsecond,
+				Headroom: time.Duration(v[7]) * time.Microsecond,
 				Tracked:  true,
 				Mode:     set.mode,
 				Bucket:   host,
@@ -412,8 +414,9 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 }
 
 // stepValues is how many values the script returns: {start, spacing,
-// pressure, now, adaptive, floor}, times in microseconds.
-const stepValues = 6
+// pressure, now, adaptive, floor, slack, headroom}, times in
+// microseconds.
+const stepValues = 8
 
 // run runs one step of the script for host with the setting set and
 // returns its values.

@@ -179,6 +179,7 @@ func Run(t *testing.T, newL New) {
 		{"Golden", Golden},
 		{"Settings", Settings},
 		{"Push", Push},
+		{"SlackAndHeadroom", SlackAndHeadroom},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
@@ -575,4 +576,39 @@ func Push(t *testing.T, newL New) {
 	p.Push("other.example", 50*time.Millisecond, At(3000))
 	p.Push("127.0.0.1", 50*time.Millisecond, At(3000))
 	RunSteps(t, l, []Step{{3000, "other.example", nil, 3000}, {3000, "127.0.0.1", nil, 3000}})
+}
+
+// SlackAndHeadroom checks what a booking says of its place in the rule:
+// how much sooner than the steady schedule a burst let it start (Slack),
+// and how much later than the earliest the rule allowed it starts
+// (Headroom).
+func SlackAndHeadroom(t *testing.T, newL New) {
+	l := newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 3})
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for i, s := range []struct {
+		at, start, slack, headroom float64
+	}{
+		{0, 0, 0, 200},   // unknown host: at once, tau to spare
+		{0, 0, 100, 100}, // the burst: 100 ms before its steady slot
+		{0, 0, 200, 0},
+		{0, 100, 200, 0},     // the burst spent: one interval later
+		{1000, 1000, 0, 800}, // idle: asked 800 ms after the earliest allowed
+	} {
+		r := l.Reserve("example.com", At(s.at))
+		if r.Start != At(s.start) || r.Slack != ms(s.slack) || r.Headroom != ms(s.headroom) {
+			t.Errorf("booking %d at %vms: start %v slack %v headroom %v, want %vms %vms %vms",
+				i, s.at, r.Start.Sub(T0), r.Slack, r.Headroom, s.start, s.slack, s.headroom)
+		}
+	}
+	// With a burst of 1 nothing goes before its steady slot.
+	l = newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 1})
+	for i, s := range []struct {
+		at, start, headroom float64
+	}{{0, 0, 0}, {0, 100, 0}, {150, 200, 0}, {450, 450, 150}} {
+		r := l.Reserve("example.com", At(s.at))
+		if r.Start != At(s.start) || r.Slack != 0 || r.Headroom != ms(s.headroom) {
+			t.Errorf("burst 1, booking %d at %vms: start %v slack %v headroom %v, want %vms 0 %vms",
+				i, s.at, r.Start.Sub(T0), r.Slack, r.Headroom, s.start, s.headroom)
+		}
+	}
 }
