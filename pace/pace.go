@@ -60,6 +60,10 @@ type Config struct {
 	// Push, when set, is told each time a bucket's schedule moves, and by
 	// how much; it is called without the Tracker's lock held.
 	Push func(bucket string, by time.Duration)
+	// Left, when set, is told of each exact departure: how long the
+	// browser took from the release (lag) and its usual lag then; it is
+	// called without the Tracker's lock held.
+	Left func(bucket string, lag, usual time.Duration)
 }
 
 // Tracker follows the navigations of the relay's clients from their
@@ -121,6 +125,11 @@ type Nav struct {
 	source string
 	slot   time.Time
 	sigma  time.Duration // the bucket's shift when it was booked
+	// slack is how much later than slot n may leave with the schedule
+	// after it unchanged (what a burst allowance gave it); headroom is how
+	// far the schedule may move before n's slot moves (how much later than
+	// the rule's earliest n was booked).
+	slack, headroom time.Duration
 
 	// guarded by t.mu
 	due      time.Time // when it was due at its release
@@ -132,8 +141,14 @@ type Nav struct {
 }
 
 // Book starts following a navigation booked in bucket name for slot, that the
-// browser source (a name of the caller's) will send.
-func (t *Tracker) Book(name, source string, slot time.Time) *Nav {
+// browser source (a name of the caller's) will send. slack is how much
+// later than slot it may leave without the navigations after it coming
+// closer than the schedule allows (a burst allowance let it go before the
+// bucket's steady schedule: 0 with a burst of 1); headroom is how far the
+// bucket's schedule may move later before slot moves with it (it was
+// booked later than the earliest the rule allowed, the bucket being idle).
+// Both are the limiter's (Reservation.Slack, Reservation.Headroom).
+func (t *Tracker) Book(name, source string, slot time.Time, slack, headroom time.Duration) *Nav {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.buckets == nil {
@@ -146,7 +161,7 @@ func (t *Tracker) Book(name, source string, slot time.Time) *Nav {
 		t.buckets[name] = b
 	}
 	b.live++
-	return &Nav{t: t, b: b, source: source, slot: slot, sigma: b.shift}
+	return &Nav{t: t, b: b, source: source, slot: slot, sigma: b.shift, slack: max(slack, 0), headroom: max(headroom, 0)}
 }
 
 func (t *Tracker) tolerance() time.Duration {
@@ -164,7 +179,8 @@ func (t *Tracker) wait() time.Duration {
 }
 
 // Due reports when n may be let go: its slot, moved by how far late
-// departures moved its bucket's schedule since it was booked. While a
+// departures moved its bucket's schedule since it was booked, less its
+// headroom. While a
 // navigation of its bucket let go less than Wait before now has not left
 // yet, Due also returns a channel that is closed once that changes, and
 // the time by which it changes at the latest: ask again then.
@@ -179,7 +195,7 @@ func (n *Nav) Due(now time.Time) (due time.Time, wait <-chan struct{}, until tim
 	for o := range n.b.bound {
 		shift = max(shift, o.wantLocked(o.by, t.lags[o.source].least()))
 	}
-	due = n.slot.Add(shift - n.sigma)
+	due = n.slot.Add(max(0, shift-n.sigma-n.headroom))
 	for o := range n.b.out {
 		give := o.released.Add(t.wait())
 		if !now.Before(give) || o == n {
@@ -211,9 +227,10 @@ func (n *Nav) Released(at, due time.Time) {
 // Departed notes that n left the browser at at. exact says at is the
 // browser's own timing of the send; otherwise it is a time by which n had
 // left (when the relay learned it had), which the navigations after it
-// respect until the exact time is in. A departure later than the
-// browser's usual lag past n's due time, by more than the Tolerance, moves
-// the rest of the bucket's schedule by that much.
+// respect until the exact time is in. A departure later than its slack
+// and the browser's usual lag past n's slot (moved as its bucket's
+// schedule moved), by more than the Tolerance, moves the rest of the
+// bucket's schedule by that much.
 func (n *Nav) Departed(at time.Time, exact bool) {
 	if n == nil {
 		return
@@ -238,7 +255,8 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 		return
 	}
 	usual := l.least() // before n's own lag counts: a late one is not usual
-	l.add(at.Sub(n.released))
+	lag := at.Sub(n.released)
+	l.add(lag)
 	n.exact = true
 	delete(n.b.bound, n)
 	want := n.wantLocked(at, usual)
@@ -247,8 +265,11 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 		by = want - n.b.shift
 		n.b.shift = want
 	}
-	push, name := t.Push, n.b.name
+	push, left, name := t.Push, t.Left, n.b.name
 	t.mu.Unlock()
+	if left != nil {
+		left(name, lag, usual)
+	}
 	if by > 0 && push != nil {
 		push(name, by)
 	}
@@ -256,10 +277,9 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 
 // wantLocked is the shift the navigations after n need for n to have left
 // at at, given the browser's usual lag: n counts as having gone at its slot
-// moved by the result − sigma. Callers hold t.mu.
+// (plus its slack) moved by the result − sigma. Callers hold t.mu.
 func (n *Nav) wantLocked(at time.Time, usual time.Duration) time.Duration {
-	late := at.Sub(n.due) - usual - n.t.tolerance()
-	return n.sigma + n.due.Sub(n.slot) + late
+	return n.sigma + at.Sub(n.slot) - n.slack - usual - n.t.tolerance()
 }
 
 // End notes that n is over: answered, failed, aborted, or its page gone.

@@ -14,10 +14,12 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // step is one thing that happens to navigation nav (its index in booking
 // order) at a fixed instant.
 type step struct {
-	op    string // book, release, depart (exact), sent (upper bound), end
-	nav   int
-	ms    float64 // when; for book, the slot
-	check func(t *testing.T, tr *Tracker, navs []*Nav)
+	op  string // book, release, depart (exact), sent (upper bound), end
+	nav int
+	ms  float64 // when; for book, the slot
+	// slack and headroom of a booking, ms
+	slack, headroom float64
+	check           func(t *testing.T, tr *Tracker, navs []*Nav)
 }
 
 // due checks navigation i's due time, asked at now.
@@ -121,6 +123,48 @@ func TestTracker(t *testing.T) {
 			pushed: 50,
 		},
 		{
+			name: "a late departure within its slack (a burst's) moves nothing",
+			steps: []step{
+				// Burst 2, spacing 200 ms, an idle host: the first two go at
+				// once, the second on the burst's allowance.
+				{op: "book", nav: 0, ms: 0, headroom: 200}, {op: "book", nav: 1, ms: 0, slack: 200}, {op: "book", nav: 2, ms: 200, slack: 200},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 2},
+				{op: "release", nav: 1, ms: 0}, {op: "depart", nav: 1, ms: 150},
+				{check: due(2, 200, 200)},
+			},
+		},
+		{
+			name: "a late departure past its slack moves what follows by the excess",
+			steps: []step{
+				{op: "book", nav: 0, ms: 0, headroom: 200}, {op: "book", nav: 1, ms: 0, slack: 200}, {op: "book", nav: 2, ms: 200, slack: 200},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 2},
+				{op: "release", nav: 1, ms: 0}, {op: "depart", nav: 1, ms: 260},
+				{check: due(2, 200, 255)},
+			},
+			pushed: 55,
+		},
+		{
+			name: "a navigation booked later than the schedule asked keeps its slot while a push is within its headroom",
+			steps: []step{
+				// Burst 1, spacing 200 ms: the second was asked for 100 ms
+				// after the first's schedule let it go; the third was queued.
+				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 300, headroom: 100}, {op: "book", nav: 2, ms: 500},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 52},
+				{check: due(1, 300, 300)},
+				{check: due(2, 500, 549)},
+			},
+			pushed: 49,
+		},
+		{
+			name: "a push beyond a navigation's headroom moves it by the excess",
+			steps: []step{
+				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 300, headroom: 100},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 153},
+				{check: due(1, 300, 350)},
+			},
+			pushed: 150,
+		},
+		{
 			name: "a navigation ended without leaving moves nothing",
 			steps: []step{
 				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 200},
@@ -142,7 +186,7 @@ func TestTracker(t *testing.T) {
 			for _, s := range tt.steps {
 				switch s.op {
 				case "book":
-					navs = append(navs, tr.Book("a.test", "chromium", at(s.ms)))
+					navs = append(navs, tr.Book("a.test", "chromium", at(s.ms), time.Duration(s.slack*float64(time.Millisecond)), time.Duration(s.headroom*float64(time.Millisecond))))
 				case "release":
 					due, _, _ := navs[s.nav].Due(at(s.ms))
 					navs[s.nav].Released(at(s.ms), due)
@@ -167,9 +211,9 @@ func TestTracker(t *testing.T) {
 // let go before it in its bucket has not left, but no longer than Wait.
 func TestTrackerWaitsForTheOneBefore(t *testing.T) {
 	tr := &Tracker{Config: Config{Wait: time.Second}}
-	a := tr.Book("a.test", "chromium", at(0))
-	b := tr.Book("a.test", "chromium", at(200))
-	other := tr.Book("b.test", "chromium", at(200))
+	a := tr.Book("a.test", "chromium", at(0), 0, 0)
+	b := tr.Book("a.test", "chromium", at(200), 0, 0)
+	other := tr.Book("b.test", "chromium", at(200), 0, 0)
 	due, _, _ := a.Due(at(0))
 	a.Released(at(0), due)
 
@@ -196,7 +240,7 @@ func TestTrackerWaitsForTheOneBefore(t *testing.T) {
 	}
 
 	// One that never says it left is waited for Wait at most.
-	c := tr.Book("a.test", "chromium", at(700))
+	c := tr.Book("a.test", "chromium", at(700), 0, 0)
 	b.Released(at(447), at(447))
 	if _, wait, _ := c.Due(at(1446)); wait == nil {
 		t.Errorf("third navigation does not wait for the second, let go 999 ms before")
