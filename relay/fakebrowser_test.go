@@ -683,7 +683,7 @@ type fakeConn struct {
 	own       bool                 // guarded by fb.mu: the relay's own (it discovers targets; clients here never do)
 	pagesConn bool                 // guarded by fb.mu: auto-attaches to pages (the relay's pages connection)
 	patterns  []string             // guarded by fb.mu: its browser-level Fetch patterns' URLs (Document, Request stage)
-	sessions  map[string]*fakeSess // guarded by fb.mu: its page sessions, by target
+	sessions  map[string]*fakeSess // guarded by fb.mu: its page sessions, by session id
 	msgs      []fakeMsg            // guarded by mu; everything received, in order
 	nread     int                  // guarded by mu; msgs handed out by next
 	arrived   chan struct{}        // guarded by mu; closed and replaced on each message
@@ -756,12 +756,7 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 	if m.SessionID != "" {
 		fb.mu.Lock()
 		pages := fc.pagesConn
-		var ss *fakeSess
-		for _, x := range fc.sessions {
-			if x.id == m.SessionID {
-				ss = x
-			}
-		}
+		ss := fc.sessions[m.SessionID]
 		fb.mu.Unlock()
 		if !pages {
 			return // a client's session: the test answers
@@ -813,11 +808,7 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		var p struct{ SessionID string }
 		json.Unmarshal(m.Params, &p)
 		fb.mu.Lock()
-		for target, ss := range fc.sessions {
-			if ss.id == p.SessionID {
-				delete(fc.sessions, target)
-			}
-		}
+		delete(fc.sessions, p.SessionID)
 		fb.broadcast()
 		fb.mu.Unlock()
 		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.detachedFromTarget","params":{"sessionId":%q}}`, p.SessionID))
@@ -839,7 +830,7 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		}
 		fb.nextJob++
 		ss := &fakeSess{id: fmt.Sprintf("RELAY-%s-%d", p.TargetID, fb.nextJob), target: p.TargetID, seq: fb.nextJob, ran: true}
-		fc.sessions[p.TargetID] = ss
+		fc.sessions[ss.id] = ss
 		fb.broadcast()
 		fb.mu.Unlock()
 		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":%s,"waitingForDebugger":false}}`, ss.id, info))
@@ -988,13 +979,13 @@ func (fc *fakeConn) attach(info json.RawMessage, waiting bool) {
 	if fc.sessions == nil {
 		fc.sessions = map[string]*fakeSess{}
 	}
-	if fc.sessions[t.TargetID] != nil || fc.replay != nil {
+	if fc.sessionLocked(t.TargetID) != nil || fc.replay != nil {
 		fb.mu.Unlock()
 		return
 	}
 	fb.nextJob++
 	ss := &fakeSess{id: fmt.Sprintf("RELAY-%s-%d", t.TargetID, fb.nextJob), target: t.TargetID, seq: fb.nextJob, ran: !waiting}
-	fc.sessions[t.TargetID] = ss
+	fc.sessions[ss.id] = ss
 	fb.broadcast()
 	fb.mu.Unlock()
 	fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":%s,"waitingForDebugger":%v}}`, ss.id, info, waiting))
@@ -1294,11 +1285,23 @@ func (fb *fakeBrowser) pages(t testing.TB) *fakeConn {
 	return got
 }
 
-// session returns fc's session on page target, "" when it has none.
+// session returns fc's session on page target (the armed one, if any),
+// nil when it has none.
 func (fc *fakeConn) session(target string) *fakeSess {
 	fc.fb.mu.Lock()
 	defer fc.fb.mu.Unlock()
-	return fc.sessions[target]
+	return fc.sessionLocked(target)
+}
+
+// sessionLocked is session. Callers hold fb.mu.
+func (fc *fakeConn) sessionLocked(target string) *fakeSess {
+	var got *fakeSess
+	for _, ss := range fc.sessions {
+		if ss.target == target && (got == nil || ss.fetch && !got.fetch) {
+			got = ss
+		}
+	}
+	return got
 }
 
 // armed waits until the relay enabled Fetch and Network in fc's session on
@@ -1306,7 +1309,7 @@ func (fc *fakeConn) session(target string) *fakeSess {
 func (fb *fakeBrowser) armed(t testing.TB, fc *fakeConn, target string) {
 	t.Helper()
 	fb.await(t, "the relay's interception on page "+target, func() bool {
-		ss := fc.sessions[target]
+		ss := fc.sessionLocked(target)
 		return ss != nil && ss.fetch && ss.network && !fc.ended_()
 	})
 }
@@ -1371,9 +1374,11 @@ func (fb *fakeBrowser) interceptors(frame, url string) []interceptor {
 		if c.ended_() {
 			continue
 		}
-		if ss := c.sessions[frame]; ss != nil && ss.fetch {
-			sess = append(sess, ss)
-			owner[ss] = c
+		for _, ss := range c.sessions {
+			if ss.target == frame && ss.fetch {
+				sess = append(sess, ss)
+				owner[ss] = c
+			}
 		}
 	}
 	slices.SortFunc(sess, func(a, b *fakeSess) int { return b.seq - a.seq })
@@ -1410,8 +1415,10 @@ func (fb *fakeBrowser) networkSessions(frame string) []interceptor {
 	defer fb.mu.Unlock()
 	var out []interceptor
 	for _, c := range fb.conns {
-		if ss := c.sessions[frame]; ss != nil && ss.network && !c.ended_() {
-			out = append(out, interceptor{fc: c, session: ss.id, network: true})
+		for _, ss := range c.sessions {
+			if ss.target == frame && ss.network && !c.ended_() {
+				out = append(out, interceptor{fc: c, session: ss.id, network: true})
+			}
 		}
 	}
 	return out

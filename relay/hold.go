@@ -208,7 +208,7 @@ func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerol
 	if booked != nil {
 		b = func(start time.Time, _ *pace.Nav) { booked(start) }
 	}
-	h.holdFor(ctx, host, rawURL, log, false, b, release, done)
+	h.holdFor(ctx, host, rawURL, log, false, b, nil, release, done)
 }
 
 // holdNav is hold for a navigation whose departure the caller follows
@@ -216,16 +216,18 @@ func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerol
 // when the request left and ends it (holder.ended) once it is over, and
 // the release waits, past the slot, for what late departures before it in
 // its bucket ask (package pace). Without depart, it is booked's nil.
-func (h *holder) holdNav(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), release func()) {
-	h.holdFor(ctx, host, rawURL, log, depart, booked, release, nil)
+// waits, when set, is called once, when the navigation turns out to have
+// to wait at all.
+func (h *holder) holdNav(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release func()) {
+	h.holdFor(ctx, host, rawURL, log, depart, booked, waits, release, nil)
 }
 
-func (h *holder) holdFor(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), release, done func()) {
+func (h *holder) holdFor(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release, done func()) {
 	h.waiting.Add(1)
 	h.p.limiting.Add(1)
 	go func() {
 		defer h.p.limiting.Done()
-		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, release: release, done: done}
+		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, release: release, done: done}
 		if !hw.book() {
 			if ctx.Err() != nil {
 				hw.release = nil
@@ -255,6 +257,7 @@ type holdWait struct {
 	log          *zerolog.Logger
 	depart       bool
 	booked       func(time.Time, *pace.Nav)
+	waits        func() // called once the navigation has to wait, then set to nil
 	release      func()
 	done         func()
 	start        time.Time // when its slot comes
@@ -270,13 +273,14 @@ func (w *holdWait) book() bool {
 	if !retry {
 		w.start = time.Now().Add(max(d, 0))
 		if w.depart && r.Tracked {
-			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start)
+			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
 		}
 		if w.booked != nil {
 			w.booked(w.start, w.nav)
 		}
 	}
 	if retry {
+		w.waiting()
 		after(w.ctx, d, func() {
 			if !w.book() {
 				w.end()
@@ -285,6 +289,14 @@ func (w *holdWait) book() bool {
 		return true
 	}
 	return w.due()
+}
+
+// waiting tells waits, once, that the navigation waits.
+func (w *holdWait) waiting() {
+	if w.waits != nil {
+		w.waits()
+		w.waits = nil
+	}
 }
 
 // due waits, past the slot, for what late departures before this
@@ -297,6 +309,7 @@ func (w *holdWait) due() bool {
 		at, left, until = w.nav.Due(now)
 	}
 	if d := at.Sub(now); d > 0 {
+		w.waiting()
 		after(w.ctx, d, func() {
 			if !w.due() {
 				w.end()
@@ -307,6 +320,8 @@ func (w *holdWait) due() bool {
 	if left != nil {
 		// One let go before it has not left the browser yet: going now
 		// could overtake it.
+		w.log.Debug().Str("host", w.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
+		w.waiting()
 		w.h.p.limiting.Add(1)
 		go func() {
 			defer w.h.p.limiting.Done()

@@ -59,6 +59,8 @@ type fetchHold struct {
 	wideAcked int64                // guarded by mu; the last pattern update net answered (named for the wide one it may be)
 	netSeq    int64                // guarded by mu; pattern updates written to net
 	netAcked  chan struct{}        // guarded by mu; closed and replaced when net takes an update
+	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
+	netDirty  bool                 // guarded by mu; what net should pause changed since that update
 	confirmed bool                 // guarded by mu; no connection dropped since the others last answered
 }
 
@@ -70,6 +72,7 @@ type heldNav struct {
 	by       *fetchConn    // guarded by fetchHold.mu; the connection holding it
 	session  string        // guarded by fetchHold.mu; of by, "" at the browser level
 	url      string        // its URL, as net's pattern for it
+	named    bool          // guarded by fetchHold.mu; net's patterns name it
 	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
@@ -79,10 +82,6 @@ type heldNav struct {
 type passedNav struct {
 	by *fetchConn
 	at time.Time
-	// until, when set, is net's pattern update that no longer names the
-	// request: once net has taken it, net pauses no echo of the request,
-	// and one it pauses is a new request.
-	until int64
 }
 
 // echoWindow is how long after one connection let a request go the other
@@ -380,8 +379,11 @@ func urlPattern(rawURL string) string {
 }
 
 // updateNet writes net's patterns as they should be now, and returns the
-// update's number (0 when net is down). Each write replaces the one
-// before; they reach the browser in order.
+// number of the update that carries them (0 when net is down). One update
+// is under way at a time: while one is, the next waits for its answer and
+// then carries the patterns of that moment, so that a crawl of many held
+// navigations writes what changed, not every change. They reach the
+// browser in order.
 func (f *fetchHold) updateNet() int64 {
 	f.netMu.Lock()
 	defer f.netMu.Unlock()
@@ -390,6 +392,16 @@ func (f *fetchHold) updateNet() int64 {
 		return 0
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.netBusy == nc {
+		f.netDirty = true
+		return f.netSeq + 1
+	}
+	return f.writeNetLocked(nc)
+}
+
+// writeNetLocked writes net's patterns to nc. Callers hold netMu and mu.
+func (f *fetchHold) writeNetLocked(nc *fetchConn) int64 {
 	patterns, wide := f.patternsLocked()
 	f.wideAsked = wide
 	f.netSeq++
@@ -400,14 +412,27 @@ func (f *fetchHold) updateNet() int64 {
 	if !wide {
 		f.wideSince = 0
 	}
-	f.mu.Unlock()
+	f.netBusy, f.netDirty = nc, false
 	_, err := nc.send("", "Fetch.enable", &fetch.EnableParams{Patterns: patterns}, func(r reply) {
 		if r.err == nil && r.result != nil {
 			f.acked(seq, wide)
 		}
+		f.netMu.Lock()
+		f.mu.Lock()
+		if f.netBusy == nc {
+			f.netBusy = nil
+			if f.netDirty && f.net.Load() == nc {
+				f.writeNetLocked(nc)
+			}
+		}
+		f.mu.Unlock()
+		f.netMu.Unlock()
 	})
-	if err != nil && !errors.Is(err, errConnClosed) {
-		nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
+	if err != nil {
+		f.netBusy = nil
+		if !errors.Is(err, errConnClosed) {
+			nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
+		}
 	}
 	return seq
 }
@@ -553,13 +578,23 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	now := time.Now()
 	f.mu.Lock()
+	// What fc let go can no longer reach the other connection as an echo
+	// (but for a request under way this very moment): a request with the
+	// same frame and URL that reaches net from now on is a new one.
+	for k, p := range f.passed {
+		if p.by == fc {
+			delete(f.passed, k)
+		}
+	}
 	held := 0
 	var lost []string // with no connection left, what any of them held is gone
 	for k, hn := range f.held {
 		switch {
 		case others == 0 && !f.isUp(hn.by):
 			delete(f.held, k)
-			f.dropURLLocked(hn.url)
+			if hn.named {
+				f.dropURLLocked(hn.url)
+			}
 			lost = append(lost, k.frame)
 		case hn.by == fc:
 			hn.orphaned = now
@@ -586,7 +621,9 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		for k, hn := range f.held {
 			if hn.by == fc {
 				delete(f.held, k)
-				f.dropURLLocked(hn.url)
+				if hn.named {
+					f.dropURLLocked(hn.url)
+				}
 				lost = append(lost, k.frame)
 			}
 		}
@@ -674,19 +711,30 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
 	hn := &heldNav{by: fc, session: session, url: ev.Request.URL, booked: make(chan struct{})}
 	f.mu.Lock()
-	if old := f.held[key]; old != nil {
+	if old := f.held[key]; old != nil && old.named {
 		f.dropURLLocked(old.url) // one of a browser that died: forgotten
 	}
 	f.held[key] = hn
-	f.addURLLocked(hn.url)
 	f.mu.Unlock()
-	f.updateNet()
 	booked := func(start time.Time, nav *pace.Nav) {
 		hn.start = start
 		close(hn.booked)
 		fc.booked(th, nav)
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, true, booked, func() { f.let(key, hn, session, id) })
+	waits := func() {
+		// Net's patterns name it while it waits, so that losing pages
+		// hands it to net. (One that goes at once is let go before an
+		// update could reach the browser: pages lost while it is being
+		// booked lets it out, counted unheld.)
+		f.mu.Lock()
+		if f.held[key] == hn && !hn.named {
+			hn.named = true
+			f.addURLLocked(hn.url)
+		}
+		f.mu.Unlock()
+		f.updateNet()
+	}
+	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, true, booked, waits, func() { f.let(key, hn, session, id) })
 }
 
 // let releases a held document request from the connection that holds it
@@ -696,47 +744,34 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 func (f *fetchHold) let(key navKey, hn *heldNav, session, id string) {
 	f.mu.Lock()
 	fc := hn.by
+	named := hn.named
 	if f.held[key] == hn {
 		delete(f.held, key)
-		f.dropURLLocked(hn.url)
+		if named {
+			f.dropURLLocked(hn.url)
+			hn.named = false
+		}
 	}
+	// Net may pause it all the same (the browser applies the update that
+	// drops it after the release, or net pauses every document): it then
+	// lets it go at once.
+	f.passLocked(key, fc, time.Now())
+	f.mu.Unlock()
 	if fc.role == roleNet {
-		f.passLocked(key, fc, time.Now(), 0)
-		f.mu.Unlock()
 		fc.continueRequest("", id, true)
 		return
 	}
-	f.mu.Unlock()
-	seq := f.updateNet()
-	// Net may pause it all the same: when the browser lets it go before it
-	// took the update, or while net pauses every document (or another
-	// request to the URL): it then lets it go at once.
-	f.mu.Lock()
-	until := seq
-	if f.netMaySeeLocked(hn.url) {
-		until = 0
+	if named {
+		f.updateNet()
 	}
-	if seq > 0 {
-		f.passLocked(key, fc, time.Now(), until)
-	}
-	f.mu.Unlock()
 	fc.release(session, id)
-}
-
-// netMaySeeLocked reports whether net pauses a request to rawURL that
-// pages lets go: net pauses every document, or holds one to the same URL.
-// Callers hold mu.
-func (f *fetchHold) netMaySeeLocked(rawURL string) bool {
-	return f.wideAsked || f.urls[urlPattern(rawURL)] > 0
 }
 
 // pass notes a document request fc let go at once, for the other
 // connection, when the other may pause it.
 func (f *fetchHold) pass(key navKey, fc *fetchConn) {
 	f.mu.Lock()
-	if fc.role == roleNet || f.netMaySeeLocked(key.url) {
-		f.passLocked(key, fc, time.Now(), 0)
-	}
+	f.passLocked(key, fc, time.Now())
 	f.mu.Unlock()
 }
 
@@ -744,7 +779,7 @@ func (f *fetchHold) pass(key navKey, fc *fetchConn) {
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, until int64) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -755,7 +790,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, until i
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now, until: until}
+	f.passed[key] = passedNav{by: fc, at: now}
 }
 
 // sawPause notes that a page's document request paused at the relay.
@@ -864,7 +899,10 @@ const claimWait = 3 * time.Second
 // lets it go at once otherwise.
 func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 	fc.f.sawPause(ev.FrameID)
-	if fc.f.echo(fc, ev) || fc.f.handedOver(fc, ev) {
+	// A request held by pages that reaches net was handed over: pages is
+	// gone, though the relay may not know yet (a frame's earlier request
+	// let go by pages, with the same URL, is cancelled by the held one).
+	if fc.f.handedOver(fc, ev) || fc.f.echo(fc, ev) {
 		return
 	}
 	if fc.h.claims.claimed(ev.FrameID) {
@@ -904,16 +942,17 @@ func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 }
 
 // echo lets go at once a request the pages connection let go a moment ago,
-// which net sees while its patterns still name it; it reports whether it
-// did.
+// which net pauses all the same: the browser applied the update that
+// dropped it from net's patterns after the release (net's pauses are
+// decided apart from its answers, so the order on its socket does not
+// tell), or net pauses every document. It reports whether it did. While
+// pages is up, a client page's request reaches net only past pages: one
+// with a frame and URL pages let go is that one. Pages' entries go when
+// it does.
 func (f *fetchHold) echo(fc *fetchConn, ev *cdp.RequestPaused) bool {
 	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
 	f.mu.Lock()
 	p, ok := f.passed[key]
-	if ok && p.until > 0 && f.wideAcked >= p.until {
-		delete(f.passed, key) // net took the update without it before pausing this: a new request
-		ok = false
-	}
 	if !ok || p.by == fc || !fc.since.Before(p.at) || time.Since(p.at) >= echoWindow {
 		f.mu.Unlock()
 		return false
@@ -957,7 +996,7 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// would come too close to the navigation after it. It takes
 			// the next slot instead.
 			fc.log.Debug().Str("host", host).Dur("late_ms", late).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, nil, func() { f.let(key, hn, "", id) })
+			f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, nil, nil, func() { f.let(key, hn, "", id) })
 			return
 		}
 		f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, "", id) }, nil)
@@ -975,14 +1014,14 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	f.mu.Lock()
 	if redirected && prev.host == host {
 		// A hop within the host of the hop before it books nothing.
-		f.passLocked(key, fc, time.Now(), 0)
+		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
 		fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
 		return
 	}
-	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{})}
-	if old := f.held[key]; old != nil {
+	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{}), named: true}
+	if old := f.held[key]; old != nil && old.named {
 		f.dropURLLocked(old.url) // one of a browser that died: forgotten
 	}
 	f.held[key] = hn
@@ -993,7 +1032,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, booked, func() { f.let(key, hn, "", id) })
+	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, booked, nil, func() { f.let(key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -134,10 +134,19 @@ func (fc *fetchConn) attached(params []byte) {
 		clear(fc.sessions)
 		clear(fc.byTarget)
 	}
+	if old := fc.byTarget[ps.target]; old != nil && old.id != ps.id {
+		// A session of the relay's on the page already: one is enough
+		// (two would each pause and book its requests).
+		fc.mu.Unlock()
+		fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Str("kept", old.id).Bool("waiting", a.Waiting).Msg("attached to a page twice: letting the new session go")
+		fc.letGo(ps.id, a.Waiting)
+		return
+	}
 	fc.sessions[ps.id] = ps
 	fc.byTarget[ps.target] = ps
 	fc.pages[ps.target] = struct{}{}
 	fc.mu.Unlock()
+	fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Bool("waiting", a.Waiting).Str("opener", a.Target.OpenerID).Msg("attached to a page")
 	claims := &fc.h.claims
 	if a.Target.OpenerID != "" && claims.claimed(a.Target.OpenerID) {
 		claims.claim(ps.target) // a popup of a client's page

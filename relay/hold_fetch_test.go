@@ -82,7 +82,7 @@ func armedPages(t *testing.T, fb *fakeBrowser, pc *fakeConn) {
 			if ti, _, ok := readTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); !ok || ti.Type != "page" {
 				continue
 			}
-			if ss := pc.sessions[id]; ss == nil || !ss.fetch || !ss.network || !ss.ran {
+			if ss := pc.sessionLocked(id); ss == nil || !ss.fetch || !ss.network || !ss.ran {
 				return false
 			}
 		}
@@ -427,6 +427,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	first := fb.navigate(t, chain)
 	held := make(chan []hopTimes, 1)
 	go func() { held <- fb.navigate(t, chain) }()
+	eventually(t, "the second navigation booked", func() bool { return len(rec.bookings()) == 2 })
 	fb.await(t, "net's patterns naming the held request", func() bool {
 		return slices.ContainsFunc(net.patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
 	})

@@ -192,6 +192,12 @@ type Proxy struct {
 	closed  bool                 // guarded by mu
 }
 
+// pushed counts and logs a late departure that moved bucket's schedule.
+func (p *Proxy) pushed(bucket string, by time.Duration) {
+	p.Metrics.pushed(by)
+	p.log.Debug().Str("bucket", bucket).Float64("by_ms", limiter.Millis(by)).Msg("a navigation left the browser late: its schedule moves")
+}
+
 // Start checks the upstream browser, waiting up to StartTimeout for it to
 // come up, and arms the navigation holder. ctx bounds the wait only.
 func (p *Proxy) Start(ctx context.Context) error {
@@ -313,11 +319,14 @@ func (p *Proxy) Start(ctx context.Context) error {
 		Push(bucket string, by time.Duration, now time.Time)
 	}); ok {
 		p.pace.Push = func(bucket string, by time.Duration) {
-			p.Metrics.pushed(by)
+			p.pushed(bucket, by)
 			pusher.Push(bucket, by, time.Now())
 		}
 	} else {
-		p.pace.Push = func(_ string, by time.Duration) { p.Metrics.pushed(by) }
+		p.pace.Push = p.pushed
+	}
+	p.pace.Left = func(bucket string, lag, usual time.Duration) {
+		p.log.Debug().Str("bucket", bucket).Float64("lag_ms", limiter.Millis(lag)).Float64("usual_ms", limiter.Millis(usual)).Msg("a navigation left the browser")
 	}
 	for i, u := range p.ups {
 		if err := p.arm(waitCtx, bg, u, versions[i], errs[i]); err != nil {

@@ -83,7 +83,7 @@ func TestScope(t *testing.T) {
 	}
 	// New pages no client drives: let run and let go.
 	fb.await(t, "the relay letting go of pages no client drives", func() bool {
-		return pages.sessions["MINE"] == nil && pages.sessions["OTHERS"] == nil
+		return pages.sessionLocked("MINE") == nil && pages.sessionLocked("OTHERS") == nil
 	})
 	if n := len(commands(pages, "Runtime.runIfWaitingForDebugger")); n != 2 {
 		t.Errorf("the relay let %d new pages run, want 2", n)
