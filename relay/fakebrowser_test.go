@@ -774,6 +774,9 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fc.watching[p.RequestID] = true
 		}
 		fc.mu.Unlock()
+	case "Target.getTargets":
+		// The relay asks it to see that a connection still answers.
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
 	case "Target.getTargetInfo":
 		var p struct{ TargetID string }
 		json.Unmarshal(m.Params, &p)
