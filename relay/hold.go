@@ -237,7 +237,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	r := h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
 	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
@@ -258,7 +258,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
 		}
-		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.ShownMillis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
 		switch r.Source {
 		case "", "flag":
 			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
@@ -267,8 +267,8 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
-		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
 

@@ -425,7 +425,7 @@ func (s *Redis) tryRedis() bool {
 // answered notes that Redis answered a call, ending an outage.
 func (s *Redis) answered() {
 	if s.down.Load() && s.down.CompareAndSwap(true, false) {
-		s.log.Info().Str("redis", s.addr).Dur("down_for", time.Since(time.Unix(0, s.downSince.Load()))).
+		s.log.Info().Str("redis", s.addr).Stringer("down_for", time.Since(time.Unix(0, s.downSince.Load())).Round(time.Millisecond)).
 			Uint64("fallbacks", s.fallbacks.Load()).Msg("redis answers again: booking navigations in it")
 	}
 }
