@@ -186,6 +186,12 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 	if !slices.ContainsFunc(logs.lines, func(m map[string]any) bool { return m["message"] == "browser stopped" }) {
 		t.Errorf("no \"browser stopped\" in the log:\n%s", logs.raw.String())
 	}
+	// Stopping its own browser is no loss of a connection.
+	for _, m := range []string{"lost one of the relay's browser connections", "the browser closed the relay's connections"} {
+		if strings.Contains(logs.raw.String(), m) {
+			t.Errorf("the relay logged %q on a normal shutdown:\n%s", m, logs.raw.String())
+		}
+	}
 }
 
 // TestCommandUpstreamNeverUp: a browser that never answers is a clear error.
