@@ -161,6 +161,25 @@ func (h *holder) holding() string {
 	return h.via().String()
 }
 
+// pageLog is log naming the page (its target id) and the client session a
+// navigation is in, for its debug lines: a reader looks for a page, and a
+// connection's websocket path is / for most clients. Either may be "".
+// Built only when debug lines are written.
+func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
+	if log.GetLevel() > zerolog.DebugLevel || page == "" && session == "" {
+		return log
+	}
+	c := log.With()
+	if page != "" {
+		c = c.Str("page", page)
+	}
+	if session != "" {
+		c = c.Str("session", session)
+	}
+	l := c.Logger()
+	return &l
+}
+
 // hold books host's slot for a navigation to rawURL and calls release when
 // the slot comes (at once when it has come), booking again while a shared
 // store asks to retry. Booking runs on a goroutine of its own, never on the

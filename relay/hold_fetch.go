@@ -395,8 +395,9 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 				// Its slot went by while the browser handed it over: going
 				// now would come too close to the navigation after it. It
 				// takes the next slot instead.
-				fc.log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-				f.h.holdBooked(fc.held, host, ev.Request.URL, &fc.log, nil, func() { f.let(key, hn, id) }, nil)
+				log := pageLog(&fc.log, ev.FrameID, "")
+				log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
+				f.h.holdBooked(fc.held, host, ev.Request.URL, log, nil, func() { f.let(key, hn, id) }, nil)
 				return
 			}
 			f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, id) }, nil)
@@ -419,7 +420,7 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdBooked(fc.held, host, ev.Request.URL, &fc.log, booked, func() { f.let(key, hn, id) }, nil)
+	f.h.holdBooked(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), booked, func() { f.let(key, hn, id) }, nil)
 }
 
 // let releases a held document request from the connection that holds it
@@ -782,7 +783,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.host, limiter.Outcome(o), &fc.log)
+			fc.h.observe(hp.host, limiter.Outcome(o), pageLog(&fc.log, hp.frame, ""))
 		}
 		fc.release(id)
 		return

@@ -549,3 +549,24 @@ func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
 	return busyAnswered
 
 }
+
+// TestNavigationLinesNameThePage: a held navigation's debug lines say
+// which page it is in (the websocket path of most clients is /, which
+// names nothing).
+func TestNavigationLinesNameThePage(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(300*time.Millisecond))
+	hc := fb.holder(t)
+	chain := fb.fetch.chain(t, "/page?first")
+	announcePages(t, fb, hc, false)
+	fb.playAll(t, chain)
+	fb.playAll(t, chain) // held
+	p, _ := readPause(chain[0])
+	for _, msg := range []string{"navigation goes at once", "navigation held"} {
+		lines := tp.logs.lines(`"message":"` + msg + `"`)
+		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {
+			t.Errorf("%q: got %q, want one line naming page %s", msg, lines, p.FrameID)
+		}
+	}
+}

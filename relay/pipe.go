@@ -58,7 +58,14 @@ var connSeq atomic.Uint64
 
 // serveWebsocket relays one client websocket to the browser.
 func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
-	log := p.log.With().Uint64("conn", connSeq.Add(1)).Str("path", r.URL.Path).Logger()
+	// A client's lines name its connection; a page's socket names the page
+	// too (its path is said once, when it connects: for most clients it is
+	// / or the browser's, which names nothing).
+	lc := p.log.With().Uint64("conn", connSeq.Add(1))
+	if page, ok := strings.CutPrefix(r.URL.Path, "/devtools/page/"); ok {
+		lc = lc.Str("page", page)
+	}
+	log := lc.Logger()
 	if !p.upgrader.CheckOrigin(r) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
@@ -74,7 +81,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	log = log.With().Str("upstream", up.name).Logger()
 	target, err := up.pageWS(r.Context(), r.URL.Path)
 	if err != nil {
-		log.Warn().Err(err).Msg("browser endpoint unknown")
+		log.Warn().Err(err).Str("path", r.URL.Path).Msg("browser endpoint unknown")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -98,7 +105,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 				msg = string(body)
 			}
 		}
-		log.Warn().Err(err).Int("status", status).Msg("browser refused the websocket")
+		log.Warn().Err(err).Str("path", r.URL.Path).Int("status", status).Msg("browser refused the websocket")
 		http.Error(w, msg, status)
 		return
 	}
@@ -112,7 +119,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	if pr == nil {
 		return
 	}
-	log.Debug().Str("remote", r.RemoteAddr).Msg("client connected")
+	log.Debug().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("client connected")
 	pr.run()
 }
 
