@@ -3,9 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // TestCommandLine runs command lines as main does and checks the exit
@@ -123,4 +129,188 @@ func matches(want, got string) bool {
 		return regexp.MustCompile(want[1 : len(want)-1]).MatchString(got)
 	}
 	return got == want
+}
+
+// TestHelp: the relay's --help lists the three flags most crawls set
+// first (every flag has a category, or urfave/cli would list it before
+// them), shows defaults one way, names its endpoints and gives examples;
+// the error for a bad --intercept and the help name every strategy.
+func TestHelp(t *testing.T) {
+	for _, f := range newApp(io.Discard, io.Discard).Flags {
+		if cf, ok := f.(cli.CategorizableFlag); !ok || cf.GetCategory() == "" {
+			t.Errorf("--%s has no category: help would list it before the flags most crawls need", f.Names()[0])
+		}
+	}
+	out, _, err := runCLI(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "--") && f[0] != "--help," && f[0] != "--version," {
+			flags = append(flags, f[0])
+		}
+	}
+	if len(flags) < 3 || strings.Join(flags[:3], " ") != "--http-nav-burst --http-nav-delay --rule" {
+		t.Errorf("first flags listed: %q, want --http-nav-burst, --http-nav-delay and --rule", flags)
+	}
+	for _, want := range []string{"ENDPOINTS", "/json/version", "/hosts?n=50", "/metrics", "/healthz", "EXAMPLES", "cdp-throttle -- chromium",
+		"(default: 127.0.0.1:9322)", "(default: adaptive)", "(default: 10)", "session (in each client session)", "CDP_THROTTLE_HTTP_NAV_DELAY"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"simulate", "--help"}, {"demo", "--help"}} {
+		out, _, _ := runCLI(t, args...)
+		for _, bad := range []string{`(default: "`, "(default: false)", "[$CDP_THROTTLE_"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s shows %q: defaults one way, (default: VALUE), environment variables in one sentence", strings.Join(args, " "), bad)
+			}
+		}
+	}
+}
+
+// TestSimulateUsage: simulate's usage line lists every flag it has, so
+// every flag its examples (in its help, README.md and docs/) use.
+func TestSimulateUsage(t *testing.T) {
+	var sim *cli.Command
+	for _, c := range newApp(io.Discard, io.Discard).Commands {
+		if c.Name == "simulate" {
+			sim = c
+		}
+	}
+	for _, f := range sim.Flags {
+		if !strings.Contains(simulateUsage, "--"+f.Names()[0]+" ") && !strings.Contains(simulateUsage, "--"+f.Names()[0]+"]") {
+			t.Errorf("simulate's usage line lacks --%s", f.Names()[0])
+		}
+	}
+	examples := simulateDescription
+	for _, line := range documentedCommands(t) {
+		examples += "\n" + strings.Join(line.args, " ")
+	}
+	for _, f := range regexp.MustCompile(`cdp-throttle simulate[^\n]*`).FindAllString(examples, -1) {
+		for _, flag := range regexp.MustCompile(`--[a-z-]+`).FindAllString(f, -1) {
+			if !strings.Contains(simulateUsage, flag) {
+				t.Errorf("an example uses %s, which simulate's usage line does not list: %s", flag, f)
+			}
+		}
+	}
+}
+
+// documented is a command line from a sh block of README.md or docs/.
+type documented struct {
+	where string
+	args  []string // after the program name
+}
+
+// documentedCommands returns the cdp-throttle command lines in the sh
+// blocks of README.md and docs/*.md, and the ARGS of make run and make
+// demo, as a shell would split them; what follows -- of a browser command
+// is kept, a comment, a redirection or a & is not. Lines with a
+// placeholder ([...]) are skipped.
+func documentedCommands(t *testing.T) []documented {
+	t.Helper()
+	files, _ := filepath.Glob("docs/*.md")
+	files = append([]string{"README.md"}, files...)
+	var out []documented
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inSh := false
+		for i, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(line, "```sh"):
+				inSh = true
+				continue
+			case strings.HasPrefix(line, "```"):
+				inSh = false
+				continue
+			}
+			if !inSh || strings.Contains(line, "[") {
+				continue
+			}
+			words := shellWords(line)
+			var args []string
+			switch {
+			case len(words) > 0 && (words[0] == "./cdp-throttle" || words[0] == "cdp-throttle"):
+				args = words[1:]
+			case len(words) > 2 && words[0] == "make" && (words[1] == "run" || words[1] == "demo") && strings.HasPrefix(words[2], "ARGS="):
+				args = shellWords(strings.TrimPrefix(words[2], "ARGS="))
+				if words[1] == "demo" {
+					args = append([]string{"demo"}, args...)
+				} else {
+					args = append(args, "--", "chromium", "--remote-debugging-port=9222")
+				}
+			default:
+				continue
+			}
+			out = append(out, documented{fmt.Sprintf("%s:%d", file, i+1), args})
+		}
+	}
+	return out
+}
+
+// shellWords splits a line as sh does, for the lines of the docs: quotes,
+// and the end at a comment, a redirection or a &.
+func shellWords(line string) []string {
+	var words []string
+	var w strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		case !in && (r == '#' || r == '>' || r == '&' || r == '|'):
+			return words
+		default:
+			w.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// TestDocumentedCommands reads every command line in README.md and docs/
+// as the command would, without running a relay or a demo: each parses,
+// and a browser command comes after --.
+func TestDocumentedCommands(t *testing.T) {
+	lines := documentedCommands(t)
+	if len(lines) < 20 {
+		t.Fatalf("found %d command lines in README.md and docs/, want the 20 and more they have", len(lines))
+	}
+	for _, d := range lines {
+		t.Run(d.where, func(t *testing.T) {
+			app := newApp(io.Discard, io.Discard)
+			app.Action = func(c *cli.Context) error {
+				_, err := relayConfigFrom(c, io.Discard)
+				return err
+			}
+			for _, c := range app.Commands {
+				if c.Name == "demo" {
+					c.Action = func(c *cli.Context) error {
+						_, err := demoOptions(c, io.Discard)
+						return err
+					}
+				}
+			}
+			if err := runApp(context.Background(), app, append([]string{"cdp-throttle"}, d.args...)); err != nil {
+				t.Errorf("%q: %v", d.args, err)
+			}
+		})
+	}
 }

@@ -426,20 +426,28 @@ func demoFlags() []cli.Flag {
 }
 
 func runDemo(c *cli.Context, stdout, stderr io.Writer) error {
-	o := demo.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Browser: c.String("browser"),
-		SiteIP: c.String("site"), Out: c.String("out"), Live: isTerminal(stderr)}
-	if err := durations(c, false, "idle", &o.Idle, "fixed", &o.Fixed); err != nil {
+	o, err := demoOptions(c, stderr)
+	if err != nil {
 		return err
 	}
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	if err := o.Check(); err != nil {
-		return usageError{err}
-	}
-	var err error
 	if o.Browser, err = launcher.FindBrowser(o.Browser); err != nil { // chromium, lightpanda or a path
 		return err
 	}
 	return demo.Run(c.Context, o, stdout, stderr)
+}
+
+// demoOptions reads the demo's flags.
+func demoOptions(c *cli.Context, stderr io.Writer) (demo.Options, error) {
+	o := demo.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Browser: c.String("browser"),
+		SiteIP: c.String("site"), Out: c.String("out"), Live: isTerminal(stderr)}
+	if err := durations(c, false, "idle", &o.Idle, "fixed", &o.Fixed); err != nil {
+		return o, err
+	}
+	if err := noArgs(c); err != nil {
+		return o, err
+	}
+	if err := o.Check(); err != nil {
+		return o, usageError{err}
+	}
+	return o, nil
 }

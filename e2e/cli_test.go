@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,6 +225,10 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--browsers", "0", "--", "chromium"},
 		{"--browsers", "2", "--", "chromium", "--remote-debugging-port=9222"},
 		{"--", "lightpanda", "serve", "--http-nav-delay", "100"},
+		{"simulat"},
+		{"chromium", "--headless", "--remote-debugging-port=9222"},
+		{"--http-nav-dealy", "100"},
+		{"simulate", "--", "chromium"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var ee *exec.ExitError
@@ -233,6 +238,18 @@ func TestCommandBadFlags(t *testing.T) {
 		}
 		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "cdp-throttle: ") {
 			t.Errorf("%v: printed %q, want one line starting cdp-throttle:", args, out)
+		}
+	}
+}
+
+// TestCommandVersion: --version, -v and version print one line, exit 0.
+func TestCommandVersion(t *testing.T) {
+	bin := buildBinary(t)
+	for _, arg := range []string{"--version", "-v", "version"} {
+		out, err := exec.Command(bin, arg).CombinedOutput()
+		t.Logf("%s: %s", arg, out)
+		if err != nil || !regexp.MustCompile(`^cdp-throttle \S+.*, built with go1\.\d+\S* \w+/\w+\n$`).Match(out) {
+			t.Errorf("%s: got %v, %q; want exit 0 and one line naming the version and the Go that built it", arg, err, out)
 		}
 	}
 }
