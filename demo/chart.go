@@ -26,16 +26,16 @@ func colorOf(mode string) string {
 	return fixedColor
 }
 
-// modeText says what each mode is, for a reader who has not read the
-// README: the chart's legend.
-func modeText(mode string, o Options) string {
+// modeText says how each mode is set and what it does, for a reader who
+// has not read the README: the chart's legend.
+func modeText(mode string, o Options) (set, does string) {
 	switch mode {
 	case "off":
-		return "<code>--http-nav-delay 0</code>: the relay holds nothing. The crawl's own pace: each navigation as soon as the server has the one before."
+		return "<code>--http-nav-delay 0</code>", "the relay holds nothing: the crawl's own pace, each navigation as soon as the server has the one before"
 	case "adaptive":
-		return "the default: an idle host's first navigations go at once; while it stays busy, the gap grows 20 ms at a time up to 100 ms, and it shrinks again when the host rests."
+		return "the default", "an idle host's first navigations go at once; while it stays busy, the gap grows 20 ms at a time up to 100 ms, and it shrinks again when the host rests"
 	}
-	return fmt.Sprintf("<code>--http-nav-delay %v</code>: after a burst of %d at once, every navigation to the host %v after the one before.", o.Fixed, limiter.DefaultBurst, o.Fixed)
+	return fmt.Sprintf("<code>--http-nav-delay %v</code>", o.Fixed), fmt.Sprintf("after a burst of %d at once, every navigation to the host %v after the one before", limiter.DefaultBurst, o.Fixed)
 }
 
 // writeChart writes a self-contained HTML page (inline SVG, no external
@@ -50,24 +50,25 @@ body { font: 15px/1.45 system-ui, sans-serif; margin: 20px 28px; color: #222; ma
 h1 { font-size: 21px; margin: 0 0 8px; } h2 { font-size: 17px; margin: 26px 0 6px; }
 p { margin: 6px 0; max-width: 1100px; }
 .lead { font-size: 16px; }
-.modes { margin: 10px 0; } .modes p { margin: 3px 0; }
+.modes { margin: 10px 0; border-collapse: collapse; } .modes td { padding: 2px 14px 2px 0; vertical-align: baseline; }
+.modes td:nth-child(-n+2) { white-space: nowrap; }
 .modes i { display: inline-block; width: 26px; height: 5px; margin-right: 8px; vertical-align: middle; }
-.modes b { display: inline-block; min-width: 78px; }
 code { font-size: 14px; background: #f2f2f2; padding: 0 3px; }
 svg { width: 100%%; height: auto; display: block; }
-svg text { font: 13px system-ui, sans-serif; fill: #333; }
-svg .title { font-size: 15px; font-weight: 600; }
+svg text { font: 15px system-ui, sans-serif; fill: #333; }
+svg .title { font-size: 17px; font-weight: 600; }
 pre { background: #f6f6f6; padding: 12px; white-space: pre-wrap; font-size: 13px; }
 .caption { color: #555; font-size: 14px; }
 </style></head><body>
 <h1>cdp-throttle demo: %d navigations per phase to one host, %d phase%s %v apart, through %s</h1>
 <p class="lead">%s</p>
-<div class="modes">
+<table class="modes">
 `, o.Navigations, o.Phases, plural(o.Phases), o.Idle, html.EscapeString(browser), html.EscapeString(conclusion))
 	for _, r := range runs {
-		fmt.Fprintf(w, "<p><i style=\"background:%s\"></i><b>%s</b> %s</p>\n", colorOf(r.Mode), html.EscapeString(r.Mode), modeText(r.Mode, o))
+		set, does := modeText(r.Mode, o)
+		fmt.Fprintf(w, "<tr><td><i style=\"background:%s\"></i><b>%s</b></td><td>%s</td><td>%s</td></tr>\n", colorOf(r.Mode), html.EscapeString(r.Mode), set, does)
 	}
-	fmt.Fprint(w, "</div>\n<p>What to look for: the adaptive line starts along the off line (an idle host is not slowed down), then bends to the fixed line's slope; ")
+	fmt.Fprint(w, "</table>\n<p>What to look for: the adaptive line starts along the off line (an idle host is not slowed down), then bends to the fixed line's slope; ")
 	fmt.Fprint(w, "below it, the adaptive gap climbs in 20 ms steps to the fixed one's.")
 	if o.Phases > 1 {
 		fmt.Fprintf(w, " Phase 2 comes after %v without navigations: ", o.Idle)
@@ -108,16 +109,17 @@ func plural(n int) string {
 const (
 	chartW   = 1320.0
 	panelGap = 40.0
-	left     = 60.0 // room for the y ticks and label
+	left     = 66.0 // room for the y ticks and label
 	right    = 16.0
-	top      = 34.0 // room for the panel's title
-	bottom   = 46.0 // room for the x ticks and label
+	top      = 36.0 // room for the panel's title
+	bottom   = 50.0 // room for the x ticks and label
 )
 
 // panel is one plot: its place in the chart and its scales.
 type panel struct {
 	x0, w, h   float64 // left edge and size in the chart
 	xmax, ymax float64
+	yticks     int // lines across, besides the axis; 0 means 5
 }
 
 func (p panel) x(v float64) float64 { return p.x0 + left + v/p.xmax*(p.w-left-right) }
@@ -135,12 +137,19 @@ func panels(n int, h, xmax, ymax float64) []panel {
 
 // frame draws the panel's grid, axes, ticks and labels.
 func (p panel) frame(w io.Writer, title, xlabel, ylabel string) {
-	fmt.Fprintf(w, `<text class="title" x="%.1f" y="18">%s</text>`+"\n", p.x(0), html.EscapeString(title))
-	for i := 0; i <= 5; i++ {
-		xv, yv := p.xmax*float64(i)/5, p.ymax*float64(i)/5
+	fmt.Fprintf(w, `<text class="title" x="%.1f" y="20">%s</text>`+"\n", p.x(0), html.EscapeString(title))
+	yticks := p.yticks
+	if yticks == 0 {
+		yticks = 5
+	}
+	for i := 0; i <= yticks; i++ {
+		yv := p.ymax * float64(i) / float64(yticks)
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#e5e5e5"/>`+"\n", p.x(0), p.y(yv), p.x(p.xmax), p.y(yv))
-		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x(0)-6, p.y(yv)+4, tick(yv))
-		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", p.x(xv), p.h-bottom+17, tick(xv))
+		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x(0)-7, p.y(yv)+5, tick(yv))
+	}
+	for i := 0; i <= 5; i++ {
+		xv := p.xmax * float64(i) / 5
+		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", p.x(xv), p.h-bottom+19, tick(xv))
 	}
 	fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", p.x(0), p.y(0), p.x(p.xmax), p.y(0))
 	fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", p.x(0), p.y(0), p.x(0), p.y(p.ymax))
@@ -183,7 +192,7 @@ func arrivalChart(w io.Writer, runs []report.Run, o Options) {
 	n := 0
 	for _, r := range runs {
 		for _, ph := range r.Phases[:shown(runs)] {
-			span = max(span, ph[len(ph)-1])
+			span = max(span, ph[len(ph)-1]-ph[0])
 			n = max(n, len(ph))
 		}
 	}
@@ -199,7 +208,7 @@ func arrivalChart(w io.Writer, runs []report.Run, o Options) {
 			ph := r.Phases[i]
 			pts := make([]string, len(ph))
 			for k, at := range ph {
-				pts[k] = fmt.Sprintf("%.1f,%.1f", p.x(at.Seconds()), p.y(float64(k+1)))
+				pts[k] = fmt.Sprintf("%.1f,%.1f", p.x((at - ph[0]).Seconds()), p.y(float64(k+1)))
 			}
 			polyline(w, r.Mode, i+1, pts)
 		}
@@ -220,11 +229,17 @@ func gapChart(w io.Writer, runs []report.Run, o Options) {
 	}
 	// A few slow page loads must not flatten the rest: the scale stops at
 	// the 98th percentile and taller gaps are drawn at the top.
+	// Up to 200 ms, a line every 20 ms: where the adaptive steps land.
 	slices.Sort(all)
-	ceil := niceCeil(limiter.Millis(report.Percentile(all, 0.98)) * 1.1)
+	ceil, yticks := niceCeil(limiter.Millis(report.Percentile(all, 0.98))*1.1), 0
+	if ceil <= 200 {
+		yticks = int(math.Ceil(ceil / 20))
+		ceil = float64(yticks) * 20
+	}
 	const h = 340
 	openChart(w, "gaps", h)
 	for i, p := range panels(shown(runs), h, float64(n), ceil) {
+		p.yticks = yticks
 		ylabel := ""
 		if i == 0 {
 			ylabel = "gap before it (ms)"

@@ -203,7 +203,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 func conclusion(runs []report.Run, o Options) string {
 	off, fixed, adaptive := runs[0], runs[1], runs[2]
 	span := func(r report.Run, phase int) string {
-		return fmt.Sprintf("%.1fs", report.Span(r.Phases[phase]).Seconds())
+		return fmt.Sprintf("%.2fs", report.Span(r.Phases[phase]).Seconds())
 	}
 	var b strings.Builder
 	steps := report.Steps(adaptive.Quantum, adaptive.Booked)

@@ -83,7 +83,7 @@ func TestDemo(t *testing.T) {
 		"expression": `JSON.stringify({
 			phases: ["#arrivals", "#gaps"].map(id => [...document.querySelectorAll(id + " polyline.series")].map(p => p.dataset.phase).sort().join("")),
 			titles: [...document.querySelectorAll("#arrivals text.title")].map(t => t.textContent),
-			modes: [...document.querySelectorAll(".modes p")].map(p => p.textContent.split(" ")[0]),
+			modes: [...document.querySelectorAll(".modes tr")].map(r => r.cells[0].textContent),
 			look: document.body.innerText.includes("What to look for"),
 			short: document.querySelector(".lead").textContent.startsWith("In short: adaptive"),
 			overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth,
