@@ -179,7 +179,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 			{
 				Name:         "demo",
-				Usage:        "reproduce the limiter's published measurement (the rate limiter designed for Lightpanda) against a real Chromium or Lightpanda, and chart it",
+				Usage:        "measure the limiter through a real Chromium or Lightpanda as its published measurement did (lightpanda-io/browser#3266), and chart it",
 				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--fixed D] [--browser chromium|lightpanda|PATH] [--site IP] [--out demo.html]",
 				Flags:        oneWay(demoFlags()),
 				OnUsageError: onUsage,

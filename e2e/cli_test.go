@@ -168,7 +168,11 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		for range logs.seen { // every line read: Wait closes the pipe
+		}
+		exited <- cmd.Wait()
+	}()
 	select {
 	case err := <-exited:
 		if err != nil {
