@@ -69,7 +69,7 @@ func noArgs(c *cli.Context) error {
 	if c.Args().Present() {
 		return usagef("%s takes no arguments, got %q (see %s --help)", c.Command.Name, c.Args().First(), c.Command.HelpName)
 	}
-	if cmd := browserCommand(c); cmd != nil {
+	if cmd := browserCommand(c); len(cmd) > 0 {
 		return usagef("%s starts no browser, got -- %s (a browser command goes after the relay's flags: cdp-throttle [flags] -- BROWSER ...)", c.Command.Name, strings.Join(cmd, " "))
 	}
 	return nil
