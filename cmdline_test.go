@@ -200,7 +200,8 @@ func TestSimulateUsage(t *testing.T) {
 // documented is a command line from a sh block of README.md or docs/.
 type documented struct {
 	where string
-	args  []string // after the program name
+	env   map[string]string // NAME=VALUE before the command
+	args  []string          // after the program name
 }
 
 // documentedCommands returns the cdp-throttle command lines in the sh
@@ -232,6 +233,11 @@ func documentedCommands(t *testing.T) []documented {
 				continue
 			}
 			words := shellWords(line)
+			env := map[string]string{}
+			for len(words) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(words[0]) {
+				k, v, _ := strings.Cut(words[0], "=")
+				env[k], words = v, words[1:]
+			}
 			var args []string
 			switch {
 			case len(words) > 0 && (words[0] == "./cdp-throttle" || words[0] == "cdp-throttle"):
@@ -246,7 +252,7 @@ func documentedCommands(t *testing.T) []documented {
 			default:
 				continue
 			}
-			out = append(out, documented{fmt.Sprintf("%s:%d", file, i+1), args})
+			out = append(out, documented{fmt.Sprintf("%s:%d", file, i+1), env, args})
 		}
 	}
 	return out
@@ -295,6 +301,9 @@ func TestDocumentedCommands(t *testing.T) {
 	}
 	for _, d := range lines {
 		t.Run(d.where, func(t *testing.T) {
+			for k, v := range d.env {
+				t.Setenv(k, v)
+			}
 			app := newApp(io.Discard, io.Discard)
 			app.Action = func(c *cli.Context) error {
 				_, err := relayConfigFrom(c, io.Discard)
