@@ -114,6 +114,7 @@ COMMANDS:{{template "visibleCommandCategoryTemplate" .}}
 OPTIONS:{{template "visibleFlagCategoryTemplate" .}}
    Every flag also reads an environment variable: --http-nav-delay reads
    CDP_THROTTLE_HTTP_NAV_DELAY, --listen CDP_THROTTLE_LISTEN, and so on.
+   Each flag in full: docs/flags.md.
 
 ENDPOINTS (on the --listen address):
    /json/version, /json/list, /json/new, /devtools/...   the browser's, as Chrome serves them: point clients here
@@ -224,22 +225,22 @@ type relayConfig struct {
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
-		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read, a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
+		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: each site's robots.txt Crawl-delay is its least spacing", EnvVars: env("ROBOTS")},
+		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
-		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, an http://HOST:PORT or a ws:// `URL`; repeat it for several browsers", EnvVars: env("UPSTREAM")},
+		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
 		&cli.IntFlag{Name: "browsers", Category: catRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		durationFlag(catRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
-		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto (fetch for Chromium, session for Lightpanda), fetch (the relay's own browser connections), session (in each client session) or navigate (the client's navigation commands)", EnvVars: env("INTERCEPT")},
+		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: env("INTERCEPT")},
 		&cli.StringFlag{Name: "store", Category: catStore, DefaultText: "in process", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB", EnvVars: env("STORE")},
 		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
 		&cli.StringFlag{Name: "store-fallback", Category: catStore, Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
 		durationFlag(catStore, "store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
 		&cli.StringFlag{Name: "token", Category: catSecurity, Usage: "require this `TOKEN` on every request (Authorization: Bearer TOKEN or ?token=TOKEN)", EnvVars: env("TOKEN")},
 		&cli.BoolFlag{Name: "insecure-listen", Category: catSecurity, Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
-		&cli.StringSliceFlag{Name: "allow-origin", Category: catSecurity, Usage: "an `ORIGIN` a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
+		&cli.StringSliceFlag{Name: "allow-origin", Category: catSecurity, Usage: "an `ORIGIN` a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable)", EnvVars: env("ALLOW_ORIGIN")},
 		&cli.StringSliceFlag{Name: "allow-host", Category: catSecurity, Usage: "a `NAME` a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
-		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message in `BYTES` read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
+		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message read from either side, in `BYTES`; a bigger one closes with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 	}
 }
 
@@ -306,11 +307,11 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 // their environment variables from env.
 func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of top-level navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, or a number of ms), unset = adaptive (20 ms, growing to 100 ms under pressure)", EnvVars: env("HTTP_NAV_DELAY")},
+		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob in `PATTERN=SETTING` get SETTING: adaptive, fixed:DURATION, off or exempt, optionally with burst:N (repeatable; the first match wins)", EnvVars: env("RULE")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
-		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (the registrable domain: www.example.com and example.com share one)", EnvVars: env("BUCKET")},
+		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
 		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] (repeatable)", EnvVars: env("EXEMPT_HOST")},
 	}
 }
