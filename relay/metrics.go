@@ -24,6 +24,8 @@ type Metrics struct {
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
+	leftovers                                      *prometheus.CounterVec
+	browserCommands                                *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics of a relay booking in l: its Limiter, or
@@ -67,7 +69,19 @@ func NewMetrics(l any) *Metrics {
 	}, []string{"direction"})
 	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
 	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
-	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes)
+	m.leftovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_leftovers_total",
+		Help: "Pages and browser contexts the relay closed for a client, by what (page, context), why " +
+			"(browser_close: the client's Browser.close; orphan: the client had been gone --orphan-timeout) and outcome " +
+			"(closed; gone: the browser no longer had it; failed: the browser could not be reached, or refused).",
+	}, []string{"what", "why", "outcome"})
+	m.browserCommands = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_browser_commands_total",
+		Help: "Clients' Browser.close, Browser.crash and Browser.crashGpuProcess by outcome: contained (Browser.close " +
+			"closed the client's own pages and contexts only), refused (a CDP error), passed (--allow-browser-close, or " +
+			"Lightpanda's Browser.close, which ends the connection's own browser).",
+	}, []string{"method", "outcome"})
+	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes, m.leftovers, m.browserCommands)
 	if lenner, ok := l.(interface{ Len() int }); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -158,6 +172,21 @@ func (m *Metrics) feedback(o limiter.Outcome) {
 func (m *Metrics) connection(delta float64) {
 	if m != nil {
 		m.conns.Add(delta)
+	}
+}
+
+// leftover counts one page or context the relay closed (or tried to) for
+// a client.
+func (m *Metrics) leftover(what, why, outcome string) {
+	if m != nil {
+		m.leftovers.WithLabelValues(what, why, outcome).Inc()
+	}
+}
+
+// browserCommand counts a client's Browser.close or Browser.crash*.
+func (m *Metrics) browserCommand(method, outcome string) {
+	if m != nil {
+		m.browserCommands.WithLabelValues(method, outcome).Inc()
 	}
 }
 
