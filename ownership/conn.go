@@ -57,11 +57,10 @@ func (c *Conn) FromClient(hd *cdp.Header) {
 	if !hd.HasID {
 		return
 	}
-	m := string(hd.Method)
-	switch m {
+	switch string(hd.Method) {
 	case "Target.createTarget", "Target.createBrowserContext", "Target.attachToTarget",
 		"Target.closeTarget", "Target.disposeBrowserContext":
-		p := pending{method: m}
+		p := pending{method: string(hd.Method)} // a string of its own only here: the hot path allocates nothing
 		p.target, p.context = cdp.TargetParams(hd.Params)
 		c.mu.Lock()
 		if len(c.pending) >= maxTracked {

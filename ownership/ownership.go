@@ -120,8 +120,8 @@ func (r *Registry) Join(id uint64) *Conn {
 // Opened notes a page created for no connection (Chrome's PUT /json/new):
 // it is closed after Timeout unless a connection takes it over first.
 func (r *Registry) Opened(target string) {
-	if target == "" {
-		return
+	if target == "" || r.Timeout <= 0 {
+		return // kept, as by a browser without the relay
 	}
 	c := r.Join(0)
 	r.mu.Lock()

@@ -317,6 +317,9 @@ func TestKeepAndStop(t *testing.T) {
 				a.newContext("C1")
 				a.c.Leave()
 				r.Opened("P2")
+				if tt.timeout <= 0 && r.Len() != 0 {
+					t.Errorf("registry remembers %d items, want none: nothing will be closed", r.Len())
+				}
 				if tt.stop {
 					r.Stop()
 				}
