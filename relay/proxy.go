@@ -9,7 +9,11 @@
 // URLs rewritten to the relay), its own status surface (status.go,
 // metrics.go: /hosts, /healthz, /metrics) and who may use it (access.go).
 // It reads messages with package cdp and books slots through the Limiter
-// interface; it knows neither the limiter's rule nor Redis.
+// interface; it knows neither the limiter's rule nor Redis. What one
+// client may do to the others sharing a browser is in share.go: a
+// client's Browser.close closes only what it owns (package ownership
+// keeps track), and what a vanished client created is closed after
+// OrphanTimeout.
 //
 // Navigations are held in one of two ways, each in a file of its own, and
 // both go through the same book → wait → release → observe steps of
