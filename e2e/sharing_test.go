@@ -444,7 +444,7 @@ func TestOrphansClosed(t *testing.T) {
 	t.Run("reconnects", func(t *testing.T) {
 		before := metricAt(t, r.url, `cdp_throttle_leftovers_total{outcome="closed",what="page",why="orphan"}`)
 		raw := runNode(t, 60*time.Second, "orphan-reconnect.mjs", "RELAY="+r.url, "SITE="+site, "PAGES=3", "RUN="+run,
-			"WAIT_MS="+strconv.Itoa(int((orphan + 2*time.Second).Milliseconds())))
+			"WAIT_MS="+strconv.Itoa(int((orphan+2*time.Second).Milliseconds())))
 		var out struct{ Found, After []string }
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatalf("orphan-reconnect.mjs printed %s: %v", raw, err)
