@@ -56,14 +56,14 @@ func (s *share) fromClient(hd *cdp.Header, msg []byte) (bool, error) {
 	}
 	p := s.pr.p
 	switch {
-	case p.AllowBrowserClose:
-		p.Metrics.browserCommand(m, "passed")
-		s.pr.log.Info().Str("method", m).Msg("a client closes or crashes the browser for every client (--allow-browser-close)")
-		return false, nil
 	case m == "Browser.close" && s.own == nil:
 		// Lightpanda: the connection's own browser, which Lightpanda
 		// ends with the connection anyway.
 		p.Metrics.browserCommand(m, "passed")
+		return false, nil
+	case p.AllowBrowserClose:
+		p.Metrics.browserCommand(m, "passed")
+		s.pr.log.Info().Str("method", m).Msg("a client closes or crashes the browser for every client (--allow-browser-close)")
 		return false, nil
 	case m == "Browser.close":
 		s.closeItsBrowser(hd)
