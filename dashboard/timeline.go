@@ -6,8 +6,9 @@ import (
 )
 
 // Bounds of a Timeline, for the zero values of its fields. Together they
-// cap its memory: DefaultMaxBuckets × DefaultPerBucket marks of about 80
-// bytes, under 5 MB however long and wide the crawl.
+// cap its memory: DefaultMaxBuckets × DefaultPerBucket marks of 64 bytes
+// (and the host names they share with the relay), about 4 MB however long
+// and wide the crawl.
 const (
 	// DefaultMaxBuckets is how many buckets a Timeline remembers; past it
 	// the one booked least recently is forgotten.
@@ -149,6 +150,9 @@ func (t *Timeline) Booked(b Booking) {
 	m := mark{seq: t.seq, ver: t.ver, host: b.Host, at: b.At.UnixNano(), start: start.UnixNano(),
 		spacing: b.Spacing, pressure: int32(b.Pressure)}
 	if n := t.perBucket(); len(tr.marks) < n {
+		if len(tr.marks) == cap(tr.marks) { // grown by hand, so that a full ring holds n marks and no more
+			tr.marks = append(make([]mark, 0, min(max(16, 2*cap(tr.marks)), n)), tr.marks...)
+		}
 		tr.marks = append(tr.marks, m)
 	} else {
 		old := &tr.marks[tr.total%uint64(n)]

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -183,4 +184,30 @@ func BenchmarkTimelineBooked(b *testing.B) {
 		tl.Booked(Booking{Bucket: h, Host: h, At: t0, Start: t0, Mode: "adaptive", Source: "flag"})
 		tl.Answered(h, h, OK, 200, t0)
 	}
+}
+
+// TestTimelineMemory: a full timeline holds DefaultMaxBuckets ×
+// DefaultPerBucket navigations in about 4 MB (checked: under 4.5).
+func TestTimelineMemory(t *testing.T) {
+	tl := &Timeline{}
+	hosts := make([]string, DefaultMaxBuckets)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("h%d.test", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range DefaultPerBucket + 10 {
+		for _, h := range hosts {
+			book(tl, h, i, i)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if grown > 9<<19 {
+		t.Errorf("a full timeline grew the heap by %.1f MB, want under 4.5 MB", float64(grown)/(1<<20))
+	}
+	t.Logf("a full timeline: %.2f MB (%d buckets × %d navigations)", float64(grown)/(1<<20), DefaultMaxBuckets, DefaultPerBucket)
+	runtime.KeepAlive(tl)
 }

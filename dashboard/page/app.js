@@ -266,7 +266,7 @@
     if (b.cap > 0) setting += ' · in flight ' + b.in_flight + ' of ' + b.cap;
     r.setting.textContent = setting;
     r.setting.title = setting;
-    nums(r.line1, [['pressure', fmtN(b.pressure)], ['spacing', fmtMs(b.spacing_ms)], ['next free', b.next_free_ms > 0 ? 'in ' + fmtMs(b.next_free_ms) : 'now']]);
+    nums(r.line1, [['pressure', fmtN(b.pressure)], ['spacing', b.spacing_ms > 0 ? fmtMs(b.spacing_ms) : '–'], ['next free', b.next_free_ms > 0 ? 'in ' + fmtMs(b.next_free_ms) : 'now']]);
     const last = b.last_answer ? [(b.last_status || '') + ' ' + b.last_answer, b.last_answer] : ['–', ''];
     nums(r.line2, [['passed', fmtN(b.passed)], ['delayed', fmtN(b.delayed)], ['last answer', last[0].trim(), last[1]]]);
     draw(r.svg, e, now, win, ymax);
