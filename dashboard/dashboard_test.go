@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,4 +181,52 @@ func TestStatus(t *testing.T) {
 	if body := rec.Body.String(); !strings.Contains(body, `"browsers":[]`) || !strings.Contains(body, `"buckets":[]`) {
 		t.Errorf("empty /status: got %s", body)
 	}
+}
+
+// BenchmarkStatus is what one answer of /status costs the relay with its
+// timeline full (50 buckets × 1,200 navigations): without since (a page's
+// first poll), and since the last poll a second ago, ten navigations of
+// each bucket booked and answered meanwhile (the page's every poll).
+func BenchmarkStatus(b *testing.B) {
+	tl := &Timeline{}
+	src := &fakeSource{Mode: "adaptive"}
+	for h := range DefaultMaxBuckets {
+		name := "host" + strconv.Itoa(h) + ".test"
+		src.Buckets = append(src.Buckets, Bucket{Name: name, Pressure: 41, Spacing: 100 * time.Millisecond, Mode: "adaptive", Source: "flag"})
+		for i := range DefaultPerBucket {
+			book(tl, name, i*100, i*100+50)
+			tl.Answered(name, name, OK, 200, at(i*100+60))
+		}
+	}
+	h := &Handler{Source: src, Timeline: tl}
+	b.Run("full", func(b *testing.B) {
+		var n int
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
+			n = rec.Body.Len()
+		}
+		b.ReportMetric(float64(n)/1e3, "kB")
+	})
+	b.Run("since", func(b *testing.B) {
+		var n int
+		ms := DefaultPerBucket * 100
+		v, _ := tl.Since(0)
+		for b.Loop() {
+			b.StopTimer()
+			v, _ = tl.Since(v) // the version the last poll read
+			for _, bk := range src.Buckets {
+				for range 10 {
+					ms += 10
+					book(tl, bk.Name, ms, ms)
+					tl.Answered(bk.Name, bk.Name, OK, 200, at(ms+5))
+				}
+			}
+			b.StartTimer()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/status?since="+strconv.FormatUint(v, 10), nil))
+			n = rec.Body.Len()
+		}
+		b.ReportMetric(float64(n)/1e3, "kB")
+	})
 }
