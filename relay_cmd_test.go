@@ -301,3 +301,23 @@ func TestBrowsersFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestAdmissionFlags(t *testing.T) {
+	cfg, err := relayConfigOf(t, "--max-clients", "100", "--clients-per-browser", "8", "--queue", "50", "--queue-timeout", "90s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.proxy; p.MaxClients != 100 || p.ClientsPerBrowser != 8 || p.Queue != 50 || p.QueueTimeout != 90*time.Second {
+		t.Errorf("got max %d, per browser %d, queue %d, timeout %v; want 100, 8, 50, 90s", p.MaxClients, p.ClientsPerBrowser, p.Queue, p.QueueTimeout)
+	}
+	cfg, _ = relayConfigOf(t)
+	if p := cfg.proxy; p.MaxClients != 0 || p.ClientsPerBrowser != 0 || p.Queue != 0 || p.QueueTimeout != 60*time.Second {
+		t.Errorf("defaults: max %d, per browser %d, queue %d, timeout %v; want 0, 0, 0, 60s", p.MaxClients, p.ClientsPerBrowser, p.Queue, p.QueueTimeout)
+	}
+	for _, args := range [][]string{{"--queue", "-1"}, {"--max-clients", "-2"}, {"--clients-per-browser", "x"}, {"--queue-timeout", "0"}} {
+		var ue usageError
+		if _, err := relayConfigOf(t, args...); !errors.As(err, &ue) {
+			t.Errorf("%q: got %v, want a usage error", args, err)
+		}
+	}
+}

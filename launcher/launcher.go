@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type Browser struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd     // guarded by mu; the current process
 	cur      *process      // guarded by mu; what the current process announced
+	capacity int           // guarded by mu; what the current process's command says it takes
 	stopping bool          // guarded by mu; set once by Stop: nothing starts after it
 	err      error         // guarded by mu; why it was given up
 	stop     chan struct{} // closed by Stop; ends the wait before a restart
@@ -54,6 +56,10 @@ type process struct {
 	gone  chan struct{} // closed once the process has exited (after ready)
 	next  chan struct{} // closed when a later process replaces it, or none will
 	once  sync.Once
+	// capacity is how many clients it takes at once, as it announced it;
+	// 0 until it does (lightpanda serve's pretty log says it after the
+	// address).
+	capacity atomic.Int64
 	// Set once before ready is closed.
 	endpoint string
 	err      error
@@ -209,6 +215,7 @@ func (b *Browser) start() error {
 		close(b.cur.next)
 	}
 	b.cmd, b.cur = cmd, pr
+	b.capacity = k.capacity
 	if b.first == nil {
 		b.first = pr
 	}
@@ -385,6 +392,20 @@ func (b *Browser) Endpoint(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("launcher: waiting for %s to restart: %w", b.name, err)
 		}
 	}
+}
+
+// Capacity reports how many CDP clients the browser takes at once: what
+// its current process announced (lightpanda serve's
+// max_browser_connections), else what its command says
+// (--cdp-max-connections, Lightpanda's default 16); 0 when it has no such
+// bound (Chromium).
+func (b *Browser) Capacity() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.cur.capacity.Load(); n > 0 {
+		return int(n)
+	}
+	return b.capacity
 }
 
 // String names the browser, for logs.

@@ -217,6 +217,7 @@ func TestEndpointFromAnnouncement(t *testing.T) {
 		args    []string
 		want    string // the first endpoint
 		wantErr string // what refusing to start says
+		cap     int    // Capacity once it announced
 	}{
 		{
 			name: "chromium stderr",
@@ -253,10 +254,29 @@ exec sleep 300`,
 		{
 			name: "lightpanda logfmt",
 			file: "lightpanda",
-			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208' >&2
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208 max_browser_connections=16' >&2
 exec sleep 300`,
 			args: []string{"serve", "--port", "0"},
 			want: "http://127.0.0.1:38895",
+			cap:  16,
+		},
+		{
+			name: "lightpanda announces its capacity",
+			file: "lightpanda",
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208 max_browser_connections=3' >&2
+exec sleep 300`,
+			args: []string{"serve", "--port", "0"},
+			want: "http://127.0.0.1:38895",
+			cap:  3,
+		},
+		{
+			name: "lightpanda's capacity from its command",
+			file: "lightpanda",
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895' >&2
+exec sleep 300`,
+			args: []string{"serve", "--port", "0", "--cdp-max-connections", "5"},
+			want: "http://127.0.0.1:38895",
+			cap:  5,
 		},
 		{
 			name: "lightpanda pretty",
@@ -265,6 +285,7 @@ exec sleep 300`,
 exec sleep 300`,
 			args: []string{"serve", "--host", "::1", "--port", "0", "--log-format", "pretty"},
 			want: "http://[::1]:45837",
+			cap:  16, // its default, announced after the address
 		},
 		{
 			name: "a browser that announces nothing",
@@ -303,6 +324,9 @@ exec sleep 300`,
 			got, err := g.Browsers[0].Endpoint(t.Context())
 			if err != nil || got != tt.want {
 				t.Errorf("Endpoint: got %q, %v; want %q", got, err, tt.want)
+			}
+			if got := g.Browsers[0].Capacity(); got != tt.cap {
+				t.Errorf("Capacity: got %d, want %d", got, tt.cap)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -25,6 +26,7 @@ type Metrics struct {
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
+	waits                                          prometheus.Histogram
 }
 
 // NewMetrics creates the metrics of a relay booking in l: its Limiter, or
@@ -68,7 +70,12 @@ func NewMetrics(l any) *Metrics {
 	}, []string{"direction"})
 	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
 	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
-	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes)
+	m.waits = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "cdp_throttle_client_wait_seconds",
+		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
+	})
+	reg.MustRegister(nav, m.delay, fb, m.conns, msgs, bytes, m.waits)
 	if lenner, ok := l.(interface{ Len() int }); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -81,8 +88,50 @@ func NewMetrics(l any) *Metrics {
 			Help: "Bookings and answers the shared store could not take, handled by the local fallback (or held).",
 		}, func() float64 { return float64(fallbacks.Fallbacks()) }))
 	}
+	if conns, ok := l.(interface{ Conns() int }); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cdp_throttle_store_connections",
+			Help: "Connections to Redis open now, idle ones included.",
+		}, func() float64 { return float64(conns.Conns()) }))
+	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// admission exports the state of the gate that gives clients their places.
+func (m *Metrics) admission(g *admission.Gate) {
+	if m == nil {
+		return
+	}
+	gauge := func(name, help string, f func(admission.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(g.Stats()) })
+	}
+	refused := func(reason string, f func(admission.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "cdp_throttle_clients_refused_total",
+			Help:        "Client connections refused a place: queue_full (answered 429), timeout (no place freed within --queue-timeout, answered 503).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(f(g.Stats())) })
+	}
+	m.reg.MustRegister(
+		gauge("cdp_throttle_clients_capacity", "Client connections the relay takes at once (its browsers' capacities, --max-clients); -1 for no bound.",
+			func(s admission.Stats) float64 { return float64(s.Capacity) }),
+		gauge("cdp_throttle_clients_connected", "Client connections holding a place in a browser.",
+			func(s admission.Stats) float64 { return float64(s.Connected) }),
+		gauge("cdp_throttle_clients_connected_peak", "The most client connections that held a place at once.",
+			func(s admission.Stats) float64 { return float64(s.Peak) }),
+		gauge("cdp_throttle_clients_queued", "Client connections waiting for a place, their websocket upgrade not answered yet.",
+			func(s admission.Stats) float64 { return float64(s.Queued) }),
+		refused("queue_full", func(s admission.Stats) uint64 { return s.RefusedFull }),
+		refused("timeout", func(s admission.Stats) uint64 { return s.RefusedTimeout }),
+	)
+}
+
+// clientWaited records how long a client waited for its place.
+func (m *Metrics) clientWaited(d time.Duration) {
+	if m != nil {
+		m.waits.Observe(d.Seconds())
+	}
 }
 
 // Handler serves the metrics in the Prometheus text format.

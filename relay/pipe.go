@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,11 +62,13 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
 	}
-	up := p.route(r.Context(), r.URL.Path)
-	if up == nil {
-		http.Error(w, "cdp-throttle: no browser has "+r.URL.Path, http.StatusNotFound)
+	// A place in a browser first: over capacity the client waits here,
+	// its upgrade not answered yet, or is refused with an HTTP status.
+	up, place := p.admit(w, r, log)
+	if place == nil {
 		return
 	}
+	defer place.Leave()
 	// Counted from now, so that clients arriving together spread out.
 	up.conns.Add(1)
 	defer up.conns.Add(-1)
@@ -87,6 +88,14 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		up.forget(target)
 		if fresh, ferr := up.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
 			target = fresh
+			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
+		}
+	}
+	if isBrowserFull(resp) && p.gate.BrowserCapacity(place.Browser) > 0 {
+		// The place is the client's: the browser has not yet seen the
+		// close of the connection that left it.
+		for deadline := time.Now().Add(browserFullRetry); isBrowserFull(resp) && time.Now().Before(deadline) && r.Context().Err() == nil; {
+			time.Sleep(50 * time.Millisecond)
 			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
 		}
 	}
@@ -154,19 +163,6 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log z
 	p.mu.Unlock()
 	p.Metrics.connection(1)
 	return pr
-}
-
-// route finds the browser for a websocket path: the one a browser or page
-// id belongs to, or for a bare / the live one with the fewest clients. It
-// returns nil when no browser has the id.
-func (p *Proxy) route(ctx context.Context, path string) *upstream {
-	switch {
-	case strings.HasPrefix(path, "/devtools/browser/"):
-		return p.byBrowserID(strings.TrimPrefix(path, "/devtools/browser/"))
-	case strings.HasPrefix(path, "/devtools/page/"):
-		return p.owner(ctx, strings.TrimPrefix(path, "/devtools/page/"))
-	}
-	return p.pick()
 }
 
 // run relays until either side ends, passes the ending on to the other

@@ -38,6 +38,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -155,6 +156,20 @@ type Proxy struct {
 	// Token, when set, is required on every request, as "Authorization:
 	// Bearer TOKEN" or "?token=TOKEN"; the URLs the relay advertises carry it.
 	Token string
+	// MaxClients bounds the client connections relayed at once; zero means
+	// no bound but the browsers'.
+	MaxClients int
+	// ClientsPerBrowser bounds the clients of each browser, for browsers
+	// that do not say how many they take (a launched lightpanda serve
+	// does), or when it is less than what they say; zero means no bound.
+	ClientsPerBrowser int
+	// Queue is how many clients over capacity may wait for a place, their
+	// websocket upgrade unanswered until one frees; one more is answered
+	// 429 with Retry-After. Zero means none wait.
+	Queue int
+	// QueueTimeout is how long a client waits for a place before it is
+	// answered 503. Zero means admission.DefaultTimeout.
+	QueueTimeout time.Duration
 
 	// everyPage makes every page count as one of the relay's clients',
 	// for tests of the holding itself, which play pauses of pages no
@@ -166,6 +181,7 @@ type Proxy struct {
 	dialer   *websocket.Dialer
 	upgrader *websocket.Upgrader
 	warned   warnOnce
+	gate     *admission.Gate    // set once by Start: places in the browsers for clients
 	stop     context.CancelFunc // set once by Start; ends the background goroutines
 	done     sync.WaitGroup     // background goroutines
 	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
@@ -256,6 +272,12 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if up == 0 {
 		return errors.Join(errs...)
 	}
+	p.gate = p.newGate()
+	p.Metrics.admission(p.gate)
+	if p.gate.Limited() {
+		p.log.Info().Int("capacity", p.gate.Capacity()).Int("queue", p.Queue).Stringer("queue_timeout", p.queueTimeout()).
+			Msg("clients over capacity wait for a place")
+	}
 
 	bg, stop := context.WithCancel(context.Background())
 	p.stop = stop
@@ -271,7 +293,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.done.Add(1)
 		go func() {
 			defer p.done.Done()
-			u.health(bg, p.log, len(p.ups) == 1)
+			u.health(bg, p.log, len(p.ups) == 1, p.gate.Retry)
 		}()
 	}
 

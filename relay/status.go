@@ -95,19 +95,31 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHealth answers /healthz: 200 when a browser answers, 503 otherwise.
+// It never waits for a place.
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	type browser struct {
 		Upstream string `json:"upstream"`
 		Alive    bool   `json:"alive"`
 		Clients  int64  `json:"clients"`
+		Capacity int    `json:"capacity"` // 0: no bound
 		Holding  string `json:"holding"`
 	}
+	type clients struct {
+		Capacity       int    `json:"capacity"` // -1: no bound
+		Connected      int    `json:"connected"`
+		Peak           int    `json:"peak"`
+		Queued         int    `json:"queued"`
+		RefusedFull    uint64 `json:"refused_queue_full"`
+		RefusedTimeout uint64 `json:"refused_timeout"`
+	}
+	st := p.gate.Stats()
 	status := struct {
 		Status    string    `json:"status"`
+		Clients   clients   `json:"clients"`
 		Upstreams []browser `json:"upstreams"`
-	}{Status: "unavailable"}
-	for _, up := range p.ups {
-		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Holding: up.holding()}
+	}{Status: "unavailable", Clients: clients{st.Capacity, st.Connected, st.Peak, st.Queued, st.RefusedFull, st.RefusedTimeout}}
+	for i, up := range p.ups {
+		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Capacity: p.gate.BrowserCapacity(i), Holding: up.holding()}
 		if b.Alive {
 			status.Status = "ok"
 		}

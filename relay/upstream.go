@@ -293,8 +293,9 @@ func (up *upstream) browserID() string {
 var healthEvery = 2 * time.Second // a variable for tests
 
 // health keeps up.alive current until ctx ends. alone says the relay has
-// no other browser for new clients.
-func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) {
+// no other browser for new clients; revived is called when the browser
+// answers again (clients waiting for a place may go to it).
+func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool, revived func()) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {
@@ -325,6 +326,7 @@ func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) 
 			log.Warn().Str("upstream", up.name).Err(err).Msg("browser not answering: new clients go elsewhere")
 		case !was && err == nil:
 			log.Info().Str("upstream", up.name).Msg("browser answering again")
+			revived()
 		}
 	}
 }
