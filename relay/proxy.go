@@ -7,7 +7,8 @@
 // a reading goroutine each), the browsers it fronts (upstream.go), the
 // browser's HTTP surface as Chrome serves it (devtools.go: /json/*, its
 // URLs rewritten to the relay), its own status surface (status.go,
-// metrics.go: /hosts, /healthz, /metrics) and who may use it (access.go).
+// metrics.go: /hosts, /healthz, /metrics, and the page at / of package
+// dashboard) and who may use it (access.go).
 // It reads messages with package cdp and books slots through the Limiter
 // interface; it knows neither the limiter's rule nor Redis.
 //
@@ -38,6 +39,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -184,6 +186,9 @@ type Proxy struct {
 	done     sync.WaitGroup     // background goroutines
 	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
 
+	timeline dashboard.Timeline // the page's memory of the last navigations
+	page     dashboard.Handler  // set once by Start: the page at / and /status
+
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
 	targets map[string]*upstream // guarded by mu; which browser a target is in, with several
@@ -227,6 +232,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.pairs = make(map[*pair]struct{})
 	p.targets = make(map[string]*upstream)
+	p.page = dashboard.Handler{Source: p, Timeline: &p.timeline}
 	// Write buffers are per connection and small: the server side writes
 	// a message of any size in one frame past its buffer, and Chromium
 	// takes a bigger command in fragments. (A shared buffer pool would
@@ -461,7 +467,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/healthz":
 		p.serveHealth(w, r)
 	default:
-		http.NotFound(w, r)
+		p.page.ServeHTTP(w, r) // the page at /, its /status; anything else is not found
 	}
 }
 
