@@ -93,7 +93,7 @@ node-deps:
 
 bench: redis
 	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
-	$(GO) test -run XXX -bench . -benchmem ./store ./relay
+	$(GO) test -run XXX -bench . -benchmem ./store ./relay ./dashboard
 
 # Against real Chromium: the puppeteer loop, throughput, timing accuracy.
 bench-e2e: deps

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -208,14 +209,42 @@ func (m *Metrics) feedback(o limiter.Outcome) {
 	if m == nil {
 		return
 	}
-	switch {
-	case o.Status == 429 || o.Status == 503:
+	switch answerClass(o) {
+	case dashboard.Overload:
 		m.overload.Inc()
-	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+	case dashboard.Failure:
 		m.failure.Inc()
 	default:
 		m.answered.Inc()
 	}
+}
+
+// answerClass is the class of an answer as the limiter hears it: overload
+// (429, 503: the overload pressure), failure (another 5xx, or no answer)
+// or ok (the rest).
+func answerClass(o limiter.Outcome) dashboard.Answer {
+	switch {
+	case o.Status == 429 || o.Status == 503:
+		return dashboard.Overload
+	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+		return dashboard.Failure
+	}
+	return dashboard.OK
+}
+
+// counts reads the counters the page shows.
+func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
+	if m == nil {
+		return dashboard.Navigations{}, dashboard.Answers{}
+	}
+	n := func(c prometheus.Counter) uint64 {
+		var d dto.Metric
+		c.Write(&d)
+		return uint64(d.GetCounter().GetValue())
+	}
+	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
+			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld)},
+		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure)}
 }
 
 func (m *Metrics) connection(delta float64) {

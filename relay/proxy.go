@@ -7,7 +7,8 @@
 // a reading goroutine each), the browsers it fronts (upstream.go), the
 // browser's HTTP surface as Chrome serves it (devtools.go: /json/*, its
 // URLs rewritten to the relay), its own status surface (status.go,
-// metrics.go: /hosts, /healthz, /metrics) and who may use it (access.go).
+// metrics.go: /hosts, /healthz, /metrics, and the page at / of package
+// dashboard) and who may use it (access.go).
 // It reads messages with package cdp and books slots through the Limiter
 // interface; it knows neither the limiter's rule nor Redis. What one
 // client may do to the others sharing a browser is in share.go: a
@@ -42,6 +43,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
 )
@@ -203,6 +205,9 @@ type Proxy struct {
 	done     sync.WaitGroup     // background goroutines
 	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
 
+	timeline dashboard.Timeline // the page's memory of the last navigations
+	page     dashboard.Handler  // set once by Start: the page at / and /status
+
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
 	targets map[string]*upstream // guarded by mu; which browser a target is in, with several
@@ -249,6 +254,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.pairs = make(map[*pair]struct{})
 	p.targets = make(map[string]*upstream)
+	p.page = dashboard.Handler{Source: p, Timeline: &p.timeline}
 	// Write buffers are per connection and small: the server side writes
 	// a message of any size in one frame past its buffer, and Chromium
 	// takes a bigger command in fragments. (A shared buffer pool would
@@ -496,7 +502,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/healthz":
 		p.serveHealth(w, r)
 	default:
-		http.NotFound(w, r)
+		p.page.ServeHTTP(w, r) // the page at /, its /status; anything else is not found
 	}
 }
 
