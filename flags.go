@@ -143,6 +143,8 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
+		durationFlag("orphan-timeout", relay.DefaultOrphanTimeout.String(), "close the pages and browser contexts a client created once it has been gone this long, unless another client took them over; 0 keeps them", env("ORPHAN_TIMEOUT")...),
+		&cli.BoolFlag{Name: "allow-browser-close", Usage: "let a client's Browser.close (and Browser.crash) end the browser for every client; unset, it closes only that client's pages and contexts", EnvVars: env("ALLOW_BROWSER_CLOSE")},
 	}
 }
 
@@ -159,6 +161,13 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		"queue-timeout", &cfg.proxy.QueueTimeout); err != nil {
 		return cfg, err
 	}
+	if err := durations(c, false, "orphan-timeout", &cfg.proxy.OrphanTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.proxy.OrphanTimeout == 0 {
+		cfg.proxy.OrphanTimeout = -1 // 0 keeps them; the Proxy's zero is its default
+	}
+	cfg.proxy.AllowBrowserClose = c.Bool("allow-browser-close")
 	for _, f := range []struct {
 		name string
 		to   *int

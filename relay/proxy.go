@@ -10,7 +10,11 @@
 // metrics.go: /hosts, /healthz, /metrics, and the page at / of package
 // dashboard) and who may use it (access.go).
 // It reads messages with package cdp and books slots through the Limiter
-// interface; it knows neither the limiter's rule nor Redis.
+// interface; it knows neither the limiter's rule nor Redis. What one
+// client may do to the others sharing a browser is in share.go: a
+// client's Browser.close closes only what it owns (package ownership
+// keeps track), and what a vanished client created is closed after
+// OrphanTimeout.
 //
 // Navigations are held in one of two ways, each in a file of its own, and
 // both go through the same book → wait → release → observe steps of
@@ -41,6 +45,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 )
 
 // Intercept chooses how the relay catches navigations.
@@ -103,6 +108,7 @@ const (
 	DefaultWriteTimeout   = 30 * time.Second
 	DefaultPingInterval   = 30 * time.Second
 	DefaultStartTimeout   = 30 * time.Second
+	DefaultOrphanTimeout  = 30 * time.Second
 )
 
 // Proxy relays CDP between clients and one browser. Set its fields, call
@@ -156,6 +162,19 @@ type Proxy struct {
 	// Token, when set, is required on every request, as "Authorization:
 	// Bearer TOKEN" or "?token=TOKEN"; the URLs the relay advertises carry it.
 	Token string
+	// OrphanTimeout is how long the pages and browser contexts a client
+	// created outlive its connection: once it has been gone that long
+	// and no other connection has taken them over (by driving or
+	// attaching to one), the relay closes them. Zero means
+	// DefaultOrphanTimeout; negative keeps them, as the browser would.
+	OrphanTimeout time.Duration
+	// AllowBrowserClose lets a client's Browser.close, Browser.crash and
+	// Browser.crashGpuProcess reach the browser, which then exits (or
+	// crashes) for every client. Unset, Browser.close closes only what
+	// that client owns and ends its connection, and the crash commands
+	// are refused with a CDP error. (Lightpanda gives each connection a
+	// browser of its own: there Browser.close always passes.)
+	AllowBrowserClose bool
 	// MaxClients bounds the client connections relayed at once; zero means
 	// no bound but the browsers'.
 	MaxClients int
@@ -214,6 +233,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if p.StartTimeout <= 0 {
 		p.StartTimeout = DefaultStartTimeout
 	}
+	if p.OrphanTimeout == 0 {
+		p.OrphanTimeout = DefaultOrphanTimeout
+	}
 	for _, raw := range append([]string{p.Upstream}, p.Upstreams...) {
 		if raw == "" {
 			continue
@@ -271,6 +293,14 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	if up == 0 {
 		return errors.Join(errs...)
+	}
+	for i, u := range p.ups {
+		// A browser not up yet is taken for a Chromium: closing what it
+		// does not have is harmless.
+		if errs[i] == nil && versions[i].lightpanda() {
+			continue // each connection is a browser of its own, ended with it
+		}
+		u.owners = &ownership.Registry{Timeout: p.OrphanTimeout, Close: p.orphanClose(u, p.OrphanTimeout)}
 	}
 	p.gate = p.newGate()
 	p.Metrics.admission(p.gate)
@@ -389,6 +419,11 @@ func (p *Proxy) Close() error {
 		})
 	}
 	wg.Wait()
+	for _, up := range p.ups {
+		if up.owners != nil {
+			up.owners.Stop() // what clients left stays: the relay is going, not they
+		}
+	}
 	if p.stop != nil {
 		p.stop()
 	}

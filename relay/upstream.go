@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
@@ -41,6 +42,10 @@ type upstream struct {
 	last   atomic.Pointer[address]
 	client *http.Client
 	holder *holder // set once by Start; nil when nothing is held
+	// owners knows which client owns which of its pages and contexts; set
+	// once by Start, nil for a browser that gives each connection a
+	// browser of its own (Lightpanda).
+	owners *ownership.Registry
 	// found is the browser endpoint last discovered through /json/version,
 	// so that a client dialling ws://relay/ costs no extra request; it is
 	// forgotten when dialling it fails (the browser restarted).
@@ -178,6 +183,12 @@ type version struct {
 	Browser              string `json:"Browser"`
 	UserAgent            string `json:"User-Agent"`
 	WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
+}
+
+// lightpanda reports whether the browser is Lightpanda, which gives each
+// connection a browser of its own.
+func (v version) lightpanda() bool {
+	return strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
 }
 
 func (up *upstream) version(ctx context.Context) (version, error) {
