@@ -17,6 +17,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -44,7 +45,8 @@ func noEnv(string) []string { return nil }
 // The relay's flag categories. urfave/cli lists categories by name, so the
 // names sort in the order a newcomer reads them: the three flags most
 // crawls set, the per-site policy, where the relay listens and what it
-// fronts, logs, access, then several relays sharing Redis. Every flag of
+// fronts, logs, how many clients it takes, access, then several relays
+// sharing Redis. Every flag of
 // the relay has one (an uncategorised flag would be listed first; a test
 // checks it): a new flag joins the category it belongs to. simulate's own
 // flags come before the limiter's.
@@ -53,6 +55,7 @@ const (
 	catPerSite  = "Crawl pace per site"
 	catRelay    = "Listening and browsers"
 	catLog      = "Logging"
+	catQueue    = "Queue: clients over capacity"
 	catSecurity = "Security"
 	catStore    = "Sharing one schedule between relays (Redis)"
 	catReplay   = "Clock, navigations and output"
@@ -232,7 +235,13 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "browsers", Category: catRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		durationFlag(catRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
 		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: env("INTERCEPT")},
-		&cli.StringFlag{Name: "store", Category: catStore, DefaultText: "in process", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB", EnvVars: env("STORE")},
+		durationFlag(catRelay, "orphan-timeout", relay.DefaultOrphanTimeout.String(), "close the pages and browser contexts a client created once it has been gone this long, unless another client took them over; 0 keeps them", env("ORPHAN_TIMEOUT")...),
+		&cli.BoolFlag{Name: "allow-browser-close", Category: catRelay, Usage: "let a client's Browser.close (and Browser.crash) end the browser for every client; unset, it closes only that client's pages and contexts", EnvVars: env("ALLOW_BROWSER_CLOSE")},
+		&cli.IntFlag{Name: "max-clients", Category: catQueue, Usage: "client connections relayed at once, over all browsers (0: no bound but the browsers')", EnvVars: env("MAX_CLIENTS")},
+		&cli.IntFlag{Name: "clients-per-browser", Category: catQueue, Usage: "client connections each browser takes at once, for browsers that do not say (a launched lightpanda serve does: --cdp-max-connections) or when less (0: no bound)", EnvVars: env("CLIENTS_PER_BROWSER")},
+		&cli.IntFlag{Name: "queue", Category: catQueue, Usage: "clients over capacity that may wait for a place, their websocket upgrade answered when one frees; one more is answered 429 (0: none wait)", EnvVars: env("QUEUE")},
+		durationFlag(catQueue, "queue-timeout", "60s", "how long a client waits for a place before it is answered 503", env("QUEUE_TIMEOUT")...),
+		&cli.StringFlag{Name: "store", Category: catStore, DefaultText: "in process", Usage: "share the limiter's state between relays: redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, or redis-cluster://N1:7000?addr=N2:7001", EnvVars: env("STORE")},
 		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
 		&cli.StringFlag{Name: "store-fallback", Category: catStore, Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
 		durationFlag(catStore, "store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
@@ -253,8 +262,24 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.log, err = loggerFrom(c, stderr); err != nil {
 		return cfg, err
 	}
-	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout); err != nil {
+	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout,
+		"queue-timeout", &cfg.proxy.QueueTimeout); err != nil {
 		return cfg, err
+	}
+	if err := durations(c, false, "orphan-timeout", &cfg.proxy.OrphanTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.proxy.OrphanTimeout == 0 {
+		cfg.proxy.OrphanTimeout = -1 // 0 keeps them; the Proxy's zero is its default
+	}
+	cfg.proxy.AllowBrowserClose = c.Bool("allow-browser-close")
+	for _, f := range []struct {
+		name string
+		to   *int
+	}{{"max-clients", &cfg.proxy.MaxClients}, {"clients-per-browser", &cfg.proxy.ClientsPerBrowser}, {"queue", &cfg.proxy.Queue}} {
+		if *f.to = c.Int(f.name); *f.to < 0 {
+			return cfg, usagef("--%s %d: want a whole number ≥ 0", f.name, *f.to)
+		}
 	}
 	cfg.listen = c.String("listen")
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
@@ -270,8 +295,11 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		}
 	}
 	cfg.store = c.String("store")
-	if cfg.store != "" && !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
-		return cfg, usagef("--store %q: want redis://HOST:PORT/DB", cfg.store)
+	if cfg.store != "" {
+		if _, err := store.ParseKind(cfg.store); err != nil {
+			return cfg, usagef("--store %q: want redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, "+
+				"or redis-cluster://N1:7000?addr=N2:7001 (%v)", redact.URL(cfg.store), err)
+		}
 	}
 	cfg.storeOpts.Prefix = c.String("store-prefix")
 	if cfg.storeOpts.Fallback, err = store.ParseFallback(c.String("store-fallback")); err != nil {

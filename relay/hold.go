@@ -253,7 +253,8 @@ func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done f
 // past ctx.
 func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
 	h.awaitAnswers(host)
-	r := h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
+	now := time.Now()
+	r := h.p.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
@@ -264,6 +265,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		return 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
+	h.p.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
 		return 0, false
@@ -296,6 +298,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 // the answer.
 func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 	h.p.Metrics.feedback(o)
+	h.p.answered(host, o)
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")

@@ -1,17 +1,67 @@
 package relay
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // The status surface: what people watching a crawl ask the relay itself,
-// beside the browser's endpoints. /metrics is Metrics'.
+// beside the browser's endpoints. /metrics is Metrics'; the page at / and
+// its /status are package dashboard's, which the relay tells of each
+// navigation booked and answered (per navigation, never per message) and
+// hands its state when the page asks (Status).
+
+// booked tells the page's timeline of a navigation booked at now.
+func (p *Proxy) booked(host string, now time.Time, r limiter.Reservation) {
+	p.timeline.Booked(dashboard.Booking{Bucket: cmp.Or(r.Bucket, host), Host: host, At: now, Start: r.Start,
+		Spacing: r.Spacing, Pressure: r.Pressure, Mode: r.Mode.String(), Source: r.Source, Rule: r.Rule})
+}
+
+// answered tells the page's timeline of the answer a navigation of host
+// got.
+func (p *Proxy) answered(host string, o limiter.Outcome) {
+	bucket := host
+	if b, ok := p.Limiter.(interface{ Bucket(host string) string }); ok {
+		bucket = b.Bucket(host)
+	}
+	p.timeline.Answered(bucket, host, answerClass(o), o.Status, time.Now())
+}
+
+// Status reports the relay's state at now for its page, with up to n of
+// the busiest buckets (hosts, or sites).
+func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
+	st := dashboard.Status{Mode: limiter.Off.String(), Clients: p.Conns()}
+	if p.Limiter != nil {
+		st.Mode = p.Limiter.Mode().String()
+	}
+	if b, ok := p.Limiter.(interface{ Buckets() string }); ok {
+		st.BucketsBy = b.Buckets()
+	}
+	st.Navigations, st.Answers = p.Metrics.counts()
+	for _, up := range p.ups {
+		b := dashboard.Browser{Upstream: up.name, Alive: up.alive.Load(), Clients: int(up.conns.Load()), Holding: "none"}
+		if up.holder != nil {
+			b.Browser, b.Holding = up.holder.browser, up.holder.holding()
+		}
+		st.Browsers = append(st.Browsers, b)
+	}
+	if b, ok := p.Limiter.(interface {
+		Busiest(now time.Time, n int) []limiter.HostState
+	}); ok {
+		for _, h := range b.Busiest(now, n) {
+			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: h.Spacing, NextFree: h.NextFree,
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule})
+		}
+	}
+	return st
+}
 
 // maxHosts is the most /hosts lists at once.
 const maxHosts = 1000
@@ -61,19 +111,31 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHealth answers /healthz: 200 when a browser answers, 503 otherwise.
+// It never waits for a place.
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	type browser struct {
 		Upstream string `json:"upstream"`
 		Alive    bool   `json:"alive"`
 		Clients  int64  `json:"clients"`
+		Capacity int    `json:"capacity"` // 0: no bound
 		Holding  string `json:"holding"`
 	}
+	type clients struct {
+		Capacity       int    `json:"capacity"` // -1: no bound
+		Connected      int    `json:"connected"`
+		Peak           int    `json:"peak"`
+		Queued         int    `json:"queued"`
+		RefusedFull    uint64 `json:"refused_queue_full"`
+		RefusedTimeout uint64 `json:"refused_timeout"`
+	}
+	st := p.gate.Stats()
 	status := struct {
 		Status    string    `json:"status"`
+		Clients   clients   `json:"clients"`
 		Upstreams []browser `json:"upstreams"`
-	}{Status: "unavailable"}
-	for _, up := range p.ups {
-		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Holding: up.holding()}
+	}{Status: "unavailable", Clients: clients{st.Capacity, st.Connected, st.Peak, st.Queued, st.RefusedFull, st.RefusedTimeout}}
+	for i, up := range p.ups {
+		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Capacity: p.gate.BrowserCapacity(i), Holding: up.holding()}
 		if b.Alive {
 			status.Status = "ok"
 		}

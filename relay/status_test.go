@@ -1,67 +1,83 @@
 package relay
 
 import (
-	"net/http"
-	"net/http/httptest"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// busyLimiter is a Limiter whose Busiest reports hosts as given.
-type busyLimiter struct {
-	Limiter
-	hosts []limiter.HostState
-	asked int // the n of the last Busiest
-}
+// TestPage replays Chromium's recorded navigations through a relay, then
+// reads its page at / and the /status the page polls: the browser and how
+// it holds, the navigations of each host with their answers, the counts
+// of /metrics.
+func TestPage(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{})
+	hc := fb.holder(t)
+	replayChromium(t, fb, hc)
 
-func (b *busyLimiter) Busiest(_ time.Time, n int) []limiter.HostState {
-	b.asked = n
-	return b.hosts[:min(n, len(b.hosts))]
-}
-
-// TestHostsStatus: /hosts takes n from 1 to 1000 and refuses anything else
-// with 400 and the reason; it shows waits to a tenth of a millisecond, and
-// a host whose next navigation would go at once as spaced by nothing.
-func TestHostsStatus(t *testing.T) {
-	lim := &busyLimiter{hosts: []limiter.HostState{
-		{Host: "busy.test", Pressure: 41, Mode: limiter.Adaptive, Spacing: 100 * time.Millisecond, NextFree: 21285157 * time.Nanosecond, Source: "flag"},
-		{Host: "idle.test", Pressure: 0, Mode: limiter.Adaptive, Spacing: 20 * time.Millisecond, Source: "flag"},
-		{Host: "burst.test", Pressure: 3, Mode: limiter.Fixed, Spacing: 300 * time.Millisecond, Floor: 1500049 * time.Microsecond, Source: "robots.txt"},
-	}}
-	p := &Proxy{Limiter: lim}
-	tests := []struct {
-		query  string
-		status int
-		asked  int
-		body   string
-	}{
-		{"", 200, 50, `[{"host":"busy.test","pressure":41,"spacing_ms":100,"next_free_ms":21.3,"mode":"adaptive","source":"flag"},` +
-			`{"host":"idle.test","pressure":0,"spacing_ms":0,"next_free_ms":0,"mode":"adaptive","source":"flag"},` +
-			`{"host":"burst.test","pressure":3,"spacing_ms":0,"next_free_ms":0,"mode":"fixed","source":"robots.txt","crawl_delay_ms":1500}]`},
-		{"?n=1", 200, 1, `[{"host":"busy.test","pressure":41,"spacing_ms":100,"next_free_ms":21.3,"mode":"adaptive","source":"flag"}]`},
-		{"?n=1000", 200, 1000, ""},
-		{"?n=abc", 400, 0, `cdp-throttle: /hosts?n=abc: want a whole number of hosts from 1 to 1000`},
-		{"?n=", 400, 0, `cdp-throttle: /hosts?n=: want a whole number of hosts from 1 to 1000`},
-		{"?n=0", 400, 0, `cdp-throttle: /hosts?n=0: want a whole number of hosts from 1 to 1000`},
-		{"?n=-3", 400, 0, `cdp-throttle: /hosts?n=-3: want a whole number of hosts from 1 to 1000`},
-		{"?n=1001", 400, 0, `cdp-throttle: /hosts?n=1001: want a whole number of hosts from 1 to 1000`},
-		{"?n=2.5", 400, 0, `cdp-throttle: /hosts?n=2.5: want a whole number of hosts from 1 to 1000`},
+	code, page := getBody(t, "http://"+tp.addr+"/")
+	if code != 200 || !strings.HasPrefix(page, "<!doctype html>") {
+		t.Fatalf("GET /: %d %.60q, want the page", code, page)
 	}
-	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
-			lim.asked = 0
-			w := httptest.NewRecorder()
-			p.serveHosts(w, httptest.NewRequest(http.MethodGet, "/hosts"+tt.query, nil))
-			body := strings.TrimSpace(w.Body.String())
-			if w.Code != tt.status || tt.body != "" && body != tt.body {
-				t.Errorf("got %d %s\nwant %d %s", w.Code, body, tt.status, tt.body)
+	var st struct {
+		Version  uint64
+		Browsers []struct {
+			Browser, Holding string
+			Alive            bool
+		}
+		Navigations map[string]int
+		Answers     map[string]int
+		Buckets     []struct {
+			Bucket      string
+			Pressure    int
+			Passed      int
+			Delayed     int
+			LastAnswer  string `json:"last_answer"`
+			Navigations []struct {
+				Answer string
+				Status int
 			}
-			if lim.asked != tt.asked {
-				t.Errorf("asked the limiter for %d hosts, want %d", lim.asked, tt.asked)
-			}
-		})
+		}
+	}
+	code, body := getBody(t, "http://"+tp.addr+"/status")
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("GET /status: %d %v: %s", code, err, body)
+	}
+	if len(st.Browsers) != 1 || st.Browsers[0].Holding != "fetch" || !st.Browsers[0].Alive || !strings.HasPrefix(st.Browsers[0].Browser, "Chrome/") {
+		t.Errorf("browsers: got %+v, want one Chrome, alive, holding through fetch", st.Browsers)
+	}
+	booked := st.Navigations["passed"] + st.Navigations["delayed"]
+	drawn, classes := 0, map[string]int{}
+	for _, b := range st.Buckets {
+		drawn += len(b.Navigations)
+		if b.Passed+b.Delayed != len(b.Navigations) {
+			t.Errorf("%s: %d passed and %d delayed, but %d navigations", b.Bucket, b.Passed, b.Delayed, len(b.Navigations))
+		}
+		for _, n := range b.Navigations {
+			classes[n.Answer]++
+		}
+	}
+	if drawn != booked || booked < 6 {
+		t.Errorf("navigations in /status: %d, counted booked in /metrics: %d; want the same, at least 6", drawn, booked)
+	}
+	// The recording's a.test answered 429 once and failed once.
+	if a := st.Buckets[0]; a.Bucket != "a.test" || a.Pressure < 50 {
+		t.Errorf("busiest: got %+v, want a.test after its 429", a)
+	}
+	if classes["overload"] != st.Answers["overload"] || classes["failure"] != st.Answers["failure"] || classes["overload"] != 1 {
+		t.Errorf("answers drawn %v, counted %v; want the same, one overload", classes, st.Answers)
+	}
+
+	code, body = getBody(t, "http://"+tp.addr+"/status?since="+strconv.FormatUint(st.Version, 10))
+	if code != 200 || strings.Contains(body, `"seq"`) {
+		t.Errorf("GET /status?since=%d: %d %s, want no navigation (none since)", st.Version, code, body)
+	}
+	if code, _ := getBody(t, "http://"+tp.addr+"/nothing"); code != 404 {
+		t.Errorf("GET /nothing: %d, want 404", code)
 	}
 }

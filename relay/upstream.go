@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
@@ -41,6 +42,10 @@ type upstream struct {
 	last   atomic.Pointer[address]
 	client *http.Client
 	holder *holder // set once by Start; nil when nothing is held
+	// owners knows which client owns which of its pages and contexts; set
+	// once by Start, nil for a browser that gives each connection a
+	// browser of its own (Lightpanda).
+	owners *ownership.Registry
 	// found is the browser endpoint last discovered through /json/version,
 	// so that a client dialling ws://relay/ costs no extra request; it is
 	// forgotten when dialling it fails (the browser restarted).
@@ -180,6 +185,12 @@ type version struct {
 	WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
 }
 
+// lightpanda reports whether the browser is Lightpanda, which gives each
+// connection a browser of its own.
+func (v version) lightpanda() bool {
+	return strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
+}
+
 func (up *upstream) version(ctx context.Context) (version, error) {
 	var v version
 	base, _, err := up.addr(ctx)
@@ -295,8 +306,9 @@ func (up *upstream) browserID() string {
 var healthEvery = 2 * time.Second // a variable for tests
 
 // health keeps up.alive current until ctx ends. alone says the relay has
-// no other browser for new clients.
-func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) {
+// no other browser for new clients; revived is called when the browser
+// answers again (clients waiting for a place may go to it).
+func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool, revived func()) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {
@@ -327,6 +339,7 @@ func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) 
 			log.Warn().Str("upstream", up.name).Err(err).Msg("browser not answering: new clients go elsewhere")
 		case !was && err == nil:
 			log.Info().Str("upstream", up.name).Msg("browser answering again")
+			revived()
 		}
 	}
 }
