@@ -154,7 +154,7 @@ func TestHelp(t *testing.T) {
 	if len(flags) < 3 || strings.Join(flags[:3], " ") != "--http-nav-burst --http-nav-delay --rule" {
 		t.Errorf("first flags listed: %q, want --http-nav-burst, --http-nav-delay and --rule", flags)
 	}
-	for _, want := range []string{"ENDPOINTS", "/json/version", "/hosts?n=50", "/metrics", "/healthz", "EXAMPLES", "cdp-throttle -- chromium",
+	for _, want := range []string{"ENDPOINTS", "/json/version", "the relay's own page", "/hosts?n=50", "/metrics", "/healthz", "EXAMPLES", "cdp-throttle -- chromium",
 		"(default: 127.0.0.1:9322)", "(default: adaptive)", "(default: 10)", "session (Lightpanda's)", "CDP_THROTTLE_HTTP_NAV_DELAY"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q", want)

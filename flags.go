@@ -121,9 +121,9 @@ OPTIONS:{{template "visibleFlagCategoryTemplate" .}}
 
 ENDPOINTS (on the --listen address):
    /json/version, /json/list, /json/new, /devtools/...   the browser's, as Chrome serves them: point clients here
+   /                                                     the relay's own page: each host being spaced, live (open it in a browser)
    /hosts?n=50                                           the busiest hosts: pressure, spacing, next free slot, rule (JSON)
-   /metrics                                              Prometheus metrics
-   /healthz                                              200 while a browser answers, with how navigations are held
+   /status, /healthz, /metrics                           the page's data, 200 while a browser answers, Prometheus metrics
 
 EXAMPLES:
    # start a headless Chromium and relay to it; clients connect to http://127.0.0.1:9322
