@@ -31,7 +31,7 @@ func relayConfigOf(t *testing.T, args ...string) (relayConfig, error) {
 		cfg, err = relayConfigFrom(c, io.Discard)
 		return nil
 	}
-	if runErr := app.RunContext(context.Background(), append([]string{"cdp-throttle"}, args...)); runErr != nil {
+	if runErr := runApp(context.Background(), app, append([]string{"cdp-throttle"}, args...)); runErr != nil {
 		return cfg, runErr
 	}
 	return cfg, err

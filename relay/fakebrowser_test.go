@@ -774,6 +774,9 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fc.watching[p.RequestID] = true
 		}
 		fc.mu.Unlock()
+	case "Target.getTargets":
+		// The relay asks it to see that a connection still answers.
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
 	case "Target.closeTarget", "Target.disposeBrowserContext":
 		// As Chromium answers: a target or context whose id starts with
 		// GONE is not there (any more).

@@ -161,6 +161,25 @@ func (h *holder) holding() string {
 	return h.via().String()
 }
 
+// pageLog is log naming the page (its target id) and the client session a
+// navigation is in, for its debug lines: a reader looks for a page, and a
+// connection's websocket path is / for most clients. Either may be "".
+// Built only when debug lines are written.
+func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
+	if log.GetLevel() > zerolog.DebugLevel || page == "" && session == "" {
+		return log
+	}
+	c := log.With()
+	if page != "" {
+		c = c.Str("page", page)
+	}
+	if session != "" {
+		c = c.Str("session", session)
+	}
+	l := c.Logger()
+	return &l
+}
+
 // hold books host's slot for a navigation to rawURL and calls release when
 // the slot comes (at once when it has come), booking again while a shared
 // store asks to retry. Booking runs on a goroutine of its own, never on the
@@ -238,7 +257,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	r := h.p.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
@@ -260,7 +279,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
 		}
-		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.ShownMillis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
 		switch r.Source {
 		case "", "flag":
 			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
@@ -269,8 +288,8 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
-		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
 

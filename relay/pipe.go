@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,15 @@ var connSeq atomic.Uint64
 
 // serveWebsocket relays one client websocket to the browser.
 func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
+	// A client's lines name its connection; a page's socket names the page
+	// too (its path is said once, when it connects: for most clients it is
+	// / or the browser's, which names nothing).
 	id := connSeq.Add(1)
-	log := p.log.With().Uint64("conn", id).Str("path", r.URL.Path).Logger()
+	lc := p.log.With().Uint64("conn", id)
+	if page, ok := strings.CutPrefix(r.URL.Path, "/devtools/page/"); ok {
+		lc = lc.Str("page", page)
+	}
+	log := lc.Logger()
 	if !p.upgrader.CheckOrigin(r) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
@@ -79,7 +87,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	log = log.With().Str("upstream", up.name).Logger()
 	target, err := up.pageWS(r.Context(), r.URL.Path)
 	if err != nil {
-		log.Warn().Err(err).Msg("browser endpoint unknown")
+		log.Warn().Err(err).Str("path", r.URL.Path).Msg("browser endpoint unknown")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -111,7 +119,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 				msg = string(body)
 			}
 		}
-		log.Warn().Err(err).Int("status", status).Msg("browser refused the websocket")
+		log.Warn().Err(err).Str("path", r.URL.Path).Int("status", status).Msg("browser refused the websocket")
 		http.Error(w, msg, status)
 		return
 	}
@@ -125,7 +133,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	if pr == nil {
 		return
 	}
-	log.Debug().Str("remote", r.RemoteAddr).Msg("client connected")
+	log.Debug().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("client connected")
 	pr.run()
 }
 

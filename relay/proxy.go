@@ -151,6 +151,10 @@ type Proxy struct {
 	// StartTimeout bounds how long Start waits for the browser to come up.
 	// Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// StartHint, when set, says what to do about a browser that does not
+	// answer at start (how to start one): it is logged with the first
+	// failed attempt, not only in the error once StartTimeout is over.
+	StartHint string
 	// AllowOrigins lists the Origin header values a websocket upgrade may
 	// carry, like Chrome's --remote-allow-origins; "*" allows any. An
 	// upgrade without an Origin header, as automation clients send it, is
@@ -281,7 +285,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	errs := make([]error, len(p.ups))
 	var wg sync.WaitGroup
 	for i, up := range p.ups {
-		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log, p.StartTimeout) })
+		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log, p.StartTimeout, p.StartHint) })
 	}
 	wg.Wait()
 	up := 0

@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -62,6 +63,9 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	return st
 }
 
+// maxHosts is the most /hosts lists at once.
+const maxHosts = 1000
+
 // serveHosts answers /hosts: the busiest buckets (hosts, or sites with
 // --bucket site), each with its mode, the rule that set it and where that
 // came from, for people watching a crawl.
@@ -70,8 +74,13 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		Busiest(now time.Time, n int) []limiter.HostState
 	}
 	n := 50
-	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
-		n = min(v, 1000)
+	if q := r.URL.Query(); q.Has("n") {
+		v, err := strconv.Atoi(q.Get("n"))
+		if err != nil || v < 1 || v > maxHosts {
+			http.Error(w, fmt.Sprintf("cdp-throttle: /hosts?n=%s: want a whole number of hosts from 1 to %d", q.Get("n"), maxHosts), http.StatusBadRequest)
+			return
+		}
+		n = v
 	}
 	type host struct {
 		Host         string  `json:"host"`
@@ -86,8 +95,15 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			out = append(out, host{h.Host, h.Pressure, limiter.Millis(h.Spacing), limiter.Millis(h.NextFree),
-				h.Mode.String(), h.Source, h.Rule, limiter.Millis(h.Floor)})
+			// What a navigation asked for now would get: a host whose next
+			// one goes at once is spaced by nothing now (an idle host, or
+			// one with burst left), whatever its setting.
+			spacing := h.Spacing
+			if h.NextFree <= 0 {
+				spacing = 0
+			}
+			out = append(out, host{h.Host, h.Pressure, limiter.ShownMillis(spacing), limiter.ShownMillis(h.NextFree),
+				h.Mode.String(), h.Source, h.Rule, limiter.ShownMillis(h.Floor)})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

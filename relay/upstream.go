@@ -225,8 +225,8 @@ var waitNotice = 5 * time.Second // a variable for tests
 // waitVersion polls /json/version with backoff until the browser answers
 // or ctx ends, saying every waitNotice what it waits for; then it reports
 // the last error. bound is the StartTimeout that Start put on ctx, for the
-// messages.
-func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration) (version, error) {
+// messages; hint, when set, goes with the first (Proxy.StartHint).
+func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration, hint string) (version, error) {
 	log = log.With().Str("upstream", up.name).Logger()
 	began, noticed := time.Now(), time.Now()
 	backoff := 50 * time.Millisecond
@@ -236,6 +236,8 @@ func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound t
 			return v, nil
 		}
 		switch {
+		case attempt == 1 && hint != "":
+			log.Info().Stringer("start_timeout", bound).Str("error", reason(err)).Msg("waiting for the browser: " + hint)
 		case attempt == 1:
 			log.Info().Stringer("start_timeout", bound).Str("error", reason(err)).Msg("waiting for the browser")
 		case time.Since(noticed) >= waitNotice:

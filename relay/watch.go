@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 )
@@ -451,4 +452,20 @@ func (w *watch) pageOf(session string) (target string, known bool) {
 		return "", true
 	}
 	return si.target, true
+}
+
+// navLog is the log for the debug lines of a navigation in session, naming
+// its page and the session as the browser named them when it attached the
+// client (an id a client made up is not repeated).
+func (w *watch) navLog(session string) *zerolog.Logger {
+	if w.pr.log.GetLevel() > zerolog.DebugLevel {
+		return &w.pr.log
+	}
+	w.mu.Lock()
+	si, ok := w.sessions[session]
+	w.mu.Unlock()
+	if !ok {
+		return &w.pr.log
+	}
+	return pageLog(&w.pr.log, si.target, session)
 }
