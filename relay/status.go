@@ -56,11 +56,21 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 		Busiest(now time.Time, n int) []limiter.HostState
 	}); ok {
 		for _, h := range b.Busiest(now, n) {
-			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: h.Spacing, NextFree: h.NextFree,
+			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
 				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule})
 		}
 	}
 	return st
+}
+
+// spacingNow is the spacing a navigation of the bucket asked for now
+// would get: nothing while its next one goes at once (an idle bucket, or
+// one with burst left), whatever its setting. /hosts and the page show it.
+func spacingNow(h limiter.HostState) time.Duration {
+	if h.NextFree <= 0 {
+		return 0
+	}
+	return h.Spacing
 }
 
 // maxHosts is the most /hosts lists at once.
@@ -95,14 +105,7 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			// What a navigation asked for now would get: a host whose next
-			// one goes at once is spaced by nothing now (an idle host, or
-			// one with burst left), whatever its setting.
-			spacing := h.Spacing
-			if h.NextFree <= 0 {
-				spacing = 0
-			}
-			out = append(out, host{h.Host, h.Pressure, limiter.ShownMillis(spacing), limiter.ShownMillis(h.NextFree),
+			out = append(out, host{h.Host, h.Pressure, limiter.ShownMillis(spacingNow(h)), limiter.ShownMillis(h.NextFree),
 				h.Mode.String(), h.Source, h.Rule, limiter.ShownMillis(h.Floor)})
 		}
 	}
