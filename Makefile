@@ -22,7 +22,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 all: build
 
 build:
-	$(GO) build -o cdp-throttle .
+	$(GO) build -buildvcs=auto -o cdp-throttle .
 
 # Reproduce the limiter's published measurement (the rate limiter designed
 # for Lightpanda) against a real Chromium: tables on stdout, the chart in
@@ -93,7 +93,7 @@ node-deps:
 
 bench: redis
 	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
-	$(GO) test -run XXX -bench . -benchmem ./store ./relay
+	$(GO) test -run XXX -bench . -benchmem ./store ./relay ./dashboard
 
 # Against real Chromium: the puppeteer loop, throughput, timing accuracy.
 bench-e2e: deps

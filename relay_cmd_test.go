@@ -31,7 +31,7 @@ func relayConfigOf(t *testing.T, args ...string) (relayConfig, error) {
 		cfg, err = relayConfigFrom(c, io.Discard)
 		return nil
 	}
-	if runErr := app.RunContext(context.Background(), append([]string{"cdp-throttle"}, args...)); runErr != nil {
+	if runErr := runApp(context.Background(), app, append([]string{"cdp-throttle"}, args...)); runErr != nil {
 		return cfg, runErr
 	}
 	return cfg, err
@@ -299,6 +299,45 @@ func TestBrowsersFlag(t *testing.T) {
 		case tt.want != "" && (!errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("%q: got %v, want a usage error with %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestSharingFlags checks --orphan-timeout and --allow-browser-close reach
+// the relay, from the flag or the environment: 0 keeps what clients leave.
+func TestSharingFlags(t *testing.T) {
+	tests := []struct {
+		args      []string
+		env       map[string]string
+		want      time.Duration
+		wantAllow bool
+		wantErr   string
+	}{
+		{want: relay.DefaultOrphanTimeout},
+		{args: []string{"--orphan-timeout", "5s"}, want: 5 * time.Second},
+		{args: []string{"--orphan-timeout", "1500"}, want: 1500 * time.Millisecond},
+		{args: []string{"--orphan-timeout", "0"}, want: -1},
+		{env: map[string]string{"CDP_THROTTLE_ORPHAN_TIMEOUT": "2m", "CDP_THROTTLE_ALLOW_BROWSER_CLOSE": "true"}, want: 2 * time.Minute, wantAllow: true},
+		{args: []string{"--allow-browser-close"}, want: relay.DefaultOrphanTimeout, wantAllow: true},
+		{args: []string{"--orphan-timeout", "soon"}, wantErr: `--orphan-timeout "soon"`},
+		{args: []string{"--orphan-timeout", "-5s"}, wantErr: `--orphan-timeout "-5s"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := relayConfigOf(t, tt.args...)
+			if tt.wantErr != "" {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("got %v, want a usage error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || cfg.proxy.OrphanTimeout != tt.want || cfg.proxy.AllowBrowserClose != tt.wantAllow {
+				t.Errorf("got orphan timeout %v, allow %v, %v; want %v, %v", cfg.proxy.OrphanTimeout, cfg.proxy.AllowBrowserClose, err, tt.want, tt.wantAllow)
+			}
+		})
 	}
 }
 

@@ -259,19 +259,28 @@ func (b *Browser) supervise() {
 		b.mu.Unlock()
 		began := time.Now()
 		err := cmd.Wait()
-		pr.settle("", fmt.Errorf("%s exited (%v) before saying where it serves CDP%s", b.name, err, b.lastWords()))
+		served := !pr.settle("", fmt.Errorf("%s exited (%v) before saying where it serves CDP%s", b.name, err, b.lastWords())) && pr.err == nil
 		close(pr.gone)
 		syscall.Kill(-pr.pid, syscall.SIGKILL) // helpers it left behind
 		if b.isStopping() {
 			b.giveUp(nil)
 			return
 		}
-		if time.Since(began) < quickExit {
+		switch {
+		case served && err == nil:
+			// It served, then exited of its own accord: closed by a
+			// client (Browser.close, let through with
+			// --allow-browser-close), not a crash, however soon.
+			quick = 0
+			b.log.Info().Int("pid", pr.pid).Msg("browser exited normally: restarting it")
+		case time.Since(began) < quickExit:
 			quick++
-		} else {
+		default:
 			quick = 0
 		}
-		b.log.Warn().Err(err).Int("pid", pr.pid).Str("output", b.tail.String()).Msg("browser exited")
+		if !served || err != nil {
+			b.log.Warn().Err(err).Int("pid", pr.pid).Str("output", b.tail.String()).Msg("browser exited")
+		}
 		if quick >= maxQuickExits {
 			b.giveUp(fmt.Errorf("%s exited %d times in a row within %v of starting; last: %v%s",
 				b.name, quick, quickExit, err, b.lastWords()))

@@ -552,3 +552,51 @@ func TestFindBrowser(t *testing.T) {
 		t.Errorf("IsLightpanda: wrong for %s or chromium", venv)
 	}
 }
+
+// TestClosedIsNotCrashed: a browser that served and then exits with
+// status 0 (closed by a client, as Browser.close with
+// --allow-browser-close does) is restarted however often that happens;
+// one that dies with an error as quickly is given up after maxQuickExits.
+func TestClosedIsNotCrashed(t *testing.T) {
+	shorten(t, 10*time.Millisecond, 5*time.Second)
+	for _, tt := range []struct {
+		name     string
+		status   int
+		giveUpAt int // 0: never
+	}{
+		{name: "exit 0 after serving", status: 0},
+		{name: "exit 1 after serving", status: 1, giveUpAt: maxQuickExits},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := script(t, "chromium", fmt.Sprintf(`echo $$ >> $DIR/pids
+echo "DevTools listening on ws://127.0.0.1:40001/devtools/browser/id" >&2
+sleep 0.1
+exit %d`, tt.status))
+			logs := &syncBuffer{}
+			b, err := Start([]string{bin, "--remote-debugging-port=40001"}, zerolog.New(logs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Stop()
+			runs := 2 * maxQuickExits
+			if tt.giveUpAt > 0 {
+				runs = tt.giveUpAt
+			}
+			for deadline := time.Now().Add(10 * time.Second); len(pidsOf(t, bin)) < runs; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d runs within 10s, want %d:\n%s", len(pidsOf(t, bin)), runs, logs)
+				}
+			}
+			select {
+			case <-b.Exited():
+				if tt.giveUpAt == 0 {
+					t.Errorf("given up after %d runs that exited normally: %v", len(pidsOf(t, bin)), b.Err())
+				}
+			case <-time.After(time.Second):
+				if tt.giveUpAt > 0 {
+					t.Errorf("not given up after %d quick deaths", tt.giveUpAt)
+				}
+			}
+		})
+	}
+}

@@ -110,6 +110,9 @@ func (p *Policy) Bucket(host string) string {
 	return host
 }
 
+// Buckets names what a bucket is: "host", or "site" with --bucket site.
+func (p *Policy) Buckets() string { return p.cfg.Bucket.String() }
+
 // decide returns what applies to host: loopback and --exempt-host first,
 // then the first rule that matches, then the flags.
 func (p *Policy) decide(host string) decision {

@@ -191,6 +191,25 @@ func (h *holder) holding() string {
 	return h.via().String()
 }
 
+// pageLog is log naming the page (its target id) and the client session a
+// navigation is in, for its debug lines: a reader looks for a page, and a
+// connection's websocket path is / for most clients. Either may be "".
+// Built only when debug lines are written.
+func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
+	if log.GetLevel() > zerolog.DebugLevel || page == "" && session == "" {
+		return log
+	}
+	c := log.With()
+	if page != "" {
+		c = c.Str("page", page)
+	}
+	if session != "" {
+		c = c.Str("session", session)
+	}
+	l := c.Logger()
+	return &l
+}
+
 // hold books host's slot for a navigation to rawURL and calls release when
 // the slot comes (at once when it has come), booking again while a shared
 // store asks to retry. Booking runs on a goroutine of its own, never on the
@@ -377,10 +396,11 @@ func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done f
 // past ctx.
 func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
-	r = h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
+	now := time.Now()
+	r = h.p.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return r, max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
@@ -388,6 +408,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		return r, 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
+	h.p.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
 		return r, 0, false
@@ -401,7 +422,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
 		}
-		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.ShownMillis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
 		switch r.Source {
 		case "", "flag":
 			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
@@ -410,8 +431,8 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
-		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return r, d, false
 }
 
@@ -420,6 +441,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 // the answer.
 func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 	h.p.Metrics.feedback(o)
+	h.p.answered(host, o)
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")

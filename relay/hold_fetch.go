@@ -44,6 +44,7 @@ type fetchHold struct {
 	net   atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
 	wasUp atomic.Bool        // a connection has been up
+	gone  atomic.Bool        // both connections dropped, which was logged; until one is back
 
 	netMu sync.Mutex // serialises the net connection's pattern updates: each is written in order
 
@@ -225,11 +226,14 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 // attach makes fc the connection of role and says whether holding is
 // possible now.
 func (f *fetchHold) attach(role connRole, fc *fetchConn) {
+	f.mu.Lock() // with dropped's count of those up
 	if role == rolePages {
 		f.pages.Store(fc)
 	} else {
 		f.net.Store(fc)
 	}
+	f.gone.Store(false)
+	f.mu.Unlock()
 	f.wasUp.Store(true)
 	if role == rolePages {
 		// Pages claimed while it was connecting were not armed by their
@@ -560,7 +564,6 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 // hands to net; what net does not get within orphanWait went to the
 // network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	others := f.up()
 	if f.h.via() != viaFetch || f.h.p.ctxDone() {
 		return // stopped on purpose: navigations are held another way now, or not at all
 	}
@@ -573,11 +576,13 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	if fc.role == rolePages {
 		f.updateNet() // net holds everything while pages is away
 	}
-	if others > 0 {
-		go f.confirm()
-	}
 	now := time.Now()
 	f.mu.Lock()
+	others := f.up()
+	// Both went: the browser stopped (a normal shutdown looks the same on
+	// the wire as a crash), restarts, or was cut off. Said once, though
+	// each connection may find itself the last.
+	gone := others == 0 && f.gone.CompareAndSwap(false, true)
 	// What fc let go can no longer reach the other connection as an echo
 	// (but for a request under way this very moment): a request with the
 	// same frame and URL that reaches net from now on is a new one.
@@ -603,15 +608,24 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	f.mu.Unlock()
 	if others == 0 {
-		f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
-			Msg("lost the relay's browser connections: navigations wait until one is back")
+		if gone {
+			f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
+				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
+		}
 		if len(lost) > 0 {
 			time.AfterFunc(orphanWait, func() { f.countLost(lost) })
 		}
 		return
 	}
-	f.h.p.log.Info().Str("upstream", f.h.up.name).Str("conn", fc.role.String()).Int("held", held).
-		Msg("lost one of the relay's browser connections: the other one holds on")
+	// When the browser goes away, the other connection drops a moment
+	// later, and says so: this one is lost alone only if the other
+	// still answers.
+	go func() {
+		if f.confirm() && !f.h.p.ctxDone() {
+			f.h.p.log.Info().Str("upstream", f.h.up.name).Str("conn", fc.role.String()).Int("held", held).
+				Msg("lost one of the relay's browser connections: the other one holds on")
+		}
+	}()
 	if held == 0 {
 		return
 	}
@@ -663,7 +677,7 @@ func (f *fetchHold) pageAlive(target string) bool {
 }
 
 // confirm arms holding again once one of the relay's connections answers.
-func (f *fetchHold) confirm() {
+func (f *fetchHold) confirm() bool {
 	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
 		if fc == nil {
 			continue
@@ -676,9 +690,10 @@ func (f *fetchHold) confirm() {
 			f.confirmed = true
 			f.mu.Unlock()
 			f.rearm()
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // stopAll ends both connections for good: the browser releases what they
@@ -734,7 +749,7 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 		f.mu.Unlock()
 		f.updateNet()
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, true, booked, waits, func() { f.let(key, hn, session, id) })
+	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(key, hn, session, id) })
 }
 
 // let releases a held document request from the connection that holds it
@@ -833,7 +848,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.host, limiter.Outcome(o), &fc.log)
+			fc.h.observe(hp.host, limiter.Outcome(o), pageLog(&fc.log, hp.frame, ""))
 		}
 		fc.release("", id)
 		return
@@ -995,8 +1010,9 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// Its slot went by while the browser handed it over: going now
 			// would come too close to the navigation after it. It takes
 			// the next slot instead.
-			fc.log.Debug().Str("host", host).Dur("late_ms", late).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, nil, nil, func() { f.let(key, hn, "", id) })
+			log := pageLog(&fc.log, ev.FrameID, "")
+			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
+			f.h.holdNav(fc.held, host, ev.Request.URL, log, false, nil, nil, func() { f.let(key, hn, "", id) })
 			return
 		}
 		f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, "", id) }, nil)
@@ -1032,7 +1048,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, &fc.log, false, booked, nil, func() { f.let(key, hn, "", id) })
+	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

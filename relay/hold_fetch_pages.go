@@ -529,6 +529,7 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		departedAt   time.Time
 		exact        bool
 		answered     *trackHop
+		page         string
 		navs         []*pace.Nav
 		answeredNavs []*pace.Nav
 	)
@@ -539,6 +540,9 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		return
 	}
 	fc.clock.saw(ev.Timestamp, at)
+	if ps := fc.sessions[tr.session]; ps != nil {
+		page = ps.target
+	}
 	var cur *trackHop
 	for _, th := range tr.hops {
 		if !th.ended {
@@ -575,7 +579,7 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		departed.Departed(departedAt, exact)
 	}
 	if answered != nil && answered.booked {
-		fc.h.observe(answered.host, limiter.Outcome(ev.Outcome), &fc.log)
+		fc.h.observe(answered.host, limiter.Outcome(ev.Outcome), pageLog(&fc.log, page, ""))
 	}
 	fc.h.ended(answeredNavs...)
 	fc.h.ended(navs...)

@@ -338,7 +338,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		drop := st != nil && !st.network
 		w.mu.Unlock()
 		if host != "" {
-			w.h.observe(host, limiter.Outcome(answer.Outcome), &w.pr.log)
+			w.h.observe(host, limiter.Outcome(answer.Outcome), w.navLog(session))
 		}
 		return drop
 	}
@@ -416,7 +416,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		return true
 	}
 	w.pr.held.Add(1)
-	w.h.hold(w.pr.ctx, host, ev.Request.URL, &w.pr.log, release, func() {
+	w.h.hold(w.pr.ctx, host, ev.Request.URL, w.navLog(session), release, func() {
 		w.pr.held.Done()
 	})
 	return true

@@ -179,7 +179,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		w.h.holdBooked(cmd.ctx, host, u, &w.pr.log, booked, func() { s.release(cmd, host) }, func() { close(done) })
+		w.h.holdBooked(cmd.ctx, host, u, w.navLog(cmd.session), booked, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -306,7 +306,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		prev, had := s.docs[key]
 		w.mu.Unlock()
 		if ev.Redirect != nil && had {
-			w.h.observe(prev, limiter.Outcome(*ev.Redirect), &w.pr.log)
+			w.h.observe(prev, limiter.Outcome(*ev.Redirect), w.navLog(session))
 		}
 		host, ok := limiter.Key(ev.URL)
 		if !ok || limiter.Exempt(host) {
@@ -319,7 +319,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		case ev.Redirect != nil && host != prev:
 			// The browser follows redirects by itself: book the new host so
 			// its schedule counts the request, though it cannot be held.
-			go w.h.book(w.pr.ctx, host, ev.URL, &w.pr.log)
+			go w.h.book(w.pr.ctx, host, ev.URL, w.navLog(session))
 		case ev.Redirect == nil && !s.expected(host):
 			w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 		}
@@ -340,7 +340,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		delete(s.docs, key)
 		w.mu.Unlock()
 		if tracked {
-			w.h.observe(host, limiter.Outcome(ev.Outcome), &w.pr.log)
+			w.h.observe(host, limiter.Outcome(ev.Outcome), w.navLog(session))
 		}
 	case "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -27,6 +28,8 @@ type Metrics struct {
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
+	leftovers                                      *prometheus.CounterVec
+	browserCommands                                *prometheus.CounterVec
 	waits                                          prometheus.Histogram
 }
 
@@ -79,12 +82,24 @@ func NewMetrics(l any) *Metrics {
 	}, []string{"direction"})
 	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
 	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
+	m.leftovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_leftovers_total",
+		Help: "Pages and browser contexts the relay closed for a client, by what (page, context), why " +
+			"(browser_close: the client's Browser.close; orphan: the client had been gone --orphan-timeout) and outcome " +
+			"(closed; gone: the browser no longer had it; failed: the browser could not be reached, or refused).",
+	}, []string{"what", "why", "outcome"})
+	m.browserCommands = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_browser_commands_total",
+		Help: "Clients' Browser.close, Browser.crash and Browser.crashGpuProcess by outcome: contained (Browser.close " +
+			"closed the client's own pages and contexts only), refused (a CDP error), passed (--allow-browser-close, or " +
+			"Lightpanda's Browser.close, which ends the connection's own browser).",
+	}, []string{"method", "outcome"})
 	m.waits = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cdp_throttle_client_wait_seconds",
 		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	})
-	reg.MustRegister(nav, m.delay, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits)
+	reg.MustRegister(nav, m.delay, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
 	if lenner, ok := l.(interface{ Len() int }); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -204,10 +219,10 @@ func (m *Metrics) feedback(o limiter.Outcome) {
 	if m == nil {
 		return
 	}
-	switch {
-	case o.Status == 429 || o.Status == 503:
+	switch answerClass(o) {
+	case dashboard.Overload:
 		m.overload.Inc()
-	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+	case dashboard.Failure:
 		m.failure.Inc()
 	default:
 		m.answered.Inc()
@@ -222,9 +237,52 @@ func (m *Metrics) pushed(by time.Duration) {
 	}
 }
 
+// answerClass is the class of an answer as the limiter hears it: overload
+// (429, 503: the overload pressure), failure (another 5xx, or no answer)
+// or ok (the rest).
+func answerClass(o limiter.Outcome) dashboard.Answer {
+	switch {
+	case o.Status == 429 || o.Status == 503:
+		return dashboard.Overload
+	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+		return dashboard.Failure
+	}
+	return dashboard.OK
+}
+
+// counts reads the counters the page shows.
+func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
+	if m == nil {
+		return dashboard.Navigations{}, dashboard.Answers{}
+	}
+	n := func(c prometheus.Counter) uint64 {
+		var d dto.Metric
+		c.Write(&d)
+		return uint64(d.GetCounter().GetValue())
+	}
+	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
+			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld)},
+		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure)}
+}
+
 func (m *Metrics) connection(delta float64) {
 	if m != nil {
 		m.conns.Add(delta)
+	}
+}
+
+// leftover counts one page or context the relay closed (or tried to) for
+// a client.
+func (m *Metrics) leftover(what, why, outcome string) {
+	if m != nil {
+		m.leftovers.WithLabelValues(what, why, outcome).Inc()
+	}
+}
+
+// browserCommand counts a client's Browser.close or Browser.crash*.
+func (m *Metrics) browserCommand(method, outcome string) {
+	if m != nil {
+		m.browserCommands.WithLabelValues(method, outcome).Inc()
 	}
 }
 

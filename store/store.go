@@ -454,7 +454,7 @@ func (s *Redis) answered(o *outage) {
 		if o.name != "" {
 			e = e.Str("node", o.name)
 		}
-		e.Dur("down_for", time.Since(time.Unix(0, o.downSince.Load()))).
+		e.Stringer("down_for", time.Since(time.Unix(0, o.downSince.Load())).Round(time.Millisecond)).
 			Uint64("fallbacks", s.fallbacks.Load()).Msg("redis answers again: booking navigations in it")
 	}
 }
