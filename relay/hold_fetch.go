@@ -749,16 +749,22 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 		f.mu.Unlock()
 		f.updateNet()
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(key, hn, session, id) })
+	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
 }
 
 // let releases a held document request from the connection that holds it
 // now. Released from pages, it is taken out of net's patterns first, so
 // that it goes straight to the network (noted for net when net may pause
 // it all the same); released from net, its answer is asked for.
-func (f *fetchHold) let(key navKey, hn *heldNav, session, id string) {
+func (f *fetchHold) let(fc *fetchConn, key navKey, hn *heldNav, session, id string) {
 	f.mu.Lock()
-	fc := hn.by
+	if hn.by != fc || !hn.orphaned.IsZero() {
+		// Handed on by the browser, and the connection that has it now
+		// lets it go; or fc dropped, and the browser let it go unless it
+		// hands it on: dropped counts it then.
+		f.mu.Unlock()
+		return
+	}
 	named := hn.named
 	if f.held[key] == hn {
 		delete(f.held, key)
@@ -1012,10 +1018,10 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := pageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, host, ev.Request.URL, log, false, nil, nil, func() { f.let(key, hn, "", id) })
+			f.h.holdNav(fc.held, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
 			return
 		}
-		f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, "", id) }, nil)
+		f.h.holdUntil(fc.held, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
 	}()
 	return true
 }
@@ -1048,7 +1054,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(key, hn, "", id) })
+	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -49,8 +49,8 @@ type fetchConn struct {
 	notPages map[string]struct{}   // guarded by mu; frame ids known not to be pages
 	hops     map[string]hop        // guarded by mu; net: interception id → document request under way
 	readDone chan struct{}         // closed when the reader ends
-	// held ends when the connection is closed: the navigations it holds
-	// are given up (the browser hands their requests on).
+	// held ends when the connection is closed or lost: the navigations
+	// it holds are given up (the browser hands their requests on).
 	held    context.Context
 	dropAll context.CancelFunc
 
@@ -249,6 +249,9 @@ func (fc *fetchConn) continueRequest(session, id string, answer bool) {
 // read dispatches what the browser sends until the connection ends.
 func (fc *fetchConn) read() {
 	defer func() {
+		// What the connection holds can no longer be let go through it:
+		// its holds end, and the browser hands their requests on.
+		fc.dropAll()
 		fc.mu.Lock()
 		fc.closed = true
 		calls := fc.calls

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -488,6 +489,71 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	time.Sleep(orphanWait + 200*time.Millisecond)
 	if n := tp.p.Metrics.Unheld(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0", n)
+	}
+}
+
+// gatedLimiter books nothing until gate is closed, and says on asked that
+// a booking waits.
+type gatedLimiter struct {
+	Limiter
+	asked chan struct{}
+	gate  chan struct{}
+}
+
+func (g gatedLimiter) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	select {
+	case g.asked <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Limiter.Reserve(ctx, host, rawURL, time.Now())
+}
+
+// TestFetchHolderLostWhileBooking drops the relay's pages connection while
+// a request it paused is being booked, before it waits (so before net's
+// patterns name it). Chromium either lets the request go, and the relay
+// counts it unheld, or, when net's patterns already pause every document
+// (the relay widens them as soon as it sees pages gone), hands it to net,
+// which holds it: never out uncounted.
+func TestFetchHolderLostWhileBooking(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
+	var open sync.Once
+	tp := relayTo(t, fb, fixed(time.Hour), func(p *Proxy) { g.Limiter = p.Limiter; p.Limiter = g })
+	defer open.Do(func() { close(g.gate) })
+	net, pages := relayConns(t, fb, false)
+	nav := make(chan []hopTimes, 1)
+	go func() { nav <- fb.navigate(t, fb.fetch.chain(t, "/page?first")) }()
+	select {
+	case <-g.asked:
+	case <-time.After(waitFor):
+		t.Fatal("the navigation was never booked")
+	}
+	pages.drop()
+	f := tp.p.ups[0].holder.fetch
+	eventually(t, "the relay seeing its pages connection gone", func() bool { return f.pages.Load() == nil })
+	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
+	var hops []hopTimes
+	select {
+	case hops = <-nav:
+	case <-time.After(waitFor):
+		t.Fatal("the request was never let go")
+	}
+	if hops[0].pauses == 0 {
+		// The browser let it go: counted.
+		eventually(t, "the request counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
+		if n := len(tp.logs.lines("the browser released what the relay's lost connections held")); n != 1 {
+			t.Errorf("logged %d times that the browser released what the relay held, want once", n)
+		}
+		return
+	}
+	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
+		t.Error("net never let the handed-over request go")
+	}
+	time.Sleep(orphanWait + 200*time.Millisecond)
+	if n := tp.p.Metrics.Unheld(); n != 0 {
+		t.Errorf("unheld navigations: %d, want 0: net held it", n)
 	}
 }
 

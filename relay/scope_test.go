@@ -326,3 +326,50 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 		t.Error("another client's page waited for a page creation its client left")
 	}
 }
+
+// TestScopeAttachedTwice: the relay's pages connection attached to one page
+// twice (its own Target.attachToTarget crossing the browser's auto-attach)
+// keeps one session on it and lets the other go: two would each pause and
+// book the page's requests.
+func TestScopeAttachedTwice(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	var rec *recorder
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
+	net, pages := fb.holder(t), fb.pages(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	readClient(t, c)
+	net.send(pageCreated("MINE", ""))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
+	fc.next(t)
+	fb.armed(t, pages, "MINE")
+	kept := pages.session("MINE").id
+
+	seq := fb.newJob()
+	fb.mu.Lock()
+	info := fb.targets["MINE"]
+	pages.sessions["AGAIN"] = &fakeSess{id: "AGAIN", target: "MINE", seq: seq}
+	fb.mu.Unlock()
+	pages.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":"AGAIN","targetInfo":%s,"waitingForDebugger":false}}`, info))
+	fb.await(t, "the relay letting its second session on the page go", func() bool { return pages.sessions["AGAIN"] == nil })
+	for _, m := range pages.received() {
+		if m.m.SessionID == "AGAIN" && m.m.Method != "Runtime.runIfWaitingForDebugger" {
+			t.Errorf("the relay sent %s in its second session on the page, want nothing", m.m.Method)
+		}
+	}
+	if ss := pages.session("MINE"); ss == nil || ss.id != kept || !ss.fetch {
+		t.Errorf("the relay's session on the page is %+v, want %s, armed", ss, kept)
+	}
+	tp.lim.Reserve("a.test", time.Now()) // the next slot is an hour away
+	nav := fb.navigateTo(t, "MINE", "http://a.test/")
+	select {
+	case <-nav:
+		t.Error("the page's navigation was not held")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := len(rec.bookings()); n != 1 {
+		t.Errorf("booked %d times, want once", n)
+	}
+}
