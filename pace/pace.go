@@ -35,9 +35,10 @@ import (
 // Defaults for the zero values of Config's fields.
 const (
 	// DefaultTolerance is how much closer than their slots two departures
-	// may come: the jitter of a browser's send on an idle machine is a
-	// millisecond or two.
-	DefaultTolerance = 3 * time.Millisecond
+	// may come: a millisecond, so that what the network adds after the
+	// browser's send (a millisecond or two on a busy machine) still leaves
+	// the site's gaps within a few milliseconds of the spacing.
+	DefaultTolerance = time.Millisecond
 	// DefaultWait bounds how long a release waits for an earlier one of
 	// its bucket to leave: a browser that holds a request that long after
 	// its release (a client's own interception that sits on it) is not

@@ -176,7 +176,7 @@ func TestTracker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var pushed time.Duration
-			tr := &Tracker{Config: Config{Push: func(bucket string, by time.Duration) {
+			tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Push: func(bucket string, by time.Duration) {
 				if bucket != "a.test" {
 					t.Errorf("pushed %q, want a.test", bucket)
 				}
@@ -210,7 +210,7 @@ func TestTracker(t *testing.T) {
 // TestTrackerWaitsForTheOneBefore: a navigation is not let go while one
 // let go before it in its bucket has not left, but no longer than Wait.
 func TestTrackerWaitsForTheOneBefore(t *testing.T) {
-	tr := &Tracker{Config: Config{Wait: time.Second}}
+	tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Wait: time.Second}}
 	a := tr.Book("a.test", "chromium", at(0), 0, 0)
 	b := tr.Book("a.test", "chromium", at(200), 0, 0)
 	other := tr.Book("b.test", "chromium", at(200), 0, 0)
