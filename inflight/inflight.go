@@ -130,7 +130,8 @@ func (c *Cap) Enter(ctx context.Context, name string, limit int) (*Place, error)
 	b := c.bucketLocked(name)
 	b.limit = limit
 	b.queue = append(b.queue, w)
-	if len(b.queue) == 1 {
+	waited := len(b.queue) > 1 // behind others
+	if !waited {
 		close(w.turn)
 	}
 	c.mu.Unlock()
@@ -157,7 +158,10 @@ func (c *Cap) Enter(ctx context.Context, name string, limit int) (*Place, error)
 			return nil, ErrClosed
 		}
 		if c.take(b, name, id, limit) {
-			p := &Place{Bucket: name, Limit: limit, Waited: time.Since(w.since), c: c, id: id}
+			p := &Place{Bucket: name, Limit: limit, c: c, id: id}
+			if waited {
+				p.Waited = time.Since(w.since)
+			}
 			c.mu.Lock()
 			c.placesLocked()[p] = struct{}{}
 			p.timer = time.AfterFunc(c.bound(), func() {
@@ -169,6 +173,7 @@ func (c *Cap) Enter(ctx context.Context, name string, limit int) (*Place, error)
 			c.dequeue(name, b, w)
 			return p, nil
 		}
+		waited = true
 		var tick <-chan time.Time
 		if c.Table != nil {
 			if poll == nil {
