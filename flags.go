@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cdp-throttle/cdp-throttle/demo"
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -138,6 +139,9 @@ func relayFlags() []cli.Flag {
 		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
+		durationFlag("http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight, when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
+		&cli.StringFlag{Name: "overload-status", Value: "429,503", Usage: "answer statuses that add the overload pressure (100 ms more at once) and whose Retry-After is honoured, such as 403,429,503 (none for no status); other 5xx add the failure pressure. A rule says overload:403+429+503", EnvVars: env("OVERLOAD_STATUS")},
+		&cli.StringFlag{Name: "latency-backoff", Value: "0", Usage: "FACTOR: an answer slower than FACTOR times its host's baseline (its fastest in the last 10 minutes), and than 50ms, adds the failure pressure, as a 5xx does; 0 is off", EnvVars: env("LATENCY_BACKOFF")},
 	}
 }
 
@@ -202,10 +206,11 @@ func limiterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "http-nav-delay", Usage: "spacing of top-level navigations per host: unset = adaptive, 0 = off, else fixed (100ms, 1.5s, or a number of ms)", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Usage: "navigations an idle host absorbs at once, a whole number ≥ 0 (0 acts as 1)", Value: strconv.Itoa(limiter.DefaultBurst), EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Value: &repeated{}, Usage: "PATTERN=SETTING: hosts matching the glob PATTERN get SETTING, adaptive, fixed:DURATION, off or exempt, optionally with burst:N (repeatable; the first match wins)", EnvVars: env("RULE")},
+		&cli.StringFlag{Name: "http-nav-concurrency", Value: "0", Usage: "at most N top-level navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0 = no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
+		&cli.GenericFlag{Name: "rule", Value: &repeated{}, Usage: "PATTERN=SETTING: hosts matching the glob PATTERN (loopback too, when it matches) get SETTING, adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N and overload:STATUSES (403+429+503), after a comma or a space (repeatable; the first match wins)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Usage: "file of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
 		&cli.StringFlag{Name: "bucket", Value: "host", Usage: "which hosts share one schedule: host, or site (the registrable domain: www.example.com and example.com share one)", EnvVars: env("BUCKET")},
-		&cli.StringSliceFlag{Name: "exempt-host", Usage: "host glob never spaced, besides loopback (repeatable)", EnvVars: env("EXEMPT_HOST")},
+		&cli.StringSliceFlag{Name: "exempt-host", Usage: "host glob never spaced, besides loopback without a rule (repeatable)", EnvVars: env("EXEMPT_HOST")},
 	}
 }
 
@@ -217,7 +222,9 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 	}
 	cfg, err := policy.FromFlags(policy.Flags{Delay: c.String("http-nav-delay"), Burst: c.String("http-nav-burst"),
 		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), ExemptHosts: c.StringSlice("exempt-host"),
-		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay")})
+		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
+		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
+		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff")})
 	if err != nil {
 		return cfg, usageError{err}
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -90,8 +91,24 @@ type Limiter interface {
 	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
 	// what was booked and why.
 	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
-	// Observe feeds the answer a navigation of host got at now back.
-	Observe(host string, o limiter.Outcome, now time.Time)
+	// Observe feeds the answer a navigation of host got at now back, with
+	// how long it took (o.Took), and says what the answer was: overload, a
+	// failure, slow, or calm.
+	Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect
+}
+
+// Capper is what a Limiter adds when it also caps the navigations of each
+// bucket in flight (*policy.Policy does): the relay asks it for a place
+// before it books a navigation, and gives the place back when the
+// navigation ends.
+type Capper interface {
+	// Caps reports whether any host has a cap: then navigations are held
+	// even where nothing is spaced.
+	Caps() bool
+	// Enter waits, behind the navigations that came first, for a place
+	// among the navigations in flight of host's bucket, and returns it, nil
+	// when host has no cap; it returns ctx's error when ctx ends first.
+	Enter(ctx context.Context, host string) (*inflight.Place, error)
 }
 
 // Defaults for the zero values of Proxy's fields.
@@ -158,6 +175,8 @@ type Proxy struct {
 	// for tests of the holding itself, which play pauses of pages no
 	// client drives.
 	everyPage bool
+
+	capper Capper // set once by Start: the Limiter, when it caps navigations in flight
 
 	log      zerolog.Logger // set once by Start
 	ups      []*upstream    // set once by Start
@@ -279,7 +298,10 @@ func (p *Proxy) Start(ctx context.Context) error {
 			}
 		}
 	}
-	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off {
+	if c, ok := p.Limiter.(Capper); ok && c.Caps() {
+		p.capper = c
+	}
+	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
 	}

@@ -32,12 +32,26 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		Source       string  `json:"source,omitempty"` // flag, rule N, robots.txt
 		Rule         string  `json:"rule,omitempty"`
 		CrawlDelayMS float64 `json:"crawl_delay_ms,omitempty"`
+		// With a cap on navigations in flight (zero without one).
+		InFlight          *int   `json:"in_flight,omitempty"`
+		Waiting           *int   `json:"waiting,omitempty"`
+		Concurrency       int    `json:"concurrency,omitempty"`
+		ConcurrencySource string `json:"concurrency_source,omitempty"` // flag, rule N
+		// With --latency-backoff.
+		BaselineMS   float64 `json:"answer_baseline_ms,omitempty"`
+		LastAnswerMS float64 `json:"last_answer_ms,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			out = append(out, host{h.Host, h.Pressure, limiter.Millis(h.Spacing), limiter.Millis(h.NextFree),
-				h.Mode.String(), h.Source, h.Rule, limiter.Millis(h.Floor)})
+			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.Millis(h.Spacing), NextFreeMS: limiter.Millis(h.NextFree),
+				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.Millis(h.Floor),
+				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
+				BaselineMS: limiter.Millis(h.Baseline), LastAnswerMS: limiter.Millis(h.LastAnswer)}
+			if p.capper != nil {
+				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
+			}
+			out = append(out, hs)
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
