@@ -91,7 +91,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			{
 				Name:         "simulate",
 				Usage:        "replay the limiter on a simulated clock and print the schedule",
-				UsageText:    "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--host H]... [--rule R]... [--bucket B] [--crawl-delay D] [--csv]",
+				UsageText:    "cdp-throttle simulate [--navigations N] [--load D] [--pages P] [--http-nav-concurrency N] [--phases P] [--idle D] [--host H]... [--rule R]... [--bucket B] [--crawl-delay D] [--csv]",
 				Flags:        append(simulateFlags(), limiterFlags()...),
 				OnUsageError: onUsage,
 				Action:       func(c *cli.Context) error { return runSimulate(c, stdout) },
@@ -270,6 +270,7 @@ func simulateFlags() []cli.Flag {
 		&cli.IntFlag{Name: "navigations", Value: 400, Usage: "navigations per phase"},
 		durationFlag("load", "4.5ms", "page load time: from a navigation's start to the next request"),
 		&cli.IntFlag{Name: "phases", Value: 1, Usage: "phases of navigations, separated by --idle"},
+		&cli.IntFlag{Name: "pages", Value: 1, Usage: "pages navigating at once, each asking for its next navigation when its last one is answered (--load after it started)"},
 		durationFlag("idle", "8s", "time without navigations between phases"),
 		&cli.StringSliceFlag{Name: "host", Usage: "host navigated to, in turn when repeated (default example.com)"},
 		durationFlag("crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
@@ -278,7 +279,7 @@ func simulateFlags() []cli.Flag {
 }
 
 func runSimulate(c *cli.Context, stdout io.Writer) error {
-	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
+	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Pages: c.Int("pages"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
 	var err error
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err
