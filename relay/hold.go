@@ -198,14 +198,18 @@ func (h *holder) newFlight(life context.Context) *flight {
 	return fl
 }
 
-// end ends the flight: its place goes back, a wait for one stops.
+// end ends the flight: its place goes back at once (Place.Leave never
+// blocks), so the next navigation of its host may take it before the
+// browser goes on; a wait for one stops.
 func (fl *flight) end() {
 	if fl != nil {
 		fl.stop()
+		fl.giveBack()
 	}
 }
 
-// giveBack runs once the flight's context ends.
+// giveBack gives the flight's place back, once; it runs at end, and when
+// the flight's life ends.
 func (fl *flight) giveBack() {
 	fl.mu.Lock()
 	p := fl.place
