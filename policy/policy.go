@@ -137,8 +137,9 @@ func (p *Policy) Caps() bool { return p.caps }
 
 // Mode reports the policy's global mode: the mode of the global flags,
 // unless they are off while some rule spaces hosts, in which case the mode
-// of the first such rule. Off means that nothing is ever booked: the
-// relay need not watch navigations at all.
+// of the first such rule. Off means that nothing is ever booked: unless
+// the policy Caps navigations in flight, the relay need not watch
+// navigations at all.
 func (p *Policy) Mode() limiter.Mode { return p.mode }
 
 // Bucket returns the schedule host is booked in: host itself, or its site.

@@ -83,7 +83,8 @@ func (i Intercept) String() string {
 // concurrent use.
 type Limiter interface {
 	// Mode reports the global mode: Off means nothing is ever booked, so
-	// the relay arms no holding at all.
+	// the relay arms no holding at all, unless the Limiter is a Capper
+	// that caps some host.
 	Mode() limiter.Mode
 	// Reserve books the slot of a navigation to rawURL, wanted at now; host
 	// is limiter.Key(rawURL). It may block, to read the site's robots.txt,
