@@ -13,7 +13,9 @@
 //
 // Navigations are held in one of two ways, each in a file of its own, and
 // both go through the same book → wait → release → observe steps of
-// hold.go. With a Chromium upstream (hold_fetch.go) the relay opens its own
+// hold.go (a place among its host's navigations in flight first, when the
+// Limiter is a Capper that caps it, given back when the navigation ends:
+// a flight). With a Chromium upstream (hold_fetch.go) the relay opens its own
 // connection to the browser endpoint and enables Fetch interception there
 // for document requests; the browser pauses every document request of
 // every page for it, however the navigation started, and the relay never
