@@ -46,6 +46,10 @@ async function worker(w, count) {
         } catch (e) {
           if (!String(e).includes('net::ERR_')) throw e;
         }
+        // Chromium reloads an error page by itself after 1 s, 5 s, 30 s,
+        // 1 min… (NetErrorAutoReload), and a page closed while one of
+        // those commits can stay open for good: leave the error page.
+        await page.goto('about:blank');
         break;
       case 'close': {
         page = await browser.newPage();
