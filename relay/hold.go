@@ -234,6 +234,21 @@ func (fl *flight) let(now time.Time) {
 	}
 }
 
+// leftAt notes that the navigation's request, let go already, left the
+// relay's last hold at now (the Fetch strategy's second connection): its
+// answer time counts from then, not from the browser's hand-over between
+// the two.
+func (fl *flight) leftAt(now time.Time) {
+	if fl == nil {
+		return
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if !fl.released.IsZero() && now.After(fl.released) {
+		fl.released = now
+	}
+}
+
 // took is how long the answer received at now took since the release; 0
 // when unknown.
 func (fl *flight) took(now time.Time) time.Duration {
@@ -453,9 +468,7 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 		defer h.p.limiting.Done()
 		effect := h.p.Limiter.Observe(host, o, now)
 		h.p.Metrics.feedback(effect)
-		if effect == limiter.Slow {
-			log.Debug().Str("host", host).Float64("answer_ms", limiter.Millis(o.Took)).Msg("host answered slower than its baseline")
-		}
+		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.Millis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
 			delete(h.answering, host)

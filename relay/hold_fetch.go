@@ -68,6 +68,7 @@ type heldNav struct {
 type passedNav struct {
 	by *fetchConn
 	at time.Time
+	fl *flight // the navigation it held, if any: it leaves when the other connection lets it go
 }
 
 // echoWindow is how long after one connection let a request go the other
@@ -408,9 +409,11 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 
 	f.mu.Lock()
 	if p, ok := f.passed[key]; ok && p.by != fc && fc.since.Before(p.at) && now.Sub(p.at) < echoWindow {
-		// The other connection held it already, and reads its answer.
+		// The other connection held it already, and reads its answer. It
+		// leaves for the network now: its answer time counts from here.
 		delete(f.passed, key)
 		f.mu.Unlock()
+		p.fl.leftAt(now)
 		fc.setHop(id, hop{host: host, frame: ev.FrameID})
 		fc.release(id)
 		return
@@ -448,7 +451,7 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	if redirected && prev.host == host {
 		// A hop within the host of the hop before it books nothing, and
 		// keeps that hop's place in flight.
-		f.passLocked(key, fc, now)
+		f.passLocked(key, fc, now, nil)
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
 		fc.continueRequest(id, prev.booked) // the answer is read where the hop before it was booked
@@ -482,7 +485,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 	if f.held[key] == hn {
 		delete(f.held, key)
 	}
-	f.passLocked(key, fc, time.Now())
+	f.passLocked(key, fc, time.Now(), hn.fl)
 	f.mu.Unlock()
 	fc.releaseWatching(id)
 }
@@ -491,7 +494,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, fl *flight) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -502,7 +505,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now}
+	f.passed[key] = passedNav{by: fc, at: now, fl: fl}
 }
 
 // sawPause notes that a page's document request paused at the relay.
