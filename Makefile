@@ -22,7 +22,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 all: build
 
 build:
-	$(GO) build -o cdp-throttle .
+	$(GO) build -buildvcs=auto -o cdp-throttle .
 
 # Reproduce the limiter's published measurement (the rate limiter designed
 # for Lightpanda) against a real Chromium: tables on stdout, the chart in
@@ -70,10 +70,12 @@ chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
-# Debian's redis-server: the shared store's tests start their own instance.
+# Debian's redis-server, redis-sentinel and redis-tools (redis-cli, for
+# --cluster create): the shared store's tests start their own servers,
+# sentinels and clusters on free loopback ports.
 redis:
-	@command -v redis-server >/dev/null || \
-		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+	@command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-sentinel redis-tools; }
 
 # Lightpanda $(LIGHTPANDA_VERSION) from PyPI into $(VENV). Debian's python3 needs
 # python3-venv for `python3 -m venv` (ensurepip).
@@ -91,7 +93,7 @@ node-deps:
 
 bench: redis
 	$(GO) test -run XXX -bench . -benchmem -cpu 1,2 ./limiter
-	$(GO) test -run XXX -bench . -benchmem ./store ./relay
+	$(GO) test -run XXX -bench . -benchmem ./store ./relay ./dashboard
 
 # Against real Chromium: the puppeteer loop, throughput, timing accuracy.
 bench-e2e: deps

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
@@ -34,12 +36,36 @@ func usagef(format string, args ...any) error {
 
 const envPrefix = "CDP_THROTTLE_"
 
+// env names a relay flag's environment variable. simulate takes the
+// limiter's flags without them (noEnv): a replay must not change because
+// the shell is set up for a relay.
 func env(name string) []string { return []string{envPrefix + name} }
+
+func noEnv(string) []string { return nil }
+
+// The relay's flag categories. urfave/cli lists categories by name, so the
+// names sort in the order a newcomer reads them: the three flags most
+// crawls set, the per-site policy, where the relay listens and what it
+// fronts, logs, how many clients it takes, access, then several relays
+// sharing Redis. Every flag of
+// the relay has one (an uncategorised flag would be listed first; a test
+// checks it): a new flag joins the category it belongs to. simulate's own
+// flags come before the limiter's.
+const (
+	catPace     = "Crawl pace"
+	catPerSite  = "Crawl pace per site"
+	catRelay    = "Listening and browsers"
+	catLog      = "Logging"
+	catQueue    = "Queue: clients over capacity"
+	catSecurity = "Security"
+	catStore    = "Sharing one schedule between relays (Redis)"
+	catReplay   = "Clock, navigations and output"
+)
 
 // durationFlag is a duration flag read by policy.ParseDuration (a Go
 // duration, or a bare number of milliseconds), through durations.
-func durationFlag(name, value, usage string, envVars ...string) cli.Flag {
-	return &cli.StringFlag{Name: name, Value: value, Usage: usage + " (100ms, 1.5s, or a number of ms)", EnvVars: envVars}
+func durationFlag(category, name, value, usage string, envVars ...string) cli.Flag {
+	return &cli.StringFlag{Name: name, Category: category, Value: value, Usage: usage + " (a `DURATION`: 100ms, 1.5s, or a number of ms)", EnvVars: envVars}
 }
 
 // durations reads the duration flags named in pairs with where to put
@@ -63,15 +89,82 @@ type repeated []string
 func (r *repeated) Set(v string) error { *r = append(*r, strings.Split(v, "\n")...); return nil }
 func (r *repeated) String() string     { return strings.Join(*r, "\n") }
 
+// oneWay makes help show every default the same way, (default: VALUE):
+// urfave quotes a string flag's value, and prints false for a bool.
+func oneWay(flags []cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			if f.DefaultText == "" {
+				f.DefaultText = f.Value
+			}
+		case *cli.BoolFlag:
+			f.DisableDefaultText = true
+		}
+	}
+	return flags
+}
+
+const appHelp = `{{template "helpNameTemplate" .}}
+
+USAGE:
+   {{wrap .UsageText 3}}{{if .Version}}
+
+VERSION:
+   {{.Version}}{{end}}
+
+COMMANDS:{{template "visibleCommandCategoryTemplate" .}}
+
+OPTIONS:{{template "visibleFlagCategoryTemplate" .}}
+   Every flag also reads an environment variable: --http-nav-delay reads
+   CDP_THROTTLE_HTTP_NAV_DELAY, --listen CDP_THROTTLE_LISTEN, and so on.
+   Each flag in full: docs/flags.md.
+
+ENDPOINTS (on the --listen address):
+   /json/version, /json/list, /json/new, /devtools/...   the browser's, as Chrome serves them: point clients here
+   /                                                     the relay's own page: each host being spaced, live (open it in a browser)
+   /hosts?n=50                                           the busiest hosts: pressure, spacing, next free slot, rule (JSON)
+   /status, /healthz, /metrics                           the page's data, 200 while a browser answers, Prometheus metrics
+
+EXAMPLES:
+   # start a headless Chromium and relay to it; clients connect to http://127.0.0.1:9322
+   cdp-throttle -- chromium --headless --remote-debugging-port=9222 --user-data-dir=/tmp/profile
+
+   # in front of a Chrome already started with --remote-debugging-port=9222, 300 ms between navigations to a host
+   cdp-throttle --http-nav-delay 300ms
+
+   # adaptive for every host, a second apart on one site, four Lightpanda processes on one schedule
+   cdp-throttle --rule '*.slow.example=fixed:1s' --browsers 4 -- lightpanda serve --port {port}
+
+   # what the limiter does with 400 navigations 38 ms apart, on a simulated clock
+cdp-throttle simulate --load 38ms
+`
+
+// Help names the environment variables once, in a sentence, rather than at
+// the end of every line: urfave/cli's FlagEnvHinter would be the hook, but
+// v2 does not call it, so its FlagStringer drops the hint.
+func init() {
+	stringer := cli.FlagStringer
+	envHint := regexp.MustCompile(` \[\$[A-Z0-9_, $]+\]$`)
+	cli.FlagStringer = func(f cli.Flag) string { return envHint.ReplaceAllString(stringer(f), "") }
+}
+
 func newApp(stdout, stderr io.Writer) *cli.App {
-	onUsage := func(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+	onUsage := func(c *cli.Context, err error, _ bool) error { return usageError{explain(c, err)} }
 	return &cli.App{
-		Name:      "cdp-throttle",
-		Usage:     "a CDP relay that spaces out top-level navigations per host, with the rate limiter designed for Lightpanda",
-		UsageText: "cdp-throttle [flags] [-- BROWSER COMMAND ...]\ncdp-throttle simulate [flags]\ncdp-throttle demo [flags]",
-		Writer:    stdout,
-		ErrWriter: stderr,
-		Flags:     append(relayFlags(), append(limiterFlags(), logFlags(stderr)...)...),
+		Name:  "cdp-throttle",
+		Usage: "a CDP relay that spaces out top-level navigations per host, with the rate limiter designed for Lightpanda",
+		UsageText: "cdp-throttle [flags]                             relay to the browser at --upstream\n" +
+			"cdp-throttle [flags] -- BROWSER COMMAND [ARGS]   start the browser, relay to it, stop it on exit\n" +
+			"cdp-throttle simulate [flags]                    replay the limiter on a simulated clock\n" +
+			"cdp-throttle demo [flags]                        measure it through a real Chromium or Lightpanda\n" +
+			"cdp-throttle version                             print the version\n" +
+			"cdp-throttle help [COMMAND]                      print this, or a command's help",
+		Version:               version(),
+		CustomAppHelpTemplate: appHelp,
+		Writer:                stdout,
+		ErrWriter:             stderr,
+		Flags:                 oneWay(append(limiterFlags(env), append(relayFlags(), logFlags(stderr)...)...)),
 		Action: func(c *cli.Context) error {
 			cfg, err := relayConfigFrom(c, stderr)
 			if err != nil {
@@ -81,25 +174,38 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		Commands: []*cli.Command{
 			{
+				Name:         "simulate",
+				Usage:        "replay the limiter on a simulated clock and print the schedule",
+				UsageText:    simulateUsage,
+				Description:  simulateDescription,
+				Flags:        oneWay(append(simulateFlags(), limiterFlags(noEnv)...)),
+				OnUsageError: onUsage,
+				Action:       func(c *cli.Context) error { return runSimulate(c, stdout) },
+			},
+			{
 				Name:         "demo",
-				Usage:        "reproduce the limiter's published measurement (the rate limiter designed for Lightpanda) against a real Chromium or Lightpanda, and chart it",
-				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--browser PATH] [--out demo.html]",
-				Flags:        demoFlags(),
+				Usage:        "measure the limiter through a real Chromium or Lightpanda as its published measurement did (lightpanda-io/browser#3266), and chart it",
+				UsageText:    "cdp-throttle demo [--navigations N] [--phases P] [--idle D] [--fixed D] [--browser chromium|lightpanda|PATH] [--site IP] [--out demo.html]",
+				Flags:        oneWay(demoFlags()),
 				OnUsageError: onUsage,
 				Action:       func(c *cli.Context) error { return runDemo(c, stdout, stderr) },
 			},
 			{
-				Name:         "simulate",
-				Usage:        "replay the limiter on a simulated clock and print the schedule",
-				UsageText:    "cdp-throttle simulate [--navigations N] [--load D] [--pages P] [--http-nav-concurrency N] [--phases P] [--idle D] [--host H]... [--rule R]... [--bucket B] [--crawl-delay D] [--csv]",
-				Flags:        append(simulateFlags(), limiterFlags()...),
-				OnUsageError: onUsage,
-				Action:       func(c *cli.Context) error { return runSimulate(c, stdout) },
+				Name:      "version",
+				Usage:     "print the version (as --version does)",
+				UsageText: "cdp-throttle version",
+				Action: func(c *cli.Context) error {
+					if err := noArgs(c); err != nil {
+						return err
+					}
+					cli.ShowVersion(c)
+					return nil
+				},
 			},
 		},
-		OnUsageError:    onUsage,
-		ExitErrHandler:  func(*cli.Context, error) {}, // run returns errors; only main exits
-		HideHelpCommand: true,
+		OnUsageError:   onUsage,
+		Suggest:        true,                         // for help TOPIC; run explains the other mistakes itself
+		ExitErrHandler: func(*cli.Context, error) {}, // run returns errors; only main exits
 	}
 }
 
@@ -123,25 +229,31 @@ type relayConfig struct {
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "listen", Value: defaultListen, Usage: "address the relay serves", EnvVars: env("LISTEN")},
-		&cli.StringSliceFlag{Name: "upstream", Usage: "browser CDP endpoint: http://host:port or a ws:// URL; repeat it for several browsers (default " + defaultUpstream + ")", EnvVars: env("UPSTREAM")},
-		&cli.StringFlag{Name: "store", Usage: "share the limiter's state between relays in Redis: redis://HOST:PORT/DB (default: in process)", EnvVars: env("STORE")},
-		&cli.StringFlag{Name: "store-prefix", Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
-		&cli.StringFlag{Name: "store-fallback", Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
-		durationFlag("store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
-		&cli.StringFlag{Name: "intercept", Value: "auto", Usage: "how navigations are caught: auto, fetch (browser-level Fetch) or navigate (hold Page.navigate in client streams)", EnvVars: env("INTERCEPT")},
-		&cli.StringSliceFlag{Name: "allow-origin", Usage: "Origin a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable; * allows any)", EnvVars: env("ALLOW_ORIGIN")},
-		&cli.StringSliceFlag{Name: "allow-host", Usage: "name a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
-		&cli.StringFlag{Name: "token", Usage: "require this token on every request (Authorization: Bearer TOKEN or ?token=TOKEN)", EnvVars: env("TOKEN")},
-		&cli.BoolFlag{Name: "insecure-listen", Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
-		&cli.Int64Flag{Name: "max-message-size", Value: relay.DefaultMaxMessageSize, Usage: "largest message in bytes read from a client or the browser; bigger ones close the connection with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
-		durationFlag("start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
-		&cli.IntFlag{Name: "browsers", Value: 1, Usage: "how many browsers to start from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
-		&cli.StringFlag{Name: "robots", Value: "ignore", Usage: "ignore, or crawl-delay: take each site's robots.txt Crawl-delay as the least spacing of its navigations", EnvVars: env("ROBOTS")},
-		&cli.StringFlag{Name: "robots-user-agent", Usage: "whose robots.txt group to read (default: the browser's product token, such as HeadlessChrome)", EnvVars: env("ROBOTS_USER_AGENT")},
-		durationFlag("http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight, when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
-		&cli.StringFlag{Name: "overload-status", Value: "429,503", Usage: "answer statuses that add the overload pressure (100 ms more at once) and whose Retry-After is honoured, such as 403,429,503 (none for no status); other 5xx add the failure pressure. A rule says overload:403+429+503", EnvVars: env("OVERLOAD_STATUS")},
-		&cli.StringFlag{Name: "latency-backoff", Value: "0", Usage: "FACTOR: an answer slower than FACTOR times its host's baseline (its fastest in the last 10 minutes), and than 50ms, adds the failure pressure, as a 5xx does; 0 is off", EnvVars: env("LATENCY_BACKOFF")},
+		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: each site's robots.txt Crawl-delay is its least spacing", EnvVars: env("ROBOTS")},
+		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
+		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
+		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
+		&cli.StringFlag{Name: "latency-backoff", Category: catPerSite, Value: "0", Usage: "an answer slower than `FACTOR` times its host's baseline (its fastest of the last 10 minutes) and than 50ms adds the failure pressure, as a 5xx does (0: off)", EnvVars: env("LATENCY_BACKOFF")},
+		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
+		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
+		&cli.IntFlag{Name: "browsers", Category: catRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
+		durationFlag(catRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
+		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: env("INTERCEPT")},
+		durationFlag(catRelay, "orphan-timeout", relay.DefaultOrphanTimeout.String(), "close the pages and browser contexts a client created once it has been gone this long, unless another client took them over; 0 keeps them", env("ORPHAN_TIMEOUT")...),
+		&cli.BoolFlag{Name: "allow-browser-close", Category: catRelay, Usage: "let a client's Browser.close (and Browser.crash) end the browser for every client; unset, it closes only that client's pages and contexts", EnvVars: env("ALLOW_BROWSER_CLOSE")},
+		&cli.IntFlag{Name: "max-clients", Category: catQueue, Usage: "client connections relayed at once, over all browsers (0: no bound but the browsers')", EnvVars: env("MAX_CLIENTS")},
+		&cli.IntFlag{Name: "clients-per-browser", Category: catQueue, Usage: "client connections each browser takes at once, for browsers that do not say (a launched lightpanda serve does: --cdp-max-connections) or when less (0: no bound)", EnvVars: env("CLIENTS_PER_BROWSER")},
+		&cli.IntFlag{Name: "queue", Category: catQueue, Usage: "clients over capacity that may wait for a place, their websocket upgrade answered when one frees; one more is answered 429 (0: none wait)", EnvVars: env("QUEUE")},
+		durationFlag(catQueue, "queue-timeout", "60s", "how long a client waits for a place before it is answered 503", env("QUEUE_TIMEOUT")...),
+		&cli.StringFlag{Name: "store", Category: catStore, DefaultText: "in process", Usage: "share the limiter's state between relays: redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, or redis-cluster://N1:7000?addr=N2:7001", EnvVars: env("STORE")},
+		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, Usage: "prefix of the Redis keys", EnvVars: env("STORE_PREFIX")},
+		&cli.StringFlag{Name: "store-fallback", Category: catStore, Value: "local", Usage: "while Redis does not answer: local (book in process) or closed (hold navigations until it is back)", EnvVars: env("STORE_FALLBACK")},
+		durationFlag(catStore, "store-timeout", "100ms", "longest wait for one Redis call before falling back", env("STORE_TIMEOUT")...),
+		&cli.StringFlag{Name: "token", Category: catSecurity, Usage: "require this `TOKEN` on every request (Authorization: Bearer TOKEN or ?token=TOKEN)", EnvVars: env("TOKEN")},
+		&cli.BoolFlag{Name: "insecure-listen", Category: catSecurity, Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
+		&cli.StringSliceFlag{Name: "allow-origin", Category: catSecurity, Usage: "an `ORIGIN` a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable)", EnvVars: env("ALLOW_ORIGIN")},
+		&cli.StringSliceFlag{Name: "allow-host", Category: catSecurity, Usage: "a `NAME` a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
+		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message read from either side, in `BYTES`; a bigger one closes with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
 	}
 }
 
@@ -154,8 +266,24 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.log, err = loggerFrom(c, stderr); err != nil {
 		return cfg, err
 	}
-	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout); err != nil {
+	if err := durations(c, true, "store-timeout", &cfg.storeOpts.Timeout, "start-timeout", &cfg.proxy.StartTimeout,
+		"queue-timeout", &cfg.proxy.QueueTimeout); err != nil {
 		return cfg, err
+	}
+	if err := durations(c, false, "orphan-timeout", &cfg.proxy.OrphanTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.proxy.OrphanTimeout == 0 {
+		cfg.proxy.OrphanTimeout = -1 // 0 keeps them; the Proxy's zero is its default
+	}
+	cfg.proxy.AllowBrowserClose = c.Bool("allow-browser-close")
+	for _, f := range []struct {
+		name string
+		to   *int
+	}{{"max-clients", &cfg.proxy.MaxClients}, {"clients-per-browser", &cfg.proxy.ClientsPerBrowser}, {"queue", &cfg.proxy.Queue}} {
+		if *f.to = c.Int(f.name); *f.to < 0 {
+			return cfg, usagef("--%s %d: want a whole number ≥ 0", f.name, *f.to)
+		}
 	}
 	cfg.listen = c.String("listen")
 	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
@@ -171,15 +299,18 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		}
 	}
 	cfg.store = c.String("store")
-	if cfg.store != "" && !strings.HasPrefix(cfg.store, "redis://") && !strings.HasPrefix(cfg.store, "rediss://") {
-		return cfg, usagef("--store %q: want redis://HOST:PORT/DB", cfg.store)
+	if cfg.store != "" {
+		if _, err := store.ParseKind(cfg.store); err != nil {
+			return cfg, usagef("--store %q: want redis://HOST:PORT/DB, a Sentinel's redis://S1:26379/DB?master_name=NAME&addr=S2:26379, "+
+				"or redis-cluster://N1:7000?addr=N2:7001 (%v)", redact.URL(cfg.store), err)
+		}
 	}
 	cfg.storeOpts.Prefix = c.String("store-prefix")
 	if cfg.storeOpts.Fallback, err = store.ParseFallback(c.String("store-fallback")); err != nil {
 		return cfg, usageError{err}
 	}
 	if cfg.proxy.Intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
-		return cfg, usagef("--intercept %q: want auto, fetch or navigate", c.String("intercept"))
+		return cfg, usagef("--intercept %q: want auto, fetch, session or navigate", c.String("intercept"))
 	}
 	cfg.proxy.AllowOrigins = c.StringSlice("allow-origin")
 	cfg.proxy.AllowHosts = c.StringSlice("allow-host")
@@ -191,7 +322,10 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.proxy.MaxMessageSize = c.Int64("max-message-size"); cfg.proxy.MaxMessageSize < 1<<10 {
 		return cfg, usagef("--max-message-size %d: want at least 1024 bytes", cfg.proxy.MaxMessageSize)
 	}
-	cfg.browserCmd, cfg.browsers = c.Args().Slice(), c.Int("browsers")
+	if c.Args().Present() {
+		return cfg, unknownCommand(c)
+	}
+	cfg.browserCmd, cfg.browsers = browserCommand(c), c.Int("browsers")
 	if err := launcher.Check(cfg.browserCmd, cfg.browsers); err != nil {
 		return cfg, usageError{err}
 	}
@@ -201,16 +335,17 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	return cfg, nil
 }
 
-// limiterFlags are the policy's flags the relay and simulate share.
-func limiterFlags() []cli.Flag {
+// limiterFlags are the policy's flags the relay and simulate share, with
+// their environment variables from env.
+func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "http-nav-delay", Usage: "spacing of top-level navigations per host: unset = adaptive, 0 = off, else fixed (100ms, 1.5s, or a number of ms)", EnvVars: env("HTTP_NAV_DELAY")},
-		&cli.StringFlag{Name: "http-nav-burst", Usage: "navigations an idle host absorbs at once, a whole number ≥ 0 (0 acts as 1)", Value: strconv.Itoa(limiter.DefaultBurst), EnvVars: env("HTTP_NAV_BURST")},
-		&cli.StringFlag{Name: "http-nav-concurrency", Value: "0", Usage: "at most N top-level navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0 = no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
-		&cli.GenericFlag{Name: "rule", Value: &repeated{}, Usage: "PATTERN=SETTING: hosts matching the glob PATTERN (loopback too, when it matches) get SETTING, adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N and overload:STATUSES (403+429+503), after a comma or a space (repeatable; the first match wins)", EnvVars: env("RULE")},
-		&cli.StringFlag{Name: "rules", Usage: "file of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
-		&cli.StringFlag{Name: "bucket", Value: "host", Usage: "which hosts share one schedule: host, or site (the registrable domain: www.example.com and example.com share one)", EnvVars: env("BUCKET")},
-		&cli.StringSliceFlag{Name: "exempt-host", Usage: "host glob never spaced, besides loopback without a rule (repeatable)", EnvVars: env("EXEMPT_HOST")},
+		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
+		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503 (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
+		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
+		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
+		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},
+		&cli.StringFlag{Name: "http-nav-concurrency", Category: catPerSite, Value: "0", Usage: "at most `N` navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0: no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
 	}
 }
 
@@ -234,8 +369,8 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 func logFlags(stderr io.Writer) []cli.Flag {
 	format := map[bool]string{true: "console", false: "json"}[isTerminal(stderr)]
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: env("LOG_LEVEL")},
-		&cli.StringFlag{Name: "log-format", Usage: "console or json", Value: format, DefaultText: "console on a terminal, else json", EnvVars: env("LOG_FORMAT")},
+		&cli.StringFlag{Name: "log-level", Category: catLog, Usage: "debug, info, warn or error", Value: "info", EnvVars: env("LOG_LEVEL")},
+		&cli.StringFlag{Name: "log-format", Category: catLog, Usage: "console or json", Value: format, DefaultText: "console on a terminal, else json", EnvVars: env("LOG_FORMAT")},
 	}
 }
 
@@ -265,16 +400,38 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// simulateUsage lists every flag simulate's examples (in README and
+// docs/) use.
+const simulateUsage = "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--csv]\n" +
+	"                      [--http-nav-delay D] [--http-nav-burst N] [--rule PATTERN=SETTING]... [--rules FILE]\n" +
+	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]\n" +
+	"                      [--pages P] [--http-nav-concurrency N]"
+
+const simulateDescription = `Replays the limiter's rule on a simulated clock: navigations back to back to
+one host (or to each --host in turn), each --load after the one before may go,
+and prints when each enforced gap first appears, span, rate and gaps per
+phase. It takes the limiter's flags as the relay does, but reads no
+CDP_THROTTLE_* environment variables: those set up a relay, and a replay
+says what it replays on its command line.
+
+cdp-throttle simulate                          # 400 navigations, 4.5 ms page load: the published run
+cdp-throttle simulate --load 38ms              # a slower crawl: nothing waits before navigation 39
+cdp-throttle simulate --phases 2 --idle 8s     # a second phase after 8 s idle
+cdp-throttle simulate --http-nav-delay 100ms   # fixed spacing
+cdp-throttle simulate --csv > schedule.csv     # one row per navigation
+cdp-throttle simulate --navigations 24 --pages 8 --load 800ms --http-nav-concurrency 2
+                                               # eight pages, 800 ms answers, two in flight at once`
+
 func simulateFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "navigations", Value: 400, Usage: "navigations per phase"},
-		durationFlag("load", "4.5ms", "page load time: from a navigation's start to the next request"),
-		&cli.IntFlag{Name: "phases", Value: 1, Usage: "phases of navigations, separated by --idle"},
-		&cli.IntFlag{Name: "pages", Value: 1, Usage: "pages navigating at once, each asking for its next navigation when its last one is answered (--load after it started)"},
-		durationFlag("idle", "8s", "time without navigations between phases"),
-		&cli.StringSliceFlag{Name: "host", Usage: "host navigated to, in turn when repeated (default example.com)"},
-		durationFlag("crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
-		&cli.BoolFlag{Name: "csv", Usage: "print one row per navigation instead of the tables"},
+		&cli.IntFlag{Name: "navigations", Category: catReplay, Value: 400, Usage: "`N` navigations per phase"},
+		durationFlag(catReplay, "load", "4.5ms", "page load time: from a navigation's start to the next request"),
+		&cli.IntFlag{Name: "phases", Category: catReplay, Value: 1, Usage: "`P` phases of navigations, separated by --idle"},
+		&cli.IntFlag{Name: "pages", Category: catReplay, Value: 1, Usage: "`P` pages navigating at once, each asking for its next navigation when its last one is answered (--load after it started)"},
+		durationFlag(catReplay, "idle", "8s", "time without navigations between phases"),
+		&cli.StringSliceFlag{Name: "host", Category: catReplay, DefaultText: "example.com", Usage: "a `HOST` navigated to, in turn when repeated"},
+		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
+		durationFlag(catPerSite, "crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
 	}
 }
 
@@ -287,8 +444,8 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 	if err := durations(c, false, "load", &o.Load, "idle", &o.Idle); err != nil {
 		return err
 	}
-	if c.NArg() > 0 {
-		return usagef("simulate takes no arguments, got %q", c.Args().First())
+	if err := noArgs(c); err != nil {
+		return err
 	}
 	if err := o.Check(); err != nil {
 		return usageError{err}
@@ -298,31 +455,39 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 
 func demoFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "navigations", Value: 200, Usage: "navigations per phase (400 is the published measurement's run)"},
-		&cli.IntFlag{Name: "phases", Value: 2, Usage: "phases per mode, separated by --idle"},
-		durationFlag("idle", "8s", "time without navigations between phases"),
-		durationFlag("fixed", "100ms", "spacing of the fixed mode"),
-		&cli.StringFlag{Name: "browser", Usage: "the browser to run: chromium (on PATH), lightpanda (from .venv, $LIGHTPANDA or PATH) or a path", EnvVars: env("BROWSER")},
-		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "non-exempt loopback address the demo site listens on"},
-		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "where to write the chart"},
+		&cli.IntFlag{Name: "navigations", Value: 200, Usage: "`N` navigations per phase (400 is the published measurement's run)"},
+		&cli.IntFlag{Name: "phases", Value: 2, Usage: "`P` phases per mode, separated by --idle"},
+		durationFlag("", "idle", "8s", "time without navigations between phases"),
+		durationFlag("", "fixed", "100ms", "spacing of the fixed mode"),
+		&cli.StringFlag{Name: "browser", DefaultText: "chromium", Usage: "the browser to run: chromium (on PATH), lightpanda (from .venv, $LIGHTPANDA or PATH) or a `PATH`; also from CDP_THROTTLE_BROWSER", EnvVars: env("BROWSER")},
+		&cli.StringFlag{Name: "site", Value: "127.0.0.2", Usage: "the non-exempt loopback `IP` the demo site listens on"},
+		&cli.StringFlag{Name: "out", Value: "demo.html", Usage: "the `FILE` to write the chart to"},
 	}
 }
 
 func runDemo(c *cli.Context, stdout, stderr io.Writer) error {
-	o := demo.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Browser: c.String("browser"),
-		SiteIP: c.String("site"), Out: c.String("out"), Live: isTerminal(stderr)}
-	if err := durations(c, false, "idle", &o.Idle, "fixed", &o.Fixed); err != nil {
+	o, err := demoOptions(c, stderr)
+	if err != nil {
 		return err
 	}
-	if c.NArg() > 0 {
-		return usagef("demo takes no arguments, got %q", c.Args().First())
-	}
-	if err := o.Check(); err != nil {
-		return usageError{err}
-	}
-	var err error
 	if o.Browser, err = launcher.FindBrowser(o.Browser); err != nil { // chromium, lightpanda or a path
 		return err
 	}
 	return demo.Run(c.Context, o, stdout, stderr)
+}
+
+// demoOptions reads the demo's flags.
+func demoOptions(c *cli.Context, stderr io.Writer) (demo.Options, error) {
+	o := demo.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Browser: c.String("browser"),
+		SiteIP: c.String("site"), Out: c.String("out"), Live: isTerminal(stderr)}
+	if err := durations(c, false, "idle", &o.Idle, "fixed", &o.Fixed); err != nil {
+		return o, err
+	}
+	if err := noArgs(c); err != nil {
+		return o, err
+	}
+	if err := o.Check(); err != nil {
+		return o, usageError{err}
+	}
+	return o, nil
 }

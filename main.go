@@ -2,14 +2,14 @@
 // top-level navigations to the same host with an adaptive per-host limiter.
 //
 // This package is only the command line: flags.go turns flags into
-// configuration, run.go wires the relay command together; the simulate and
-// demo commands are packages simulate and demo. Nothing here knows CDP or
-// how a navigation is held.
+// configuration, cmdline.go reads the words around them (the browser
+// command after --, unknown commands and flags), run.go wires the relay
+// command together; the simulate and demo commands are packages simulate
+// and demo. Nothing here knows CDP or how a navigation is held.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,20 +19,18 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args, os.Stdout, os.Stderr)
+	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cdp-throttle: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(code)
 }
 
-// run runs the command line args (args[0] is the program name) until it is
-// done or ctx is cancelled.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return newApp(stdout, stderr).RunContext(ctx, args)
+// runMain runs the command line and returns the exit status: 0, 2 for a
+// bad command line (its reason printed on one line), 1 for any other
+// failure.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdp-throttle: %v\n", err)
+	}
+	return exitCode(err)
 }

@@ -31,7 +31,7 @@ func relayConfigOf(t *testing.T, args ...string) (relayConfig, error) {
 		cfg, err = relayConfigFrom(c, io.Discard)
 		return nil
 	}
-	if runErr := app.RunContext(context.Background(), append([]string{"cdp-throttle"}, args...)); runErr != nil {
+	if runErr := runApp(context.Background(), app, append([]string{"cdp-throttle"}, args...)); runErr != nil {
 		return cfg, runErr
 	}
 	return cfg, err
@@ -336,6 +336,65 @@ func TestPolitenessFlags(t *testing.T) {
 	} {
 		if _, err := relayConfigOf(t, bad...); err == nil || !strings.HasPrefix(err.Error(), bad[0]) {
 			t.Errorf("%q: got %v, want an error naming %s", bad, err, bad[0])
+		}
+	}
+}
+
+// TestSharingFlags checks --orphan-timeout and --allow-browser-close reach
+// the relay, from the flag or the environment: 0 keeps what clients leave.
+func TestSharingFlags(t *testing.T) {
+	tests := []struct {
+		args      []string
+		env       map[string]string
+		want      time.Duration
+		wantAllow bool
+		wantErr   string
+	}{
+		{want: relay.DefaultOrphanTimeout},
+		{args: []string{"--orphan-timeout", "5s"}, want: 5 * time.Second},
+		{args: []string{"--orphan-timeout", "1500"}, want: 1500 * time.Millisecond},
+		{args: []string{"--orphan-timeout", "0"}, want: -1},
+		{env: map[string]string{"CDP_THROTTLE_ORPHAN_TIMEOUT": "2m", "CDP_THROTTLE_ALLOW_BROWSER_CLOSE": "true"}, want: 2 * time.Minute, wantAllow: true},
+		{args: []string{"--allow-browser-close"}, want: relay.DefaultOrphanTimeout, wantAllow: true},
+		{args: []string{"--orphan-timeout", "soon"}, wantErr: `--orphan-timeout "soon"`},
+		{args: []string{"--orphan-timeout", "-5s"}, wantErr: `--orphan-timeout "-5s"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := relayConfigOf(t, tt.args...)
+			if tt.wantErr != "" {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("got %v, want a usage error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || cfg.proxy.OrphanTimeout != tt.want || cfg.proxy.AllowBrowserClose != tt.wantAllow {
+				t.Errorf("got orphan timeout %v, allow %v, %v; want %v, %v", cfg.proxy.OrphanTimeout, cfg.proxy.AllowBrowserClose, err, tt.want, tt.wantAllow)
+			}
+		})
+	}
+}
+
+func TestAdmissionFlags(t *testing.T) {
+	cfg, err := relayConfigOf(t, "--max-clients", "100", "--clients-per-browser", "8", "--queue", "50", "--queue-timeout", "90s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.proxy; p.MaxClients != 100 || p.ClientsPerBrowser != 8 || p.Queue != 50 || p.QueueTimeout != 90*time.Second {
+		t.Errorf("got max %d, per browser %d, queue %d, timeout %v; want 100, 8, 50, 90s", p.MaxClients, p.ClientsPerBrowser, p.Queue, p.QueueTimeout)
+	}
+	cfg, _ = relayConfigOf(t)
+	if p := cfg.proxy; p.MaxClients != 0 || p.ClientsPerBrowser != 0 || p.Queue != 0 || p.QueueTimeout != 60*time.Second {
+		t.Errorf("defaults: max %d, per browser %d, queue %d, timeout %v; want 0, 0, 0, 60s", p.MaxClients, p.ClientsPerBrowser, p.Queue, p.QueueTimeout)
+	}
+	for _, args := range [][]string{{"--queue", "-1"}, {"--max-clients", "-2"}, {"--clients-per-browser", "x"}, {"--queue-timeout", "0"}} {
+		var ue usageError
+		if _, err := relayConfigOf(t, args...); !errors.As(err, &ue) {
+			t.Errorf("%q: got %v, want a usage error", args, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -80,7 +81,13 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	if len(cfg.upstreams) > 0 { // given with --upstream: the relay fronts those, not what it launched
 		p.Upstream, p.Upstreams, p.Browsers = cfg.upstreams[0], cfg.upstreams[1:], nil
 	}
+	if len(cfg.browserCmd) == 0 || len(cfg.upstreams) > 0 {
+		p.StartHint = startHint(p.Upstream)
+	}
 	if err := p.Start(ctx); err != nil {
+		if p.StartHint != "" && ctx.Err() == nil {
+			err = fmt.Errorf("%w; %s", err, p.StartHint)
+		}
 		return quit(ctx, err)
 	}
 	return quit(ctx, p.Serve(ctx, ln))
@@ -96,4 +103,16 @@ func quit(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
+}
+
+// startHint says how to have a browser answer at upstream: start one there,
+// or let the relay start one.
+func startHint(upstream string) string {
+	port := "9222"
+	if u, err := url.Parse(upstream); err == nil && u.Port() != "" {
+		port = u.Port()
+	}
+	return fmt.Sprintf("start Chrome with --remote-debugging-port=%s (or lightpanda serve --port %s), "+
+		"or put a browser command after -- for the relay to start: cdp-throttle [flags] -- chromium --headless --remote-debugging-port=%s",
+		port, port, port)
 }

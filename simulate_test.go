@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -149,19 +150,34 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
+// TestLimiterFlagsFromEnvironment: the relay reads the limiter's flags from
+// CDP_THROTTLE_* variables; simulate does not (a replay says on its command
+// line what it replays), even a bad value.
 func TestLimiterFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("CDP_THROTTLE_HTTP_NAV_DELAY", "100")
 	t.Setenv("CDP_THROTTLE_HTTP_NAV_BURST", "1")
+	t.Setenv("CDP_THROTTLE_RULE", "example.com=off")
+	cfg, err := relayConfigOf(t)
+	if err != nil || cfg.policy.Default.Interval != 100*time.Millisecond || cfg.policy.Default.Burst != 1 || len(cfg.policy.Rules) != 1 {
+		t.Errorf("relay: got %+v, %v; want fixed 100 ms, burst 1 and one rule from the environment", cfg.policy, err)
+	}
 	out, _, err := runCLI(t, "simulate", "--navigations", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "fixed100      1     3      0.20") {
-		t.Errorf("environment not applied:\n%s", out)
+	if !strings.Contains(out, "adaptive      1     3      0.01") || !strings.Contains(out, "burst 10") {
+		t.Errorf("simulate read the relay's environment:\n%s", out)
+	}
+	out, _, err = runCLI(t, "simulate", "--navigations", "3", "--http-nav-delay", "100", "--http-nav-burst", "1")
+	if err != nil || !strings.Contains(out, "fixed100      1     3      0.20") {
+		t.Errorf("simulate's own flags: got %v\n%s", err, out)
 	}
 	t.Setenv("CDP_THROTTLE_HTTP_NAV_DELAY", "-1")
-	if _, _, err := runCLI(t, "simulate"); err == nil || !strings.Contains(err.Error(), "--http-nav-delay") {
-		t.Errorf("bad environment value: got %v, want an error naming --http-nav-delay", err)
+	if _, _, err := runCLI(t, "simulate"); err != nil {
+		t.Errorf("simulate with a bad CDP_THROTTLE_HTTP_NAV_DELAY: got %v, want it ignored", err)
+	}
+	if _, err := relayConfigOf(t); err == nil || !strings.Contains(err.Error(), "--http-nav-delay") {
+		t.Errorf("relay with a bad CDP_THROTTLE_HTTP_NAV_DELAY: got %v, want an error naming --http-nav-delay", err)
 	}
 }
 

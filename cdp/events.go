@@ -151,9 +151,10 @@ func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
 
 // TargetInfo is what the relay reads of a target's info.
 type TargetInfo struct {
-	TargetID string `json:"targetId"`
-	Type     string `json:"type"` // page, iframe, worker, tab, browser…
-	OpenerID string `json:"openerId"`
+	TargetID         string `json:"targetId"`
+	Type             string `json:"type"` // page, iframe, worker, tab, browser…
+	OpenerID         string `json:"openerId"`
+	BrowserContextID string `json:"browserContextId"`
 }
 
 // ReadTargetInfo reads the targetInfo member of Target.targetCreated,
@@ -180,6 +181,35 @@ func ReadTargetID(params []byte) (string, bool) {
 	return p.TargetID, true
 }
 
+// TargetParams reads the targetId and browserContextId members of a
+// Target command's params (Target.createTarget, Target.attachToTarget,
+// Target.closeTarget, Target.disposeBrowserContext) or of its result
+// (Target.createTarget, Target.createBrowserContext); either is "" when
+// absent or not a string.
+func TargetParams(params []byte) (target, context string) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(params, &members) != nil {
+		return "", ""
+	}
+	// Exact names, as Chromium reads them (see NavigateParams).
+	json.Unmarshal(members["targetId"], &target)
+	json.Unmarshal(members["browserContextId"], &context)
+	return target, context
+}
+
+// Drives reports whether a command drives a page, and so shows whose page
+// it is: navigating it, running script in it, giving it input. Attaching
+// to a page is not driving it: Puppeteer and Playwright attach to every
+// page there is, and set each up, but drive only their own.
+func Drives(method []byte) bool {
+	switch string(method) {
+	case "Page.navigate", "Page.reload", "Page.navigateToHistoryEntry",
+		"Runtime.evaluate", "Runtime.callFunctionOn", "Page.setDocumentContent":
+		return true
+	}
+	return len(method) > len("Input.") && string(method[:len("Input.")]) == "Input."
+}
+
 // Error is the error of a reply.
 type Error struct {
 	Code    int64  `json:"code"`
@@ -196,6 +226,22 @@ func ReadReply(msg []byte) (result json.RawMessage, e *Error, ok bool) {
 		return nil, nil, false
 	}
 	return r.Result, r.Error, true
+}
+
+// Reply encodes the answer to a client's command id on session ("" for
+// the connection's own), as the browser writes one: result, or e when it
+// is set.
+func Reply(id int64, session string, result any, e *Error) ([]byte, error) {
+	r := struct {
+		ID        int64  `json:"id"`
+		Result    any    `json:"result,omitempty"`
+		Error     *Error `json:"error,omitempty"`
+		SessionID string `json:"sessionId,omitempty"`
+	}{ID: id, SessionID: session, Error: e}
+	if e == nil {
+		r.Result = result
+	}
+	return json.Marshal(r)
 }
 
 // Command encodes a command of the relay's own: id, method, the session

@@ -165,3 +165,54 @@ func TestDocumentAnswer(t *testing.T) {
 		})
 	}
 }
+
+func TestTargetParams(t *testing.T) {
+	tests := []struct {
+		params              string
+		wantTarget, wantCtx string
+	}{
+		{`{"url":"about:blank","browserContextId":"C1"}`, "", "C1"},
+		{`{"targetId":"T1","flatten":true}`, "T1", ""},
+		{`{"targetId":"T1","browserContextId":"C1"}`, "T1", "C1"},
+		{`{"TargetId":"T1","browserContextID":"C1"}`, "", ""}, // Chromium reads exact names
+		{`{"targetId":7}`, "", ""},
+		{`[1]`, "", ""},
+		{``, "", ""},
+	}
+	for _, tt := range tests {
+		if target, ctx := TargetParams([]byte(tt.params)); target != tt.wantTarget || ctx != tt.wantCtx {
+			t.Errorf("TargetParams(%s) = %q, %q; want %q, %q", tt.params, target, ctx, tt.wantTarget, tt.wantCtx)
+		}
+	}
+}
+
+func TestDrives(t *testing.T) {
+	for method, want := range map[string]bool{
+		"Page.navigate": true, "Runtime.evaluate": true, "Runtime.callFunctionOn": true, "Input.dispatchMouseEvent": true,
+		"Input.": false, "Page.enable": false, "Runtime.runIfWaitingForDebugger": false, "Target.attachToTarget": false, "": false,
+	} {
+		if got := Drives([]byte(method)); got != want {
+			t.Errorf("Drives(%q) = %v, want %v", method, got, want)
+		}
+	}
+}
+
+func TestReply(t *testing.T) {
+	tests := []struct {
+		id      int64
+		session string
+		result  any
+		e       *Error
+		want    string
+	}{
+		{5, "", struct{}{}, nil, `{"id":5,"result":{}}`},
+		{5, "S1", struct{}{}, nil, `{"id":5,"result":{},"sessionId":"S1"}`},
+		{6, "S1", nil, &Error{Code: -32000, Message: "no"}, `{"id":6,"error":{"code":-32000,"message":"no"},"sessionId":"S1"}`},
+	}
+	for _, tt := range tests {
+		got, err := Reply(tt.id, tt.session, tt.result, tt.e)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("Reply: got %s, %v; want %s", got, err, tt.want)
+		}
+	}
+}

@@ -151,8 +151,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	defer g.Stop()
 
 	modes := []limiter.Config{{Mode: limiter.Off}, {Mode: limiter.Fixed, Interval: o.Fixed}, {}}
-	fmt.Fprintf(stdout, "%d navigations per phase, %d phases %v apart, to %s through %s (%s) and the relay\n\n",
-		o.Navigations, o.Phases, o.Idle, site.url, name, o.Browser)
+	fmt.Fprintf(stdout, "%d navigations per phase, %d phases %v apart, to %s through %s (%s) and the relay, in each mode:\n"+
+		"off (--http-nav-delay 0: nothing held), fixed%d (--http-nav-delay %v) and adaptive (the default)\n\n",
+		o.Navigations, o.Phases, o.Idle, site.url, name, o.Browser, o.Fixed.Milliseconds(), o.Fixed)
 	var runs []report.Run
 	for _, cfg := range modes {
 		run, err := demoMode(ctx, g.Browsers[0], cfg, site, o, stderr)
@@ -165,7 +166,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.Live {
 		fmt.Fprintf(stderr, "\r%60s\r", "")
 	}
-	report.Write(stdout, runs...)
+	fmt.Fprint(stdout, "When the limiter let navigations go (phase 1):\n\n")
+	report.WriteBookings(stdout, runs...)
+	fmt.Fprint(stdout, "What the server saw:\n\n")
+	report.WriteArrivals(stdout, runs...)
 	// The same rule on a simulated clock, with the page load this browser
 	// showed when nothing held it.
 	load := medianGap(runs[0].Phases[0])
@@ -177,18 +181,47 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		sims = append(sims, simulate.Report(simulate.Options{Policy: policy.Config{Default: cfg}, Navigations: o.Navigations, Load: load, Phases: o.Phases, Idle: o.Idle}))
 	}
 	report.Write(stdout, sims...)
+	short := conclusion(runs, o)
+	fmt.Fprintf(stdout, "\n%s\n", short)
 	if o.Out != "" {
 		f, err := os.Create(o.Out)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
-		writeChart(f, runs, o)
+		writeChart(f, runs, o, name, short)
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
-		fmt.Fprintf(stdout, "\nchart: %s\n", o.Out)
+		fmt.Fprintf(stdout, "chart: %s\n", o.Out)
 	}
 	return nil
+}
+
+// conclusion says in one line what the run showed: how the adaptive mode
+// spaced the navigations, against off and fixed. runs are off, fixed and
+// adaptive, in that order.
+func conclusion(runs []report.Run, o Options) string {
+	off, fixed, adaptive := runs[0], runs[1], runs[2]
+	span := func(r report.Run, phase int) string {
+		return fmt.Sprintf("%.2fs", report.Span(r.Phases[phase]).Seconds())
+	}
+	var b strings.Builder
+	steps := report.Steps(adaptive.Quantum, adaptive.Booked)
+	switch {
+	case len(steps) == 0:
+		fmt.Fprintf(&b, "In short: adaptive held none of the %d navigations", o.Navigations)
+	case len(steps) == 1:
+		fmt.Fprintf(&b, "In short: adaptive let all %d navigations go at once (an idle host's burst)", o.Navigations)
+	default:
+		fmt.Fprintf(&b, "In short: adaptive let the first %d of %d navigations go at once, then spaced them %v more at a time up to %v",
+			steps[0].Nav, o.Navigations, adaptive.Quantum, steps[len(steps)-1].Gap)
+	}
+	fmt.Fprintf(&b, "; they took %s, against %s with nothing held (off) and %s at a fixed %v", span(adaptive, 0), span(off, 0), span(fixed, 0), o.Fixed)
+	if o.Phases > 1 {
+		fmt.Fprintf(&b, ". After %v idle, phase 2 took %s", o.Idle, span(adaptive, 1))
+	}
+	b.WriteString(".")
+	return b.String()
 }
 
 // demoMode runs the phases of one mode through a relay of its own.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,7 +168,11 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		for range logs.seen { // every line read: Wait closes the pipe
+		}
+		exited <- cmd.Wait()
+	}()
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -185,6 +190,12 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 	}
 	if !slices.ContainsFunc(logs.lines, func(m map[string]any) bool { return m["message"] == "browser stopped" }) {
 		t.Errorf("no \"browser stopped\" in the log:\n%s", logs.raw.String())
+	}
+	// Stopping its own browser is no loss of a connection.
+	for _, m := range []string{"lost one of the relay's browser connections", "the browser closed the relay's connections"} {
+		if strings.Contains(logs.raw.String(), m) {
+			t.Errorf("the relay logged %q on a normal shutdown:\n%s", m, logs.raw.String())
+		}
 	}
 }
 
@@ -218,6 +229,10 @@ func TestCommandBadFlags(t *testing.T) {
 		{"--browsers", "0", "--", "chromium"},
 		{"--browsers", "2", "--", "chromium", "--remote-debugging-port=9222"},
 		{"--", "lightpanda", "serve", "--http-nav-delay", "100"},
+		{"simulat"},
+		{"chromium", "--headless", "--remote-debugging-port=9222"},
+		{"--http-nav-dealy", "100"},
+		{"simulate", "--", "chromium"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var ee *exec.ExitError
@@ -227,6 +242,18 @@ func TestCommandBadFlags(t *testing.T) {
 		}
 		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "cdp-throttle: ") {
 			t.Errorf("%v: printed %q, want one line starting cdp-throttle:", args, out)
+		}
+	}
+}
+
+// TestCommandVersion: --version, -v and version print one line, exit 0.
+func TestCommandVersion(t *testing.T) {
+	bin := buildBinary(t)
+	for _, arg := range []string{"--version", "-v", "version"} {
+		out, err := exec.Command(bin, arg).CombinedOutput()
+		t.Logf("%s: %s", arg, out)
+		if err != nil || !regexp.MustCompile(`^cdp-throttle \S+.*, built with go1\.\d+\S* \w+/\w+\n$`).Match(out) {
+			t.Errorf("%s: got %v, %q; want exit 0 and one line naming the version and the Go that built it", arg, err, out)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,21 +163,6 @@ func settles(t *testing.T, relayURL, host string, want int, within time.Duration
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// metricOf reads one sample of an in-process relay's /metrics.
-func metricOf(t *testing.T, relayURL, name string) float64 {
-	t.Helper()
-	body, err := httpGet(relayURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
-	return v
 }
 
 const capWaits = "cdp_throttle_concurrency_wait_seconds_count"

@@ -38,8 +38,11 @@ func TestDemo(t *testing.T) {
 		regexp.MustCompile(`(?m)^\s+2\s+15\s+[\d.]+`),
 		regexp.MustCompile(`(?m)^nav\s+2\s+3\s+4\s.*\s14$`),
 		regexp.MustCompile(`(?m)^adaptive ph 2(\s+[\d.]+){13}$`),
-		regexp.MustCompile(`(?m)^adaptive, as the limiter let navigations go:\nenforced gap\s+first at navigation\s+after\n0ms\s+1( to \d+)?\s+0s$`),
-		regexp.MustCompile(`(?m)^chart: .*demo.html$`),
+		regexp.MustCompile(`(?m)^When the limiter let navigations go \(phase 1\):\n\nfixed100:\n`),
+		regexp.MustCompile(`(?m)^adaptive:\nenforced gap\s+first at navigation\s+after\n0ms\s+1( to \d+)?\s+0s$`),
+		regexp.MustCompile(`(?m)^What the server saw:\n\nmode\s+phase`),
+		regexp.MustCompile(`(?m)^In short: adaptive (let the first \d+ of 15 navigations go at once, then spaced them 20ms more at a time up to \d+ms|let all 15 navigations go at once \(an idle host's burst\)); ` +
+			`they took [\d.]+s, against [\d.]+s with nothing held \(off\) and [\d.]+s at a fixed 100ms\. After 1s idle, phase 2 took [\d.]+s\.\nchart: .*demo.html$`),
 	} {
 		if !want.MatchString(report) {
 			t.Errorf("demo output lacks %v", want)
@@ -72,6 +75,35 @@ func TestDemo(t *testing.T) {
 	}
 	if got := eval.Result.Value; !regexp.MustCompile(`^adaptive:15,fixed100:15,off:15$`).MatchString(got) {
 		t.Errorf("series in the arrivals chart: got %q, want adaptive, fixed100 and off with 15 points each", got)
+	}
+	// Each phase in a panel of its own (phase 2 is not drawn under phase
+	// 1), and the page says what each mode is and what to look for, in
+	// lines that fit it.
+	json.Unmarshal(rc.mustCall(session, "Runtime.evaluate", map[string]any{
+		"expression": `JSON.stringify({
+			phases: ["#arrivals", "#gaps"].map(id => [...document.querySelectorAll(id + " polyline.series")].map(p => p.dataset.phase).sort().join("")),
+			titles: [...document.querySelectorAll("#arrivals text.title")].map(t => t.textContent),
+			modes: [...document.querySelectorAll(".modes tr")].map(r => r.cells[0].textContent),
+			look: document.body.innerText.includes("What to look for"),
+			short: document.querySelector(".lead").textContent.startsWith("In short: adaptive"),
+			overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth,
+		})`,
+		"returnByValue": true,
+	}), &eval)
+	var page struct {
+		Phases, Titles, Modes []string
+		Look, Short, Overflow bool
+	}
+	json.Unmarshal([]byte(eval.Result.Value), &page)
+	t.Logf("chart page: %+v", page)
+	if strings.Join(page.Phases, " ") != "111222 111222" || strings.Join(page.Titles, "|") != "phase 1|phase 2, after 1s without navigations" {
+		t.Errorf("charts: series by phase %q, panels %q; want three series in each of two panels, phase 1 and phase 2", page.Phases, page.Titles)
+	}
+	if strings.Join(page.Modes, " ") != "off fixed100 adaptive" || !page.Look || !page.Short {
+		t.Errorf("the page does not say what each mode is (%q), what to look for (%v) and what the run showed (%v)", page.Modes, page.Look, page.Short)
+	}
+	if page.Overflow {
+		t.Errorf("the page is wider than the window")
 	}
 	var shot struct {
 		Data string `json:"data"`

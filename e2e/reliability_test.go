@@ -293,7 +293,10 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 	if !errors.As(rc.closeErr, &ce) || ce.Code != websocket.CloseInternalServerErr || ce.Text != "browser connection lost" {
 		t.Errorf("client connection ended with %v, want close 1011 \"browser connection lost\"", rc.closeErr)
 	}
-	waitLogged(t, r, 30*time.Second, "lost the relay's browser connection")
+	waitLogged(t, r, 30*time.Second, "the browser closed the relay's connections")
+	if strings.Contains(r.logs.String(), "lost one of the relay's browser connections") {
+		t.Errorf("the browser went away, and the relay says it lost one connection that the other holds on for:\n%s", r.logs.String())
+	}
 	if n := r.p.Conns(); n != 0 {
 		t.Errorf("relay still relays %d connections", n)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // kind is what the launcher knows of a command: how the browser will say
-// where it serves CDP.
+// where it serves CDP, and how many clients it takes.
 type kind struct {
 	// watch returns the function that reads each line of a process's
 	// output and settles its endpoint; nil for a browser that announces
@@ -24,6 +24,9 @@ type kind struct {
 	// static is the endpoint of a browser that announces nothing: read
 	// from its command line, else the default.
 	static string
+	// capacity is how many CDP clients the browser takes at once, as its
+	// command says (0: no bound); what it announces replaces it.
+	capacity int
 }
 
 // Chromium prints "DevTools listening on ws://HOST:PORT/devtools/browser/ID"
@@ -38,6 +41,15 @@ var (
 // at every log level: address=HOST:PORT in logfmt (the default), a line
 // "address = HOST:PORT" after it in --log-format pretty.
 var lightpandaAddress = regexp.MustCompile(`\baddress ?= ?(\S+)`)
+
+// lightpanda serve takes --cdp-max-connections CDP connections at once (16
+// by default) and answers one more with HTTP 503; its "server running"
+// line says how many as max_browser_connections.
+var lightpandaCapacity = regexp.MustCompile(`\bmax_browser_connections ?= ?(\d+)`)
+
+// LightpandaDefaultConnections is lightpanda serve's --cdp-max-connections
+// when its command does not set it.
+const LightpandaDefaultConnections = 16
 
 // isLightpandaServe says whether argv runs `lightpanda serve` (the binary,
 // or the PyPI package's `lightpanda` command, which execs it).
@@ -57,7 +69,13 @@ func isChromium(argv []string) bool {
 func kindOf(argv []string) kind {
 	switch {
 	case isLightpandaServe(argv):
-		return kind{watch: func(pr *process) func(string) {
+		capacity := LightpandaDefaultConnections
+		if v, ok := flagValue(argv, "--cdp-max-connections"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				capacity = n
+			}
+		}
+		return kind{capacity: capacity, watch: func(pr *process) func(string) {
 			running := 0 // lines since "server running", in pretty format
 			return func(line string) {
 				if strings.Contains(line, "server running") {
@@ -67,6 +85,11 @@ func kindOf(argv []string) kind {
 				}
 				if running == 0 || running > 4 {
 					return
+				}
+				if m := lightpandaCapacity.FindStringSubmatch(line); m != nil {
+					if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+						pr.capacity.Store(int64(n))
+					}
 				}
 				if m := lightpandaAddress.FindStringSubmatch(line); m != nil {
 					pr.settle("http://"+m[1], nil)

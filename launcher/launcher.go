@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type Browser struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd     // guarded by mu; the current process
 	cur      *process      // guarded by mu; what the current process announced
+	capacity int           // guarded by mu; what the current process's command says it takes
 	stopping bool          // guarded by mu; set once by Stop: nothing starts after it
 	err      error         // guarded by mu; why it was given up
 	stop     chan struct{} // closed by Stop; ends the wait before a restart
@@ -54,6 +56,10 @@ type process struct {
 	gone  chan struct{} // closed once the process has exited (after ready)
 	next  chan struct{} // closed when a later process replaces it, or none will
 	once  sync.Once
+	// capacity is how many clients it takes at once, as it announced it;
+	// 0 until it does (lightpanda serve's pretty log says it after the
+	// address).
+	capacity atomic.Int64
 	// Set once before ready is closed.
 	endpoint string
 	err      error
@@ -209,6 +215,7 @@ func (b *Browser) start() error {
 		close(b.cur.next)
 	}
 	b.cmd, b.cur = cmd, pr
+	b.capacity = k.capacity
 	if b.first == nil {
 		b.first = pr
 	}
@@ -252,19 +259,28 @@ func (b *Browser) supervise() {
 		b.mu.Unlock()
 		began := time.Now()
 		err := cmd.Wait()
-		pr.settle("", fmt.Errorf("%s exited (%v) before saying where it serves CDP%s", b.name, err, b.lastWords()))
+		served := !pr.settle("", fmt.Errorf("%s exited (%v) before saying where it serves CDP%s", b.name, err, b.lastWords())) && pr.err == nil
 		close(pr.gone)
 		syscall.Kill(-pr.pid, syscall.SIGKILL) // helpers it left behind
 		if b.isStopping() {
 			b.giveUp(nil)
 			return
 		}
-		if time.Since(began) < quickExit {
+		switch {
+		case served && err == nil:
+			// It served, then exited of its own accord: closed by a
+			// client (Browser.close, let through with
+			// --allow-browser-close), not a crash, however soon.
+			quick = 0
+			b.log.Info().Int("pid", pr.pid).Msg("browser exited normally: restarting it")
+		case time.Since(began) < quickExit:
 			quick++
-		} else {
+		default:
 			quick = 0
 		}
-		b.log.Warn().Err(err).Int("pid", pr.pid).Str("output", b.tail.String()).Msg("browser exited")
+		if !served || err != nil {
+			b.log.Warn().Err(err).Int("pid", pr.pid).Str("output", b.tail.String()).Msg("browser exited")
+		}
 		if quick >= maxQuickExits {
 			b.giveUp(fmt.Errorf("%s exited %d times in a row within %v of starting; last: %v%s",
 				b.name, quick, quickExit, err, b.lastWords()))
@@ -385,6 +401,20 @@ func (b *Browser) Endpoint(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("launcher: waiting for %s to restart: %w", b.name, err)
 		}
 	}
+}
+
+// Capacity reports how many CDP clients the browser takes at once: what
+// its current process announced (lightpanda serve's
+// max_browser_connections), else what its command says
+// (--cdp-max-connections, Lightpanda's default 16); 0 when it has no such
+// bound (Chromium).
+func (b *Browser) Capacity() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := b.cur.capacity.Load(); n > 0 {
+		return int(n)
+	}
+	return b.capacity
 }
 
 // String names the browser, for logs.

@@ -217,6 +217,7 @@ func TestEndpointFromAnnouncement(t *testing.T) {
 		args    []string
 		want    string // the first endpoint
 		wantErr string // what refusing to start says
+		cap     int    // Capacity once it announced
 	}{
 		{
 			name: "chromium stderr",
@@ -253,10 +254,29 @@ exec sleep 300`,
 		{
 			name: "lightpanda logfmt",
 			file: "lightpanda",
-			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208' >&2
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208 max_browser_connections=16' >&2
 exec sleep 300`,
 			args: []string{"serve", "--port", "0"},
 			want: "http://127.0.0.1:38895",
+			cap:  16,
+		},
+		{
+			name: "lightpanda announces its capacity",
+			file: "lightpanda",
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895 max_connections=16208 max_browser_connections=3' >&2
+exec sleep 300`,
+			args: []string{"serve", "--port", "0"},
+			want: "http://127.0.0.1:38895",
+			cap:  3,
+		},
+		{
+			name: "lightpanda's capacity from its command",
+			file: "lightpanda",
+			body: `echo '$time=1 $scope=note $level=note $msg="server running" address=127.0.0.1:38895' >&2
+exec sleep 300`,
+			args: []string{"serve", "--port", "0", "--cdp-max-connections", "5"},
+			want: "http://127.0.0.1:38895",
+			cap:  5,
 		},
 		{
 			name: "lightpanda pretty",
@@ -265,6 +285,7 @@ exec sleep 300`,
 exec sleep 300`,
 			args: []string{"serve", "--host", "::1", "--port", "0", "--log-format", "pretty"},
 			want: "http://[::1]:45837",
+			cap:  16, // its default, announced after the address
 		},
 		{
 			name: "a browser that announces nothing",
@@ -303,6 +324,9 @@ exec sleep 300`,
 			got, err := g.Browsers[0].Endpoint(t.Context())
 			if err != nil || got != tt.want {
 				t.Errorf("Endpoint: got %q, %v; want %q", got, err, tt.want)
+			}
+			if got := g.Browsers[0].Capacity(); got != tt.cap {
+				t.Errorf("Capacity: got %d, want %d", got, tt.cap)
 			}
 		})
 	}
@@ -526,5 +550,53 @@ func TestFindBrowser(t *testing.T) {
 	}
 	if !IsLightpanda(venv) || IsLightpanda("/usr/bin/chromium") {
 		t.Errorf("IsLightpanda: wrong for %s or chromium", venv)
+	}
+}
+
+// TestClosedIsNotCrashed: a browser that served and then exits with
+// status 0 (closed by a client, as Browser.close with
+// --allow-browser-close does) is restarted however often that happens;
+// one that dies with an error as quickly is given up after maxQuickExits.
+func TestClosedIsNotCrashed(t *testing.T) {
+	shorten(t, 10*time.Millisecond, 5*time.Second)
+	for _, tt := range []struct {
+		name     string
+		status   int
+		giveUpAt int // 0: never
+	}{
+		{name: "exit 0 after serving", status: 0},
+		{name: "exit 1 after serving", status: 1, giveUpAt: maxQuickExits},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := script(t, "chromium", fmt.Sprintf(`echo $$ >> $DIR/pids
+echo "DevTools listening on ws://127.0.0.1:40001/devtools/browser/id" >&2
+sleep 0.1
+exit %d`, tt.status))
+			logs := &syncBuffer{}
+			b, err := Start([]string{bin, "--remote-debugging-port=40001"}, zerolog.New(logs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Stop()
+			runs := 2 * maxQuickExits
+			if tt.giveUpAt > 0 {
+				runs = tt.giveUpAt
+			}
+			for deadline := time.Now().Add(10 * time.Second); len(pidsOf(t, bin)) < runs; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d runs within 10s, want %d:\n%s", len(pidsOf(t, bin)), runs, logs)
+				}
+			}
+			select {
+			case <-b.Exited():
+				if tt.giveUpAt == 0 {
+					t.Errorf("given up after %d runs that exited normally: %v", len(pidsOf(t, bin)), b.Err())
+				}
+			case <-time.After(time.Second):
+				if tt.giveUpAt > 0 {
+					t.Errorf("not given up after %d quick deaths", tt.giveUpAt)
+				}
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"cmp"
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -189,6 +190,11 @@ func (c Config) Quantum() time.Duration {
 // Millis is d in (fractional) milliseconds, the unit the rule, its tables
 // and the relay's reports speak in.
 func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ShownMillis is d in milliseconds to a tenth, as logs and status pages show
+// a wait: 21.3, not 21.285157 (the clocks and timers behind it are not that
+// exact).
+func ShownMillis(d time.Duration) float64 { return math.Round(Millis(d)*10) / 10 }
 
 // Outcome is the answer a throttled navigation got, as Observe reads it.
 // The zero Outcome (an aborted navigation, for one) changes nothing.

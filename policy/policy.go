@@ -150,6 +150,9 @@ func (p *Policy) Bucket(host string) string {
 	return host
 }
 
+// Buckets names what a bucket is: "host", or "site" with --bucket site.
+func (p *Policy) Buckets() string { return p.cfg.Bucket.String() }
+
 // decide returns what applies to host: --exempt-host first, then the
 // first rule that matches, then loopback, exempt unless a rule matched it,
 // then the flags.

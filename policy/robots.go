@@ -202,7 +202,7 @@ func (r *Robots) CrawlDelay(ctx context.Context, rawURL string) time.Duration {
 		e.logged = true
 		r.mu.Unlock()
 		if first && r.Log != nil {
-			r.Log.Info().Str("robots", e.origin+"/robots.txt").Float64("waited_ms", limiter.Millis(r.Wait)).
+			r.Log.Info().Str("robots", e.origin+"/robots.txt").Float64("waited_ms", limiter.ShownMillis(r.Wait)).
 				Msg("robots.txt did not answer in time: navigating without its Crawl-delay until it does")
 		}
 		return 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,9 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // echoBrowser is the fastest possible CDP browser: it answers every command
@@ -142,28 +146,137 @@ const evaluate = `{"id":%d,"method":"Runtime.evaluate","params":{"expression":"1
 // BenchmarkRoundTrip sends one command and waits for its reply, one at a
 // time: the latency a command pays. It reports p50 and p99 per round trip.
 func BenchmarkRoundTrip(b *testing.B) {
-	targets(b, func(b *testing.B, url string) {
-		c := benchDial(b, url)
-		lat := make([]time.Duration, 0, b.N)
-		var msg []byte
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			msg = fmt.Appendf(msg[:0], evaluate, i+1)
-			t := time.Now()
-			if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := c.ReadMessage(); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t))
+	targets(b, roundTrips)
+}
+
+func roundTrips(b *testing.B, url string) {
+	c := benchDial(b, url)
+	lat := make([]time.Duration, 0, b.N)
+	var msg []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		msg = fmt.Appendf(msg[:0], evaluate, i+1)
+		t := time.Now()
+		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+			b.Fatal(err)
 		}
-		b.StopTimer()
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+		if _, _, err := c.ReadMessage(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// BenchmarkRoundTripPage is BenchmarkRoundTrip through a relay that holds
+// navigations (a limiter, metrics, its own browser connections) and
+// remembers as much as its page can show (50 hosts in the limiter and
+// the timeline, 1,200 navigations each), with its page closed, open (as
+// the page polls: /status once a second for what changed), and open ten
+// times over asking for everything each time (a full /status, about 5 MB,
+// every 100 ms).
+func BenchmarkRoundTripPage(b *testing.B) {
+	eb := newEchoBrowser(b)
+	for _, c := range []struct {
+		name  string
+		every time.Duration
+		full  bool
+	}{{"closed", 0, false}, {"open", time.Second, false}, {"open-full-10x", 100 * time.Millisecond, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			ws, base := pageRelay(b, eb)
+			if c.every > 0 {
+				stop := pollStatus(b, base, c.every, c.full)
+				defer func() {
+					polls, bytes := stop()
+					b.ReportMetric(float64(polls), "polls")
+					b.ReportMetric(float64(bytes)/float64(polls)/1e3, "kB/poll")
+				}()
+			}
+			roundTrips(b, ws)
+		})
+	}
+}
+
+// pageRelay serves a relay in front of eb with a limiter and metrics, its
+// limiter and timeline full, and returns its browser websocket URL and its
+// address.
+func pageRelay(b *testing.B, eb *echoBrowser) (ws, base string) {
+	b.Helper()
+	nop := zerolog.Nop()
+	lim := limiter.New(limiter.Config{})
+	p := &Proxy{Upstream: eb.srv.URL, Log: &nop, MaxMessageSize: 1 << 30, Limiter: withPolicy(lim, limiter.Config{}), Metrics: NewMetrics(lim)}
+	if err := p.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for h := range dashboard.DefaultMaxBuckets {
+		host := fmt.Sprintf("host%d.test", h)
+		for i := range dashboard.DefaultPerBucket {
+			at := now.Add(time.Duration(i-dashboard.DefaultPerBucket) * 100 * time.Millisecond)
+			r := lim.Reserve(host, at)
+			p.booked(host, at, limiter.Reservation{Start: r.Start, Spacing: r.Spacing, Pressure: r.Pressure, Bucket: host, Mode: r.Mode, Source: "flag"})
+			if i%2 == 0 {
+				p.timeline.Answered(host, host, dashboard.OK, 200, r.Start.Add(time.Millisecond))
+			}
+		}
+	}
+	srv := httptest.NewServer(p)
+	b.Cleanup(func() {
+		srv.Close()
+		p.Close()
 	})
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/devtools/browser/echo", srv.URL
+}
+
+// pollStatus asks base's /status every interval, as the page does (for
+// what changed since the last answer), or for everything each time (full),
+// until the benchmark ends; the function it returns stops it and says how
+// many polls were answered, and how many bytes they read.
+func pollStatus(b *testing.B, base string, every time.Duration, full bool) func() (polls, bytes int64) {
+	done := make(chan struct{})
+	var n, size atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var since uint64
+		for {
+			resp, err := http.Get(base + "/status?since=" + strconv.FormatUint(since, 10))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var st struct{ Version uint64 }
+			if err == nil {
+				err = json.Unmarshal(body, &st)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			n.Add(1)
+			size.Add(int64(len(body)))
+			if !full {
+				since = st.Version
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() (int64, int64) {
+		close(done)
+		wg.Wait()
+		return n.Load(), size.Load()
+	}
 }
 
 // BenchmarkThroughput has 100 clients each keep 8 commands in flight and

@@ -33,6 +33,11 @@ func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, up *upstream, 
 		if json.Unmarshal(body, &t) == nil {
 			created = t.ID
 		}
+		if up.owners != nil && created != "" {
+			// Nobody's yet: closed after the orphan timeout unless a
+			// client opens its socket, drives it or attaches to it.
+			up.owners.Opened(created)
+		}
 	}
 	if err != nil && resp == nil {
 		p.log.Warn().Err(err).Str("upstream", up.name).Str("path", path).Msg("browser HTTP endpoint unreachable")

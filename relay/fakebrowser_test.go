@@ -774,6 +774,24 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fc.watching[p.RequestID] = true
 		}
 		fc.mu.Unlock()
+	case "Target.getTargets":
+		// The relay asks it to see that a connection still answers.
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
+	case "Target.closeTarget", "Target.disposeBrowserContext":
+		// As Chromium answers: a target or context whose id starts with
+		// GONE is not there (any more).
+		var p struct{ TargetID, BrowserContextID string }
+		json.Unmarshal(m.Params, &p)
+		switch {
+		case strings.HasPrefix(p.TargetID, "GONE"):
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32602,"message":"No target with given id found"}}`, id))
+		case strings.HasPrefix(p.BrowserContextID, "GONE"):
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32000,"message":"Failed to find context with id %s"}}`, id, p.BrowserContextID))
+		case m.Method == "Target.closeTarget":
+			send(fmt.Appendf(nil, `{"id":%d,"result":{"success":true}}`, id))
+		default:
+			send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		}
 	case "Target.getTargetInfo":
 		var p struct{ TargetID string }
 		json.Unmarshal(m.Params, &p)

@@ -163,6 +163,25 @@ func (h *holder) holding() string {
 	return h.via().String()
 }
 
+// pageLog is log naming the page (its target id) and the client session a
+// navigation is in, for its debug lines: a reader looks for a page, and a
+// connection's websocket path is / for most clients. Either may be "".
+// Built only when debug lines are written.
+func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
+	if log.GetLevel() > zerolog.DebugLevel || page == "" && session == "" {
+		return log
+	}
+	c := log.With()
+	if page != "" {
+		c = c.Str("page", page)
+	}
+	if session != "" {
+		c = c.Str("session", session)
+	}
+	l := c.Logger()
+	return &l
+}
+
 // flight follows one held navigation from its hold to its end: its place
 // among its bucket's navigations in flight (when the bucket has a cap),
 // and when it was let go, for its answer time. The holding strategy ends
@@ -346,14 +365,14 @@ func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
 			if p.Bucket != host {
 				ev = ev.Str("bucket", p.Bucket)
 			}
-			ev = ev.Int("concurrency", p.Limit).Float64("waited_ms", limiter.Millis(p.Waited)).Str("source", p.Source)
+			ev = ev.Int("concurrency", p.Limit).Float64("waited_ms", limiter.ShownMillis(p.Waited)).Str("source", p.Source)
 			if p.Rule != "" {
 				ev = ev.Str("rule", p.Rule)
 			}
 			ev.Msg("holding navigations to this host until one in flight is answered")
 		}
 		log.Debug().Str("host", host).Str("bucket", p.Bucket).Int("concurrency", p.Limit).
-			Float64("waited_ms", limiter.Millis(p.Waited)).Msg("navigation waited for a place in flight")
+			Float64("waited_ms", limiter.ShownMillis(p.Waited)).Msg("navigation waited for a place in flight")
 	}
 	return true
 }
@@ -406,10 +425,11 @@ func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, rel
 // past ctx.
 func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
 	h.awaitAnswers(host)
-	r := h.p.Limiter.Reserve(ctx, host, rawURL, time.Now())
+	now := time.Now()
+	r := h.p.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
-		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.Millis(d)).Msg("navigation held until the store answers")
+		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
@@ -417,6 +437,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		return 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
+	h.p.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
 		return 0, false
@@ -430,7 +451,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
 		}
-		ev = ev.Str("host", host).Float64("delay_ms", limiter.Millis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
+		ev = ev.Str("host", host).Float64("delay_ms", limiter.ShownMillis(d)).Str("mode", r.Mode.String()).Str("source", r.Source)
 		switch r.Source {
 		case "", "flag":
 			ev = ev.Str("tip", "use --http-nav-delay 0 to disable")
@@ -439,8 +460,8 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.Millis(d)).Int("pressure", r.Pressure).
-		Float64("spacing_ms", limiter.Millis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
+	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
 	return d, false
 }
 
@@ -468,7 +489,8 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 		defer h.p.limiting.Done()
 		effect := h.p.Limiter.Observe(host, o, now)
 		h.p.Metrics.feedback(effect)
-		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.Millis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
+		h.p.answered(host, effect, o.Status, now)
+		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
 			delete(h.answering, host)

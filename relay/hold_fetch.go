@@ -41,6 +41,7 @@ type fetchHold struct {
 	conns [2]atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
 	wasUp atomic.Bool        // a connection has been up
+	gone  atomic.Bool        // both connections dropped, which was logged; until one is back
 
 	mu     sync.Mutex
 	held   map[navKey]*heldNav  // guarded by mu; documents of clients being held
@@ -193,7 +194,10 @@ func (f *fetchHold) upSince(t time.Time) bool {
 func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 	for {
 		if fc != nil {
+			f.mu.Lock() // with dropped's count of those up
 			f.conns[i].Store(fc)
+			f.gone.Store(false)
+			f.mu.Unlock()
 			f.wasUp.Store(true)
 			f.h.setArmed(true)
 			fc.keepalive(ctx, f.h.p.PingInterval, f.h.p.WriteTimeout)
@@ -246,27 +250,20 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 // to the other connection; what the other one does not get within
 // orphanWait went to the network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	others := f.up()
-	if f.h.via() != viaFetch || others == 0 {
-		// Stopped on purpose (navigations are held another way now), or
-		// the browser is out of reach: no answer of a navigation followed
-		// here will come.
-		f.endFlights()
-	}
 	if f.h.via() != viaFetch {
-		return
-	}
-	if others > 0 {
-		fc.endReleased()
+		f.endFlights() // no answer of a navigation followed here will come
+		return         // stopped on purpose: navigations are held another way now
 	}
 	// What cut one connection may have cut the other, unnoticed yet:
 	// navigations wait until the other one answers.
 	f.h.setArmed(false)
-	if others > 0 {
-		go f.confirm()
-	}
 	now := time.Now()
 	f.mu.Lock()
+	others := f.up()
+	// Both went: the browser stopped (a normal shutdown looks the same on
+	// the wire as a crash), restarts, or was cut off. Said once, though
+	// each connection may find itself the last.
+	gone := others == 0 && f.gone.CompareAndSwap(false, true)
 	held := 0
 	var lost []string // with no connection left, what any of them held is gone
 	for k, hn := range f.held {
@@ -280,19 +277,33 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		}
 	}
 	f.mu.Unlock()
-	if others == 0 && f.h.p.ctxDone() {
+	if others == 0 {
+		f.endFlights() // the browser is out of reach: no answer will come
+	} else {
+		fc.endReleased() // the answers fc was to read are lost with it
+	}
+	if f.h.p.ctxDone() {
 		return // shutting down: the browser releases them, on purpose
 	}
 	if others == 0 {
-		f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
-			Msg("lost the relay's browser connections: navigations wait until one is back")
+		if gone {
+			f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
+				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
+		}
 		if len(lost) > 0 {
 			time.AfterFunc(orphanWait, func() { f.countLost(lost) })
 		}
 		return
 	}
-	f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
-		Msg("lost one of the relay's browser connections: the other one holds on")
+	// When the browser goes away, the other connection drops a moment
+	// later, and says so: this one is lost alone only if the other
+	// still answers.
+	go func() {
+		if f.confirm() && !f.h.p.ctxDone() {
+			f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
+				Msg("lost one of the relay's browser connections: the other one holds on")
+		}
+	}()
 	if held == 0 {
 		return
 	}
@@ -373,7 +384,7 @@ func (f *fetchHold) pageAlive(target string) bool {
 }
 
 // confirm arms holding again once one of the relay's connections answers.
-func (f *fetchHold) confirm() {
+func (f *fetchHold) confirm() bool {
 	for i := range f.conns {
 		fc := f.conns[i].Load()
 		if fc == nil {
@@ -384,9 +395,10 @@ func (f *fetchHold) confirm() {
 		cancel()
 		if err == nil && f.conns[i].Load() == fc {
 			f.h.setArmed(true)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // stopAll ends both connections for good: the browser releases what they
@@ -440,8 +452,9 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 				// Its slot went by while the browser handed it over: going
 				// now would come too close to the navigation after it. It
 				// takes the next slot instead.
-				fc.log.Debug().Str("host", host).Dur("late_ms", late).Msg("handed-over navigation booked again")
-				f.h.holdFlight(fc.held, hn.fl, host, ev.Request.URL, &fc.log, nil, func() { f.let(key, hn, id) }, nil)
+				log := pageLog(&fc.log, ev.FrameID, "")
+				log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
+				f.h.holdFlight(fc.held, hn.fl, host, ev.Request.URL, log, nil, func() { f.let(key, hn, id) }, nil)
 				return
 			}
 			f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(key, hn, id) }, nil)
@@ -474,7 +487,7 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	// The wait for a place in flight lasts as long as the navigation, the
 	// one for its slot as long as this connection: when it drops, the
 	// other connection gets the request and holds it on hn.
-	f.h.holdFlight(fc.held, fl, host, ev.Request.URL, &fc.log, booked, func() { f.let(key, hn, id) }, nil)
+	f.h.holdFlight(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), booked, func() { f.let(key, hn, id) }, nil)
 }
 
 // let releases a held document request from the connection that holds it
@@ -838,7 +851,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.fl, hp.host, o, &fc.log)
+			fc.h.observe(hp.fl, hp.host, o, pageLog(&fc.log, hp.frame, ""))
 		}
 		if tracked && !isRedirect(o.Status) {
 			hp.fl.end() // answered or failed; a redirect's place goes on with its hop

@@ -289,6 +289,10 @@ func TestFetchHolderReconnects(t *testing.T) {
 			if waited := second[0].continued.Sub(first[0].paused); waited < 300*time.Millisecond {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
+			// Said once the other one answered: the browser is still there.
+			for deadline := time.Now().Add(waitFor); len(tp.logs.lines("lost one of")) == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			if n := len(tp.logs.lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
@@ -304,7 +308,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 			for len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(tp.logs.lines(`"level":"warn"`, "lost the relay's browser connections")); n != 1 {
+			if n := len(tp.logs.lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
 			if n := len(tp.logs.lines("browser connection is back")); n != 1 {
@@ -314,6 +318,45 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("unheld navigations: %d, want 0", n)
 			}
 		})
+	}
+}
+
+// TestFetchHolderBrowserGone: when the browser goes away (stopped, or
+// killed: on the wire they look the same), both of the relay's connections
+// drop at once; the relay says so once, and does not call it one lost
+// connection that the other holds on for; once the browser is back it
+// holds again. When the relay itself shuts down, it says nothing of them.
+func TestFetchHolderBrowserGone(t *testing.T) {
+	checkLeaks(t)
+	// A browser going away answers nothing more before its connections
+	// drop; dropped one after the other here, the second must not answer
+	// the relay's question in between, as a live browser would.
+	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Target.getTargets": true}})
+	tp := relayTo(t, fb, fixed(300*time.Millisecond))
+	hc1, hc2 := fb.holder(t), fb.holder(t)
+	for f := tp.p.ups[0].holder.fetch; f.up() < 2; { // the relay has them both, not only the fake
+		time.Sleep(time.Millisecond)
+	}
+	hc1.drop()
+	hc2.drop()
+	hc1.ended(t)
+	hc2.ended(t)
+	fb.holder(t)
+	for deadline := time.Now().Add(waitFor); len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
+	if n := len(tp.logs.lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+		t.Errorf("got %d warnings that the browser closed the relay's connections, want 1", n)
+	}
+	if n := len(tp.logs.lines("lost one of")); n != 0 {
+		t.Errorf("got %d notes about one lost connection, want none: the browser went away", n)
+	}
+	tp.p.Close()
+	for _, m := range []string{"lost one of", "closed the relay's connections"} {
+		if n := len(tp.logs.lines(m)); n > 1 || m == "lost one of" && n > 0 {
+			t.Errorf("after Close: %d lines with %q", n, m)
+		}
 	}
 }
 
@@ -505,4 +548,25 @@ func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
 	}
 	return busyAnswered
 
+}
+
+// TestNavigationLinesNameThePage: a held navigation's debug lines say
+// which page it is in (the websocket path of most clients is /, which
+// names nothing).
+func TestNavigationLinesNameThePage(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(300*time.Millisecond))
+	hc := fb.holder(t)
+	chain := fb.fetch.chain(t, "/page?first")
+	announcePages(t, fb, hc, false)
+	fb.playAll(t, chain)
+	fb.playAll(t, chain) // held
+	p, _ := readPause(chain[0])
+	for _, msg := range []string{"navigation goes at once", "navigation held"} {
+		lines := tp.logs.lines(`"message":"` + msg + `"`)
+		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {
+			t.Errorf("%q: got %q, want one line naming page %s", msg, lines, p.FrameID)
+		}
+	}
 }

@@ -374,7 +374,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		drop := st != nil && !st.network
 		w.mu.Unlock()
 		if doc.host != "" {
-			w.h.observe(doc.fl, doc.host, answer.Outcome, &w.pr.log)
+			w.h.observe(doc.fl, doc.host, answer.Outcome, w.navLog(session))
 			doc.fl.end()
 		}
 		return drop
@@ -470,7 +470,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		return true
 	}
 	w.pr.held.Add(1)
-	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, &w.pr.log, nil, release, w.pr.held.Done)
+	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, release, w.pr.held.Done)
 	return true
 }
 

@@ -196,7 +196,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, &w.pr.log, booked, func() { s.release(cmd, host) }, func() { close(done) })
+		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), booked, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -346,7 +346,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		prev, had := s.docs[key]
 		w.mu.Unlock()
 		if ev.Redirect != nil && had {
-			w.h.observe(prev.fl, prev.host, *ev.Redirect, &w.pr.log)
+			w.h.observe(prev.fl, prev.host, *ev.Redirect, w.navLog(session))
 		}
 		host, ok := limiter.Key(ev.URL)
 		if !ok || s.w.h.exempt(host) {
@@ -363,7 +363,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			// its schedule counts the request, though it cannot be held (nor
 			// take a place in flight).
 			prev.fl.end()
-			go w.h.book(w.pr.ctx, host, ev.URL, &w.pr.log)
+			go w.h.book(w.pr.ctx, host, ev.URL, w.navLog(session))
 		case ev.Redirect != nil:
 			doc.fl = prev.fl
 		default:
@@ -392,7 +392,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		delete(s.docs, key)
 		w.mu.Unlock()
 		if tracked {
-			w.h.observe(doc.fl, doc.host, ev.Outcome, &w.pr.log)
+			w.h.observe(doc.fl, doc.host, ev.Outcome, w.navLog(session))
 			doc.fl.end()
 		}
 	case "Target.detachedFromTarget":

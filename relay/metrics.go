@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -24,13 +26,17 @@ type Metrics struct {
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
+	leftovers                                      *prometheus.CounterVec
+	browserCommands                                *prometheus.CounterVec
+	waits                                          prometheus.Histogram
 }
 
 // NewMetrics creates the metrics of a relay booking in ls: its Limiter,
 // and what books under it (a *limiter.Limiter, a shared store). What only
 // some know — how many hosts they track (Len), how often a shared store
-// fell back (Fallbacks), how many places of the in-flight cap the bound
-// gave back (Expired) — is exported from the first of ls that has it.
+// fell back (Fallbacks), its connections (Conns), how many places of the
+// in-flight cap the bound gave back (Expired) — is exported from the
+// first of ls that has it.
 func NewMetrics(ls ...any) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{reg: reg}
@@ -75,7 +81,24 @@ func NewMetrics(ls ...any) *Metrics {
 	}, []string{"direction"})
 	m.msgsToBrowser, m.msgsToClient = msgs.WithLabelValues("to_browser"), msgs.WithLabelValues("to_client")
 	m.bytesToBrowser, m.bytesToClient = bytes.WithLabelValues("to_browser"), bytes.WithLabelValues("to_client")
-	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.conns, msgs, bytes)
+	m.leftovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_leftovers_total",
+		Help: "Pages and browser contexts the relay closed for a client, by what (page, context), why " +
+			"(browser_close: the client's Browser.close; orphan: the client had been gone --orphan-timeout) and outcome " +
+			"(closed; gone: the browser no longer had it; failed: the browser could not be reached, or refused).",
+	}, []string{"what", "why", "outcome"})
+	m.browserCommands = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cdp_throttle_browser_commands_total",
+		Help: "Clients' Browser.close, Browser.crash and Browser.crashGpuProcess by outcome: contained (Browser.close " +
+			"closed the client's own pages and contexts only), refused (a CDP error), passed (--allow-browser-close, or " +
+			"Lightpanda's Browser.close, which ends the connection's own browser).",
+	}, []string{"method", "outcome"})
+	m.waits = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "cdp_throttle_client_wait_seconds",
+		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
+	})
+	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
 	if lenner, ok := first[interface{ Len() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -88,6 +111,12 @@ func NewMetrics(ls ...any) *Metrics {
 			Help: "Bookings, answers and places in flight the shared store could not take, handled by the local fallback (or held).",
 		}, func() float64 { return float64(fallbacks.Fallbacks()) }))
 	}
+	if conns, ok := first[interface{ Conns() int }](ls); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cdp_throttle_store_connections",
+			Help: "Connections to Redis open now, idle ones included.",
+		}, func() float64 { return float64(conns.Conns()) }))
+	}
 	if expired, ok := first[interface{ Expired() uint64 }](ls); ok {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cdp_throttle_concurrency_expired_total",
@@ -96,6 +125,61 @@ func NewMetrics(ls ...any) *Metrics {
 	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// first returns the first of ls that is a T.
+func first[T any](ls []any) (T, bool) {
+	for _, l := range ls {
+		if t, ok := l.(T); ok {
+			return t, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// concurrencyWait counts a navigation that waited d for a place among its
+// host's navigations in flight.
+func (m *Metrics) concurrencyWait(d time.Duration) {
+	if m != nil {
+		m.concurrency.Observe(d.Seconds())
+	}
+}
+
+// admission exports the state of the gate that gives clients their places.
+func (m *Metrics) admission(g *admission.Gate) {
+	if m == nil {
+		return
+	}
+	gauge := func(name, help string, f func(admission.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(g.Stats()) })
+	}
+	refused := func(reason string, f func(admission.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "cdp_throttle_clients_refused_total",
+			Help:        "Client connections refused a place: queue_full (answered 429), timeout (no place freed within --queue-timeout, answered 503).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(f(g.Stats())) })
+	}
+	m.reg.MustRegister(
+		gauge("cdp_throttle_clients_capacity", "Client connections the relay takes at once (its browsers' capacities, --max-clients); -1 for no bound.",
+			func(s admission.Stats) float64 { return float64(s.Capacity) }),
+		gauge("cdp_throttle_clients_connected", "Client connections holding a place in a browser.",
+			func(s admission.Stats) float64 { return float64(s.Connected) }),
+		gauge("cdp_throttle_clients_connected_peak", "The most client connections that held a place at once.",
+			func(s admission.Stats) float64 { return float64(s.Peak) }),
+		gauge("cdp_throttle_clients_queued", "Client connections waiting for a place, their websocket upgrade not answered yet.",
+			func(s admission.Stats) float64 { return float64(s.Queued) }),
+		refused("queue_full", func(s admission.Stats) uint64 { return s.RefusedFull }),
+		refused("timeout", func(s admission.Stats) uint64 { return s.RefusedTimeout }),
+	)
+}
+
+// clientWaited records how long a client waited for its place.
+func (m *Metrics) clientWaited(d time.Duration) {
+	if m != nil {
+		m.waits.Observe(d.Seconds())
+	}
 }
 
 // Handler serves the metrics in the Prometheus text format.
@@ -123,25 +207,6 @@ func (m *Metrics) navigation(outcome navOutcome, d time.Duration) {
 		m.navUntracked.Inc()
 	case navForeign:
 		m.navForeign.Inc()
-	}
-}
-
-// first returns the first of ls that is a T.
-func first[T any](ls []any) (T, bool) {
-	for _, l := range ls {
-		if t, ok := l.(T); ok {
-			return t, true
-		}
-	}
-	var zero T
-	return zero, false
-}
-
-// concurrencyWait counts a navigation that waited d for a place among its
-// host's navigations in flight.
-func (m *Metrics) concurrencyWait(d time.Duration) {
-	if m != nil {
-		m.concurrency.Observe(d.Seconds())
 	}
 }
 
@@ -173,7 +238,7 @@ const (
 	navForeign
 )
 
-// feedback counts one answer fed back to the limiter, by what it was.
+// feedback counts one answer fed back to the limiter.
 func (m *Metrics) feedback(e limiter.Effect) {
 	if m == nil {
 		return
@@ -190,9 +255,53 @@ func (m *Metrics) feedback(e limiter.Effect) {
 	}
 }
 
+// answerClass is the class of an answer as the limiter heard it, for the
+// page: overload (its setting's overload statuses: the overload
+// pressure), failure (another 5xx, no answer, or slower than its host's
+// baseline: the failure pressure) or ok (the rest).
+func answerClass(e limiter.Effect) dashboard.Answer {
+	switch e {
+	case limiter.Overload:
+		return dashboard.Overload
+	case limiter.Failure, limiter.Slow:
+		return dashboard.Failure
+	}
+	return dashboard.OK
+}
+
+// counts reads the counters the page shows.
+func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
+	if m == nil {
+		return dashboard.Navigations{}, dashboard.Answers{}
+	}
+	n := func(c prometheus.Counter) uint64 {
+		var d dto.Metric
+		c.Write(&d)
+		return uint64(d.GetCounter().GetValue())
+	}
+	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
+			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld)},
+		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure) + n(m.slow)}
+}
+
 func (m *Metrics) connection(delta float64) {
 	if m != nil {
 		m.conns.Add(delta)
+	}
+}
+
+// leftover counts one page or context the relay closed (or tried to) for
+// a client.
+func (m *Metrics) leftover(what, why, outcome string) {
+	if m != nil {
+		m.leftovers.WithLabelValues(what, why, outcome).Inc()
+	}
+}
+
+// browserCommand counts a client's Browser.close or Browser.crash*.
+func (m *Metrics) browserCommand(method, outcome string) {
+	if m != nil {
+		m.browserCommands.WithLabelValues(method, outcome).Inc()
 	}
 }
 

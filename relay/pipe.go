@@ -14,6 +14,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
 )
 
 // conn is one side of a relayed connection.
@@ -45,6 +47,7 @@ type pair struct {
 	log     zerolog.Logger
 	path    string // the websocket path the client asked for
 	watch   *watch // nil when no navigation is held
+	share   *share // what the client owns, and what it may do to the others
 
 	ctx    context.Context // cancelled when the pair ends: held navigations give up
 	cancel context.CancelFunc
@@ -58,23 +61,33 @@ var connSeq atomic.Uint64
 
 // serveWebsocket relays one client websocket to the browser.
 func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
-	log := p.log.With().Uint64("conn", connSeq.Add(1)).Str("path", r.URL.Path).Logger()
+	// A client's lines name its connection; a page's socket names the page
+	// too (its path is said once, when it connects: for most clients it is
+	// / or the browser's, which names nothing).
+	id := connSeq.Add(1)
+	lc := p.log.With().Uint64("conn", id)
+	if page, ok := strings.CutPrefix(r.URL.Path, "/devtools/page/"); ok {
+		lc = lc.Str("page", page)
+	}
+	log := lc.Logger()
 	if !p.upgrader.CheckOrigin(r) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
 	}
-	up := p.route(r.Context(), r.URL.Path)
-	if up == nil {
-		http.Error(w, "cdp-throttle: no browser has "+r.URL.Path, http.StatusNotFound)
+	// A place in a browser first: over capacity the client waits here,
+	// its upgrade not answered yet, or is refused with an HTTP status.
+	up, place := p.admit(w, r, log)
+	if place == nil {
 		return
 	}
+	defer place.Leave()
 	// Counted from now, so that clients arriving together spread out.
 	up.conns.Add(1)
 	defer up.conns.Add(-1)
 	log = log.With().Str("upstream", up.name).Logger()
 	target, err := up.pageWS(r.Context(), r.URL.Path)
 	if err != nil {
-		log.Warn().Err(err).Msg("browser endpoint unknown")
+		log.Warn().Err(err).Str("path", r.URL.Path).Msg("browser endpoint unknown")
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
 		return
 	}
@@ -90,6 +103,14 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
 		}
 	}
+	if isBrowserFull(resp) && p.gate.BrowserCapacity(place.Browser) > 0 {
+		// The place is the client's: the browser has not yet seen the
+		// close of the connection that left it.
+		for deadline := time.Now().Add(browserFullRetry); isBrowserFull(resp) && time.Now().Before(deadline) && r.Context().Err() == nil; {
+			time.Sleep(50 * time.Millisecond)
+			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
+		}
+	}
 	if err != nil {
 		status, msg := http.StatusBadGateway, "cdp-throttle: browser refused the websocket: "+err.Error()
 		if resp != nil {
@@ -98,7 +119,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 				msg = string(body)
 			}
 		}
-		log.Warn().Err(err).Int("status", status).Msg("browser refused the websocket")
+		log.Warn().Err(err).Str("path", r.URL.Path).Int("status", status).Msg("browser refused the websocket")
 		http.Error(w, msg, status)
 		return
 	}
@@ -108,15 +129,15 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		log.Debug().Err(err).Msg("websocket upgrade failed")
 		return
 	}
-	pr := p.newPair(cc, bc, up, r.URL.Path, log)
+	pr := p.newPair(cc, bc, up, r.URL.Path, id, log)
 	if pr == nil {
 		return
 	}
-	log.Debug().Str("remote", r.RemoteAddr).Msg("client connected")
+	log.Debug().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("client connected")
 	pr.run()
 }
 
-func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log zerolog.Logger) *pair {
+func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id uint64, log zerolog.Logger) *pair {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &pair{
 		p:       p,
@@ -140,6 +161,7 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log z
 	if up.holder != nil {
 		pr.watch = newWatch(pr, up.holder)
 	}
+	pr.share = newShare(pr, id)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -154,19 +176,6 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, log z
 	p.mu.Unlock()
 	p.Metrics.connection(1)
 	return pr
-}
-
-// route finds the browser for a websocket path: the one a browser or page
-// id belongs to, or for a bare / the live one with the fewest clients. It
-// returns nil when no browser has the id.
-func (p *Proxy) route(ctx context.Context, path string) *upstream {
-	switch {
-	case strings.HasPrefix(path, "/devtools/browser/"):
-		return p.byBrowserID(strings.TrimPrefix(path, "/devtools/browser/"))
-	case strings.HasPrefix(path, "/devtools/page/"):
-		return p.owner(ctx, strings.TrimPrefix(path, "/devtools/page/"))
-	}
-	return p.pick()
 }
 
 // run relays until either side ends, passes the ending on to the other
@@ -187,6 +196,7 @@ func (pr *pair) run() {
 	if pr.watch != nil {
 		pr.watch.ended()
 	}
+	pr.share.ended()
 	pr.client.c.Close()
 	pr.browser.c.Close()
 	pr.p.mu.Lock()
@@ -254,10 +264,10 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	defer smallBufs.Put(bp)
 	buf := *bp
 	n, err := io.ReadFull(r, buf)
-	if err == nil && pr.watch != nil && (dst.toBrowser || pr.watch.via() != viaFetch) {
+	if err == nil && (dst.toBrowser && (pr.watch != nil || pr.share.own != nil) || !dst.toBrowser && pr.watch != nil && pr.watch.via() != viaFetch) {
 		// A navigation's URL may be up to 2 MiB long, and so may a paused
-		// request's: read a message up to maxHeldCommand whole, so that the
-		// watch sees it.
+		// request's or a new page's: read a message up to maxHeldCommand
+		// whole, so that the watch and the share see it.
 		rest, rerr := io.ReadAll(io.LimitReader(r, maxHeldCommand-smallMessage))
 		switch {
 		case rerr != nil:
@@ -276,14 +286,12 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 			// and text the browser cannot parse it answers with an error.
 			mt = websocket.TextMessage
 		}
-		if pr.watch != nil {
-			if dst.toBrowser {
-				if pr.watch.fromClient(msg) {
-					return nil // held, or answered: written later by the watch
-				}
-			} else if pr.watch.fromBrowser(msg) {
-				return nil // for the relay, not the client
+		if dst.toBrowser {
+			if took, err := pr.fromClient(msg); took || err != nil {
+				return err // held, or answered: written later by the watch or the share
 			}
+		} else if pr.fromBrowser(msg) {
+			return nil // for the relay, not the client
 		}
 		if err := dst.writeMessage(mt, msg, pr.p.WriteTimeout); err != nil {
 			return writeError{err}
@@ -338,6 +346,37 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	return nil
 }
 
+// fromClient shows a whole message from the client to the share and the
+// watch, and reports whether one of them took it; an error ends the pair.
+func (pr *pair) fromClient(msg []byte) (bool, error) {
+	hd, err := cdp.Scan(msg)
+	if err != nil {
+		return false, nil // the browser refuses it whole
+	}
+	if took, err := pr.share.fromClient(&hd, msg); took || err != nil {
+		return took, err
+	}
+	return pr.watch != nil && pr.watch.fromClient(&hd, msg), nil
+}
+
+// fromBrowser shows a whole message from the browser to the share and the
+// watch, scanned once when either wants it, and reports whether to drop
+// it.
+func (pr *pair) fromBrowser(msg []byte) bool {
+	share, watch := pr.share.wants(msg), pr.watch != nil && pr.watch.wants(msg)
+	if !share && !watch {
+		return false
+	}
+	hd, err := cdp.Scan(msg)
+	if err != nil {
+		return false
+	}
+	if share {
+		pr.share.fromBrowser(&hd, msg)
+	}
+	return watch && pr.watch.fromBrowser(&hd, msg)
+}
+
 // finish passes a pump's ending on: the side that closed or failed is
 // closed, and the other side gets the close code (or 1011/1001 when there
 // was none to pass on), then a little time to answer before its
@@ -350,6 +389,8 @@ func (pr *pair) finish(e pumpEnd) {
 	var ce *websocket.CloseError
 	level := pr.log.Debug()
 	switch {
+	case errors.Is(e.err, errClosedItsBrowser):
+		code, text = websocket.CloseNormalClosure, ""
 	case errors.As(e.err, &ce):
 		code, text = ce.Code, ce.Text
 		if code == websocket.CloseAbnormalClosure || code == websocket.CloseTLSHandshake {
@@ -414,6 +455,9 @@ func isTimeout(err error) bool {
 
 // quiet drops the errors that are how connections normally end.
 func quiet(err error) error {
+	if errors.Is(err, errClosedItsBrowser) {
+		return nil
+	}
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseGoingAway || ce.Code == websocket.CloseNoStatusReceived) {
 		return nil

@@ -7,9 +7,14 @@
 // a reading goroutine each), the browsers it fronts (upstream.go), the
 // browser's HTTP surface as Chrome serves it (devtools.go: /json/*, its
 // URLs rewritten to the relay), its own status surface (status.go,
-// metrics.go: /hosts, /healthz, /metrics) and who may use it (access.go).
+// metrics.go: /hosts, /healthz, /metrics, and the page at / of package
+// dashboard) and who may use it (access.go).
 // It reads messages with package cdp and books slots through the Limiter
-// interface; it knows neither the limiter's rule nor Redis.
+// interface; it knows neither the limiter's rule nor Redis. What one
+// client may do to the others sharing a browser is in share.go: a
+// client's Browser.close closes only what it owns (package ownership
+// keeps track), and what a vanished client created is closed after
+// OrphanTimeout.
 //
 // Navigations are held in one of two ways, each in a file of its own, and
 // both go through the same book → wait → release → observe steps of
@@ -39,8 +44,11 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/admission"
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 )
 
 // Intercept chooses how the relay catches navigations.
@@ -120,6 +128,7 @@ const (
 	DefaultWriteTimeout   = 30 * time.Second
 	DefaultPingInterval   = 30 * time.Second
 	DefaultStartTimeout   = 30 * time.Second
+	DefaultOrphanTimeout  = 30 * time.Second
 )
 
 // Proxy relays CDP between clients and one browser. Set its fields, call
@@ -162,6 +171,10 @@ type Proxy struct {
 	// StartTimeout bounds how long Start waits for the browser to come up.
 	// Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// StartHint, when set, says what to do about a browser that does not
+	// answer at start (how to start one): it is logged with the first
+	// failed attempt, not only in the error once StartTimeout is over.
+	StartHint string
 	// AllowOrigins lists the Origin header values a websocket upgrade may
 	// carry, like Chrome's --remote-allow-origins; "*" allows any. An
 	// upgrade without an Origin header, as automation clients send it, is
@@ -173,6 +186,33 @@ type Proxy struct {
 	// Token, when set, is required on every request, as "Authorization:
 	// Bearer TOKEN" or "?token=TOKEN"; the URLs the relay advertises carry it.
 	Token string
+	// OrphanTimeout is how long the pages and browser contexts a client
+	// created outlive its connection: once it has been gone that long
+	// and no other connection has taken them over (by driving or
+	// attaching to one), the relay closes them. Zero means
+	// DefaultOrphanTimeout; negative keeps them, as the browser would.
+	OrphanTimeout time.Duration
+	// AllowBrowserClose lets a client's Browser.close, Browser.crash and
+	// Browser.crashGpuProcess reach the browser, which then exits (or
+	// crashes) for every client. Unset, Browser.close closes only what
+	// that client owns and ends its connection, and the crash commands
+	// are refused with a CDP error. (Lightpanda gives each connection a
+	// browser of its own: there Browser.close always passes.)
+	AllowBrowserClose bool
+	// MaxClients bounds the client connections relayed at once; zero means
+	// no bound but the browsers'.
+	MaxClients int
+	// ClientsPerBrowser bounds the clients of each browser, for browsers
+	// that do not say how many they take (a launched lightpanda serve
+	// does), or when it is less than what they say; zero means no bound.
+	ClientsPerBrowser int
+	// Queue is how many clients over capacity may wait for a place, their
+	// websocket upgrade unanswered until one frees; one more is answered
+	// 429 with Retry-After. Zero means none wait.
+	Queue int
+	// QueueTimeout is how long a client waits for a place before it is
+	// answered 503. Zero means admission.DefaultTimeout.
+	QueueTimeout time.Duration
 
 	// everyPage makes every page count as one of the relay's clients',
 	// for tests of the holding itself, which play pauses of pages no
@@ -186,9 +226,13 @@ type Proxy struct {
 	dialer   *websocket.Dialer
 	upgrader *websocket.Upgrader
 	warned   warnOnce
+	gate     *admission.Gate    // set once by Start: places in the browsers for clients
 	stop     context.CancelFunc // set once by Start; ends the background goroutines
 	done     sync.WaitGroup     // background goroutines
 	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
+
+	timeline dashboard.Timeline // the page's memory of the last navigations
+	page     dashboard.Handler  // set once by Start: the page at / and /status
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
@@ -215,6 +259,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if p.StartTimeout <= 0 {
 		p.StartTimeout = DefaultStartTimeout
 	}
+	if p.OrphanTimeout == 0 {
+		p.OrphanTimeout = DefaultOrphanTimeout
+	}
 	for _, raw := range append([]string{p.Upstream}, p.Upstreams...) {
 		if raw == "" {
 			continue
@@ -233,6 +280,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.pairs = make(map[*pair]struct{})
 	p.targets = make(map[string]*upstream)
+	p.page = dashboard.Handler{Source: p, Timeline: &p.timeline}
 	// Write buffers are per connection and small: the server side writes
 	// a message of any size in one frame past its buffer, and Chromium
 	// takes a bigger command in fragments. (A shared buffer pool would
@@ -259,7 +307,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	errs := make([]error, len(p.ups))
 	var wg sync.WaitGroup
 	for i, up := range p.ups {
-		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log, p.StartTimeout) })
+		wg.Go(func() { versions[i], errs[i] = up.waitVersion(waitCtx, p.log, p.StartTimeout, p.StartHint) })
 	}
 	wg.Wait()
 	up := 0
@@ -271,6 +319,20 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	if up == 0 {
 		return errors.Join(errs...)
+	}
+	for i, u := range p.ups {
+		// A browser not up yet is taken for a Chromium: closing what it
+		// does not have is harmless.
+		if errs[i] == nil && versions[i].lightpanda() {
+			continue // each connection is a browser of its own, ended with it
+		}
+		u.owners = &ownership.Registry{Timeout: p.OrphanTimeout, Close: p.orphanClose(u, p.OrphanTimeout)}
+	}
+	p.gate = p.newGate()
+	p.Metrics.admission(p.gate)
+	if p.gate.Limited() {
+		p.log.Info().Int("capacity", p.gate.Capacity()).Int("queue", p.Queue).Stringer("queue_timeout", p.queueTimeout()).
+			Msg("clients over capacity wait for a place")
 	}
 
 	bg, stop := context.WithCancel(context.Background())
@@ -287,7 +349,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		p.done.Add(1)
 		go func() {
 			defer p.done.Done()
-			u.health(bg, p.log, len(p.ups) == 1)
+			u.health(bg, p.log, len(p.ups) == 1, p.gate.Retry)
 		}()
 	}
 
@@ -386,6 +448,11 @@ func (p *Proxy) Close() error {
 		})
 	}
 	wg.Wait()
+	for _, up := range p.ups {
+		if up.owners != nil {
+			up.owners.Stop() // what clients left stays: the relay is going, not they
+		}
+	}
 	if p.stop != nil {
 		p.stop()
 	}
@@ -464,7 +531,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/healthz":
 		p.serveHealth(w, r)
 	default:
-		http.NotFound(w, r)
+		p.page.ServeHTTP(w, r) // the page at /, its /status; anything else is not found
 	}
 }
 

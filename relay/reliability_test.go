@@ -1154,7 +1154,8 @@ func TestAccessEveryEndpoint(t *testing.T) {
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
 	before := len(fb.httpHits())
 	for _, target := range []string{"/json/version", "/json/version/", "/json", "/json/list", "/json/new?about:blank",
-		"/json/activate/X", "/json/close/X", "/json/protocol", "/no/such/path", "/devtools/browser/x"} {
+		"/json/activate/X", "/json/close/X", "/json/protocol", "/no/such/path", "/devtools/browser/x",
+		"/", "/status", "/status?since=1", "/hosts", "/healthz", "/metrics"} {
 		for _, method := range []string{"GET", "PUT"} {
 			req, _ := http.NewRequest(method, "http://"+tp.addr+target, nil)
 			resp, err := http.DefaultClient.Do(req)

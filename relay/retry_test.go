@@ -10,20 +10,24 @@ import (
 )
 
 // holdingStore stands in for a shared store that cannot book for a while
-// (store.Redis with --store-fallback closed while Redis is down): until
-// up, every Reserve is a hold, asked again after retry.
+// (store.Redis with --store-fallback closed while Redis is down): for down
+// from the first booking it is asked for, every Reserve is a hold, asked
+// again after retry.
 type holdingStore struct {
 	*limiter.Limiter
-	retry time.Duration
+	retry, down time.Duration
 
 	mu    sync.Mutex
-	up    time.Time // guarded by mu
+	up    time.Time // guarded by mu; set by the first Reserve
 	holds int       // guarded by mu
 }
 
 func (s *holdingStore) Reserve(_ context.Context, host, _ string, now time.Time) limiter.Reservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.up.IsZero() {
+		s.up = now.Add(s.down)
+	}
 	if now.Before(s.up) {
 		s.holds++
 		return limiter.Reservation{Start: now.Add(s.retry), Retry: true}
@@ -43,7 +47,7 @@ func TestStoreHoldsUntilBack(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			checkLeaks(t)
 			fb := newFakeBrowser(t, fakeConfig{})
-			st := &holdingStore{Limiter: limiter.New(limiter.Config{}), retry: 50 * time.Millisecond, up: time.Now().Add(400 * time.Millisecond)}
+			st := &holdingStore{Limiter: limiter.New(limiter.Config{}), retry: 50 * time.Millisecond, down: 400 * time.Millisecond}
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				p.Limiter = st
 				p.Intercept = mode
@@ -67,7 +71,7 @@ func TestStoreHoldsUntilBack(t *testing.T) {
 				}
 				released = m.at
 			}
-			if held := released.Sub(paused); held < 350*time.Millisecond {
+			if held := released.Sub(paused); held < 400*time.Millisecond {
 				t.Errorf("navigation released %v after it was asked for, want it held until the store books it (≥ 400 ms)", held)
 			}
 			st.mu.Lock()

@@ -1,16 +1,80 @@
 package relay
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // The status surface: what people watching a crawl ask the relay itself,
-// beside the browser's endpoints. /metrics is Metrics'.
+// beside the browser's endpoints. /metrics is Metrics'; the page at / and
+// its /status are package dashboard's, which the relay tells of each
+// navigation booked and answered (per navigation, never per message) and
+// hands its state when the page asks (Status).
+
+// booked tells the page's timeline of a navigation booked at now.
+func (p *Proxy) booked(host string, now time.Time, r limiter.Reservation) {
+	p.timeline.Booked(dashboard.Booking{Bucket: cmp.Or(r.Bucket, host), Host: host, At: now, Start: r.Start,
+		Spacing: r.Spacing, Pressure: r.Pressure, Mode: r.Mode.String(), Source: r.Source, Rule: r.Rule})
+}
+
+// answered tells the page's timeline of the answer a navigation of host
+// got at, with status, and what it did to the host (e).
+func (p *Proxy) answered(host string, e limiter.Effect, status int, at time.Time) {
+	bucket := host
+	if b, ok := p.Limiter.(interface{ Bucket(host string) string }); ok {
+		bucket = b.Bucket(host)
+	}
+	p.timeline.Answered(bucket, host, answerClass(e), status, at)
+}
+
+// Status reports the relay's state at now for its page, with up to n of
+// the busiest buckets (hosts, or sites).
+func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
+	st := dashboard.Status{Mode: limiter.Off.String(), Clients: p.Conns()}
+	if p.Limiter != nil {
+		st.Mode = p.Limiter.Mode().String()
+	}
+	if b, ok := p.Limiter.(interface{ Buckets() string }); ok {
+		st.BucketsBy = b.Buckets()
+	}
+	st.Navigations, st.Answers = p.Metrics.counts()
+	for _, up := range p.ups {
+		b := dashboard.Browser{Upstream: up.name, Alive: up.alive.Load(), Clients: int(up.conns.Load()), Holding: "none"}
+		if up.holder != nil {
+			b.Browser, b.Holding = up.holder.browser, up.holder.holding()
+		}
+		st.Browsers = append(st.Browsers, b)
+	}
+	if b, ok := p.Limiter.(interface {
+		Busiest(now time.Time, n int) []limiter.HostState
+	}); ok {
+		for _, h := range b.Busiest(now, n) {
+			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule})
+		}
+	}
+	return st
+}
+
+// spacingNow is the spacing a navigation of the bucket asked for now
+// would get: nothing while its next one goes at once (an idle bucket, or
+// one with burst left), whatever its setting. /hosts and the page show it.
+func spacingNow(h limiter.HostState) time.Duration {
+	if h.NextFree <= 0 {
+		return 0
+	}
+	return h.Spacing
+}
+
+// maxHosts is the most /hosts lists at once.
+const maxHosts = 1000
 
 // serveHosts answers /hosts: the busiest buckets (hosts, or sites with
 // --bucket site), each with its mode, the rule that set it and where that
@@ -20,8 +84,13 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		Busiest(now time.Time, n int) []limiter.HostState
 	}
 	n := 50
-	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
-		n = min(v, 1000)
+	if q := r.URL.Query(); q.Has("n") {
+		v, err := strconv.Atoi(q.Get("n"))
+		if err != nil || v < 1 || v > maxHosts {
+			http.Error(w, fmt.Sprintf("cdp-throttle: /hosts?n=%s: want a whole number of hosts from 1 to %d", q.Get("n"), maxHosts), http.StatusBadRequest)
+			return
+		}
+		n = v
 	}
 	type host struct {
 		Host         string  `json:"host"`
@@ -44,10 +113,10 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.Millis(h.Spacing), NextFreeMS: limiter.Millis(h.NextFree),
-				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.Millis(h.Floor),
+			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.ShownMillis(spacingNow(h)), NextFreeMS: limiter.ShownMillis(h.NextFree),
+				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
 				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
-				BaselineMS: limiter.Millis(h.Baseline), LastAnswerMS: limiter.Millis(h.LastAnswer)}
+				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer)}
 			if p.capper != nil {
 				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
 			}
@@ -59,19 +128,31 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveHealth answers /healthz: 200 when a browser answers, 503 otherwise.
+// It never waits for a place.
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 	type browser struct {
 		Upstream string `json:"upstream"`
 		Alive    bool   `json:"alive"`
 		Clients  int64  `json:"clients"`
+		Capacity int    `json:"capacity"` // 0: no bound
 		Holding  string `json:"holding"`
 	}
+	type clients struct {
+		Capacity       int    `json:"capacity"` // -1: no bound
+		Connected      int    `json:"connected"`
+		Peak           int    `json:"peak"`
+		Queued         int    `json:"queued"`
+		RefusedFull    uint64 `json:"refused_queue_full"`
+		RefusedTimeout uint64 `json:"refused_timeout"`
+	}
+	st := p.gate.Stats()
 	status := struct {
 		Status    string    `json:"status"`
+		Clients   clients   `json:"clients"`
 		Upstreams []browser `json:"upstreams"`
-	}{Status: "unavailable"}
-	for _, up := range p.ups {
-		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Holding: up.holding()}
+	}{Status: "unavailable", Clients: clients{st.Capacity, st.Connected, st.Peak, st.Queued, st.RefusedFull, st.RefusedTimeout}}
+	for i, up := range p.ups {
+		b := browser{Upstream: up.name, Alive: up.alive.Load(), Clients: up.conns.Load(), Capacity: p.gate.BrowserCapacity(i), Holding: up.holding()}
 		if b.Alive {
 			status.Status = "ok"
 		}

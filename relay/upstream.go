@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
@@ -41,6 +42,10 @@ type upstream struct {
 	last   atomic.Pointer[address]
 	client *http.Client
 	holder *holder // set once by Start; nil when nothing is held
+	// owners knows which client owns which of its pages and contexts; set
+	// once by Start, nil for a browser that gives each connection a
+	// browser of its own (Lightpanda).
+	owners *ownership.Registry
 	// found is the browser endpoint last discovered through /json/version,
 	// so that a client dialling ws://relay/ costs no extra request; it is
 	// forgotten when dialling it fails (the browser restarted).
@@ -180,6 +185,12 @@ type version struct {
 	WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
 }
 
+// lightpanda reports whether the browser is Lightpanda, which gives each
+// connection a browser of its own.
+func (v version) lightpanda() bool {
+	return strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
+}
+
 func (up *upstream) version(ctx context.Context) (version, error) {
 	var v version
 	base, _, err := up.addr(ctx)
@@ -214,8 +225,8 @@ var waitNotice = 5 * time.Second // a variable for tests
 // waitVersion polls /json/version with backoff until the browser answers
 // or ctx ends, saying every waitNotice what it waits for; then it reports
 // the last error. bound is the StartTimeout that Start put on ctx, for the
-// messages.
-func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration) (version, error) {
+// messages; hint, when set, goes with the first (Proxy.StartHint).
+func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound time.Duration, hint string) (version, error) {
 	log = log.With().Str("upstream", up.name).Logger()
 	began, noticed := time.Now(), time.Now()
 	backoff := 50 * time.Millisecond
@@ -225,6 +236,8 @@ func (up *upstream) waitVersion(ctx context.Context, log zerolog.Logger, bound t
 			return v, nil
 		}
 		switch {
+		case attempt == 1 && hint != "":
+			log.Info().Stringer("start_timeout", bound).Str("error", reason(err)).Msg("waiting for the browser: " + hint)
 		case attempt == 1:
 			log.Info().Stringer("start_timeout", bound).Str("error", reason(err)).Msg("waiting for the browser")
 		case time.Since(noticed) >= waitNotice:
@@ -293,8 +306,9 @@ func (up *upstream) browserID() string {
 var healthEvery = 2 * time.Second // a variable for tests
 
 // health keeps up.alive current until ctx ends. alone says the relay has
-// no other browser for new clients.
-func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) {
+// no other browser for new clients; revived is called when the browser
+// answers again (clients waiting for a place may go to it).
+func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool, revived func()) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {
@@ -325,6 +339,7 @@ func (up *upstream) health(ctx context.Context, log zerolog.Logger, alone bool) 
 			log.Warn().Str("upstream", up.name).Err(err).Msg("browser not answering: new clients go elsewhere")
 		case !was && err == nil:
 			log.Info().Str("upstream", up.name).Msg("browser answering again")
+			revived()
 		}
 	}
 }

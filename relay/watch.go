@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 )
@@ -140,19 +141,6 @@ func (w *watch) via() via {
 	return w.way
 }
 
-// drives lists the commands by which a client drives a page, and so makes
-// it its own: navigating it, running script in it, giving it input.
-// Attaching to a page is not driving it: Puppeteer and Playwright attach to
-// every page there is.
-func drives(method []byte) bool {
-	switch string(method) {
-	case "Page.navigate", "Page.reload", "Page.navigateToHistoryEntry",
-		"Runtime.evaluate", "Runtime.callFunctionOn", "Page.setDocumentContent":
-		return true
-	}
-	return bytes.HasPrefix(method, []byte("Input."))
-}
-
 // isNavCommand reports whether a command navigates a page.
 func isNavCommand(method []byte) bool {
 	switch string(method) {
@@ -162,12 +150,11 @@ func isNavCommand(method []byte) bool {
 	return false
 }
 
-// fromClient looks at a message on its way to the browser and reports
-// whether it took it: the relay then writes it (or its answer) itself,
-// later or rewritten.
-func (w *watch) fromClient(msg []byte) bool {
-	hd, err := cdp.Scan(msg)
-	if err != nil || !hd.HasID || !utf8.Valid(msg) {
+// fromClient looks at a command on its way to the browser, whose header
+// is hd, and reports whether it took it: the relay then writes it (or its
+// answer) itself, later or rewritten.
+func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
+	if !hd.HasID || !utf8.Valid(msg) {
 		return false // the browser refuses all of it (-32700): nothing happens
 	}
 	session := string(hd.SessionID)
@@ -180,7 +167,7 @@ func (w *watch) fromClient(msg []byte) bool {
 			w.creates[key] = struct{}{}
 			w.h.claims.creating()
 		}
-	case drives(hd.Method):
+	case cdp.Drives(hd.Method):
 		if si, ok := w.sessions[session]; ok && si.typ == "page" {
 			w.h.claims.claim(si.target)
 		}
@@ -210,9 +197,9 @@ func (w *watch) fromClient(msg []byte) bool {
 	}
 	switch way {
 	case viaStream:
-		return w.stream.fromClient(&hd, msg)
+		return w.stream.fromClient(hd, msg)
 	case viaSession:
-		return w.sess.fromClient(&hd, msg)
+		return w.sess.fromClient(hd, msg)
 	}
 	return false
 }
@@ -282,20 +269,18 @@ func (w *watch) interesting(msg []byte) bool {
 	return true
 }
 
-// fromBrowser looks at a message on its way to the client and reports
-// whether to drop it: an answer to the relay's own command, or an event
-// the client did not ask for.
-func (w *watch) fromBrowser(msg []byte) bool {
+// wants reports, from its first bytes, whether fromBrowser needs to see
+// a message from the browser.
+func (w *watch) wants(msg []byte) bool {
 	w.mu.Lock()
-	look := w.interesting(msg)
-	w.mu.Unlock()
-	if !look {
-		return false
-	}
-	hd, err := cdp.Scan(msg)
-	if err != nil {
-		return false
-	}
+	defer w.mu.Unlock()
+	return w.interesting(msg)
+}
+
+// fromBrowser looks at a message on its way to the client, whose header
+// is hd, and reports whether to drop it: an answer to the relay's own
+// command, or an event the client did not ask for.
+func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	session := string(hd.SessionID)
 	if hd.HasID {
 		return w.answered(cmdKey{session, hd.ID}, msg)
@@ -322,9 +307,9 @@ func (w *watch) fromBrowser(msg []byte) bool {
 	}
 	switch w.via() {
 	case viaStream:
-		return w.stream.fromBrowser(&hd, msg)
+		return w.stream.fromBrowser(hd, msg)
 	case viaSession:
-		return w.sess.fromBrowser(&hd, msg)
+		return w.sess.fromBrowser(hd, msg)
 	}
 	return false
 }
@@ -467,4 +452,20 @@ func (w *watch) pageOf(session string) (target string, known bool) {
 		return "", true
 	}
 	return si.target, true
+}
+
+// navLog is the log for the debug lines of a navigation in session, naming
+// its page and the session as the browser named them when it attached the
+// client (an id a client made up is not repeated).
+func (w *watch) navLog(session string) *zerolog.Logger {
+	if w.pr.log.GetLevel() > zerolog.DebugLevel {
+		return &w.pr.log
+	}
+	w.mu.Lock()
+	si, ok := w.sessions[session]
+	w.mu.Unlock()
+	if !ok {
+		return &w.pr.log
+	}
+	return pageLog(&w.pr.log, si.target, session)
 }

@@ -115,17 +115,17 @@ func newOwner() string {
 // (inflight.Table). It blocks for one call to Redis at most.
 func (s *Redis) Enter(bucket, id string, limit int) bool {
 	lease := s.owner + ":" + id
-	if s.tryRedis() {
+	if o := s.outageOf(s.inflightKey(bucket)); s.tryRedis(o) {
 		v, err := s.runInflight("enter", bucket, limit, lease)
 		if err == nil {
-			s.answered()
+			s.answered(o)
 			if v[0] == 1 {
 				s.leases.add(bucket, lease, true)
 				return true
 			}
 			return false
 		}
-		s.failed(err)
+		s.failed(o, err)
 	}
 	if s.holds {
 		return false
@@ -141,20 +141,21 @@ func (s *Redis) Enter(bucket, id string, limit int) bool {
 // not answer, the lease runs out by itself.
 func (s *Redis) Leave(bucket, id string) {
 	lease := s.owner + ":" + id
-	if !s.leases.remove(bucket, lease) || !s.tryRedis() {
+	o := s.outageOf(s.inflightKey(bucket))
+	if !s.leases.remove(bucket, lease) || !s.tryRedis(o) {
 		return
 	}
 	if _, err := s.runInflight("leave", bucket, 0, lease); err != nil {
-		s.failed(err)
+		s.failed(o, err)
 		return
 	}
-	s.answered()
+	s.answered(o)
 }
 
 // InFlight reports how many places of bucket every relay on this Redis
 // holds (inflight.Table); while Redis does not answer, this relay's.
 func (s *Redis) InFlight(bucket string) int {
-	if !s.down.Load() {
+	if !s.outageOf(s.inflightKey(bucket)).down.Load() {
 		if v, err := s.runInflight("count", bucket, 0); err == nil {
 			return int(v[1])
 		}
@@ -174,14 +175,15 @@ func (s *Redis) renew(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		for bucket, ls := range s.leases.inRedis() {
-			if !s.tryRedis() {
-				break
+			o := s.outageOf(s.inflightKey(bucket))
+			if !s.tryRedis(o) {
+				continue
 			}
 			if _, err := s.runInflight("renew", bucket, 0, ls...); err != nil {
-				s.failed(err)
-				break
+				s.failed(o, err)
+				continue
 			}
-			s.answered()
+			s.answered(o)
 		}
 	}
 }

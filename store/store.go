@@ -29,6 +29,13 @@
 //
 // A step that timed out may still have run in Redis: the slot it booked
 // there is lost, which only ever spaces that host's navigations more.
+//
+// Redis may be one server, a master that Redis Sentinel fails over, or a
+// Redis Cluster (connect.go), each reached with go-redis's own client.
+// Every step touches one key, so a cluster runs it whole on the node that
+// owns the host; an outage there falls back for that node's hosts only.
+// Replication to a Sentinel's replica is asynchronous: a booking the old
+// master acknowledged just before it died may be missing on the new one.
 package store
 
 import (
@@ -44,7 +51,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -119,7 +125,9 @@ type Options struct {
 // Times are kept in whole microseconds; a fixed Interval is rounded down to
 // one (and is at least 1 µs).
 type Redis struct {
-	client  *redis.Client
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // the client, when Redis is a cluster
+	kind    Kind
 	local   *limiter.Limiter // fallback in FallbackLocal mode; always holds the normalised config
 	holds   bool             // FallbackClosed: hold navigations while Redis is down
 	prefix  string
@@ -127,7 +135,7 @@ type Redis struct {
 	probe   time.Duration
 	hold    time.Duration
 	log     zerolog.Logger
-	addr    string         // for logs: host:port/db, never the password
+	addr    string         // for logs: host:port/db, or the sentinels or nodes; never the password
 	cfg     limiter.Config // what Reserve and Observe book with
 	burst   int
 	// callerClock makes the script use the caller's now instead of
@@ -143,9 +151,9 @@ type Redis struct {
 	stopRenew chan struct{}
 	renewing  sync.WaitGroup
 
-	down      atomic.Bool  // Redis failed its last call
-	nextProbe atomic.Int64 // unix ns; while down, the first call after it tries Redis
-	downSince atomic.Int64 // unix ns
+	whole     outage       // of the one server or master; a cluster has one per node
+	nodes     *nodeOutages // a cluster's, by node
+	master    master       // where a Sentinel-watched master is
 	lastError atomic.Int64 // unix ns of the last server error logged
 	fallbacks atomic.Uint64
 	outages   atomic.Uint64
@@ -168,17 +176,18 @@ var step = redis.NewScript(strings.NewReplacer(
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
-// NewRedis connects to the Redis server at url ("redis://HOST:PORT/DB", or
-// any form redis.ParseURL reads) and returns a store booking with cfg.
-// It checks, within ctx, that the server answers and loads the script, so a
-// wrong address fails here rather than at the first navigation; once
-// running, the store rides out outages as opts.Fallback says.
+// NewRedis connects to Redis at url and returns a store booking with cfg.
+// url is one server, "redis://HOST:PORT/DB" (any form redis.ParseURL
+// reads); a master watched by Redis Sentinel, go-redis's failover URL
+// "redis://S1:26379/DB?master_name=NAME&addr=S2:26379" (master_name
+// selects it; the addresses are the sentinels'); or a Redis Cluster,
+// "redis-cluster://N1:7000?addr=N2:7001" (go-redis's cluster URL under a
+// scheme of its own). It checks, within ctx, that Redis answers and loads
+// the script, so a wrong address fails here rather than at the first
+// navigation; once running, the store rides out outages as opts.Fallback
+// says, in a cluster node by node.
 func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options) (*Redis, error) {
 	redis.SetLogger(quietRedis{})
-	ro, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("store: redis URL: %w", err)
-	}
 	s := &Redis{
 		local:   limiter.New(cfg),
 		prefix:  opts.Prefix,
@@ -186,7 +195,6 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 		probe:   opts.ProbeInterval,
 		hold:    opts.Hold,
 		log:     zerolog.Nop(),
-		addr:    fmt.Sprintf("%s/%d", ro.Addr, ro.DB),
 		cfg:     cfg,
 		owner:   newOwner(),
 		lease:   opts.Lease,
@@ -225,19 +233,9 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 		s.burst = 1
 	}
 
-	// Every call is bounded by s.timeout through its context, dialing
-	// included. No retries: a step that timed out may have run, and running
-	// it again would book a second slot.
-	ro.ContextTimeoutEnabled = true
-	ro.DialTimeout = s.timeout
-	ro.ReadTimeout = s.timeout
-	ro.WriteTimeout = s.timeout
-	ro.PoolTimeout = s.timeout
-	ro.MaxRetries = -1
-	ro.DialerRetries = 1
-	ro.DisableIdentity = true
-	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	s.client = redis.NewClient(ro)
+	if err := s.connect(url, s.timeout); err != nil {
+		return nil, err
+	}
 	if err := step.Load(ctx, s.client).Err(); err != nil {
 		s.client.Close()
 		return nil, fmt.Errorf("store: redis at %s: loading the script: %w", s.addr, err)
@@ -305,11 +303,11 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 	if set.mode == limiter.Off {
 		return limiter.Reservation{Start: now, Mode: limiter.Off}
 	}
-	if s.tryRedis() {
+	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
 		sent := time.Now()
 		v, err := s.run(host, now, "r", set, 0, -1)
 		if err == nil {
-			s.answered()
+			s.answered(o)
 			// The slot starts v[0]-v[3] after Redis read its clock. That
 			// read came after now by however long the call took to reach
 			// Redis, so count from when the answer is in: a slot is then
@@ -327,7 +325,7 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Bucket:   host,
 			}
 		}
-		s.failed(err)
+		s.failed(o, err)
 	}
 	s.fallbacks.Add(1)
 	if s.holds {
@@ -384,13 +382,13 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 			wait = d.Microseconds()
 		}
 	}
-	if s.tryRedis() {
+	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
 		_, err := s.run(host, now, "o", set, add, wait)
 		if err == nil {
-			s.answered()
+			s.answered(o)
 			return
 		}
-		s.failed(err)
+		s.failed(o, err)
 	}
 	s.fallbacks.Add(1)
 	if !s.holds {
@@ -440,29 +438,35 @@ func (s *Redis) run(host string, now time.Time, op string, set setting, add int,
 	return v, err
 }
 
-// tryRedis reports whether a call should go to Redis: always while Redis
-// answers, and for one call per ProbeInterval while it does not.
-func (s *Redis) tryRedis() bool {
-	if !s.down.Load() {
+// tryRedis reports whether a call should go to Redis (in a cluster, to
+// the node o is of): always while it answers, and for one call per
+// ProbeInterval while it does not.
+func (s *Redis) tryRedis(o *outage) bool {
+	if !o.down.Load() {
 		return true
 	}
-	next := s.nextProbe.Load()
+	next := o.nextProbe.Load()
 	now := time.Now().UnixNano()
-	return now >= next && s.nextProbe.CompareAndSwap(next, now+int64(s.probe))
+	return now >= next && o.nextProbe.CompareAndSwap(next, now+int64(s.probe))
 }
 
-// answered notes that Redis answered a call, ending an outage.
-func (s *Redis) answered() {
-	if s.down.Load() && s.down.CompareAndSwap(true, false) {
-		s.log.Info().Str("redis", s.addr).Dur("down_for", time.Since(time.Unix(0, s.downSince.Load()))).
+// answered notes that Redis (the node o is of) answered a call, ending an
+// outage.
+func (s *Redis) answered(o *outage) {
+	if o.down.Load() && o.down.CompareAndSwap(true, false) {
+		e := s.log.Info().Str("redis", s.addr)
+		if o.name != "" {
+			e = e.Str("node", o.name)
+		}
+		e.Stringer("down_for", time.Since(time.Unix(0, o.downSince.Load())).Round(time.Millisecond)).
 			Uint64("fallbacks", s.fallbacks.Load()).Msg("redis answers again: booking navigations in it")
 	}
 }
 
-// failed handles a call Redis did not answer. A server that answered with an
-// error fails that call only; one that did not answer in time, or could not
-// be reached, starts an outage.
-func (s *Redis) failed(err error) {
+// failed handles a call Redis (the node o is of) did not answer. A server
+// that answered with an error fails that call only; one that did not
+// answer in time, or could not be reached, starts an outage.
+func (s *Redis) failed(o *outage, err error) {
 	if s.shut.Load() {
 		return
 	}
@@ -476,12 +480,16 @@ func (s *Redis) failed(err error) {
 		}
 		return
 	}
-	s.nextProbe.Store(now.Add(s.probe).UnixNano())
-	if s.down.CompareAndSwap(false, true) {
-		s.downSince.Store(now.UnixNano())
+	o.nextProbe.Store(now.Add(s.probe).UnixNano())
+	if o.down.CompareAndSwap(false, true) {
+		o.downSince.Store(now.UnixNano())
 		s.outages.Add(1)
-		s.log.Warn().Err(err).Str("redis", s.addr).Str("fallback", s.fallbackName()).
-			Msg("lost redis: " + s.fallbackEffect() + " until it answers")
+		e := s.log.Warn().Err(err).Str("redis", s.addr)
+		effect := s.fallbackEffect()
+		if o.name != "" {
+			e, effect = e.Str("node", o.name), effect+" for the hosts of this node"
+		}
+		e.Str("fallback", s.fallbackName()).Msg("lost redis: " + effect + " until it answers")
 	}
 }
 
@@ -525,21 +533,16 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	if n <= 0 {
 		return nil
 	}
-	if s.down.Load() {
+	if s.cluster == nil && s.whole.down.Load() {
 		return s.local.Busiest(now, n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	var keys []string
-	iter := s.client.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) && len(keys) < maxScan {
-		if !strings.HasPrefix(iter.Val(), s.prefix+inflightInfix) {
-			keys = append(keys, iter.Val())
-		}
-	}
-	if iter.Err() != nil {
+	keys, err := s.scan(ctx, s.prefix+"*", maxScan)
+	if err != nil {
 		return nil
 	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, s.prefix+inflightInfix) })
 	cmds := s.peekAll(ctx, keys)
 	out := make([]limiter.HostState, 0, len(keys))
 	for i, c := range cmds {
