@@ -286,6 +286,9 @@ func TestCapFetchHolds(t *testing.T) {
 	if !strings.Contains(hosts, `"in_flight":1,"waiting":1,"concurrency":1,"concurrency_source":"flag"`) {
 		t.Errorf("/hosts: %s", hosts)
 	}
+	if status := httptestGet(t, tp, "/status"); !strings.Contains(status, `"in_flight":1`) || !strings.Contains(status, `"cap":1`) {
+		t.Errorf("/status, the page's: %s", status)
+	}
 }
 
 func httptestGet(t *testing.T, tp *testProxy, path string) string {

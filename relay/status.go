@@ -57,7 +57,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	}); ok {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
-				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule})
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency})
 		}
 	}
 	return st
