@@ -47,6 +47,10 @@ type fetchHold struct {
 	held   map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
 	paused map[string]time.Time // guarded by mu; page target → when its document request last paused
+	// life ends every navigation followed (flight) when the browser is
+	// lost: then none of their answers can come. Guarded by mu.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // navKey is what two pauses of one document request have in common.
@@ -58,12 +62,14 @@ type heldNav struct {
 	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
+	fl       *flight       // set once: the navigation, whichever connection holds it
 }
 
 // passedNav is a document request a connection let go.
 type passedNav struct {
 	by *fetchConn
 	at time.Time
+	fl *flight // the navigation it held, if any: it leaves when the other connection lets it go
 }
 
 // echoWindow is how long after one connection let a request go the other
@@ -82,12 +88,31 @@ const handOverLate = 10 * time.Millisecond
 const orphanWait = 2 * time.Second
 
 func newFetchHold(h *holder) *fetchHold {
-	return &fetchHold{
+	f := &fetchHold{
 		h:      h,
 		held:   make(map[navKey]*heldNav),
 		passed: make(map[navKey]passedNav),
 		paused: make(map[string]time.Time),
 	}
+	f.life, f.endLife = context.WithCancel(context.Background())
+	return f
+}
+
+// newFlight starts following a navigation held by the relay's own
+// connections: it lives until its end is seen, or the browser is lost.
+func (f *fetchHold) newFlight() *flight {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h.newFlight(f.life)
+}
+
+// endFlights ends every navigation followed so far: no answer of theirs
+// can reach the relay any more.
+func (f *fetchHold) endFlights() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.endLife()
+	f.life, f.endLife = context.WithCancel(context.Background())
 }
 
 // maxSilent is how many times in a row a browser may take the relay's own
@@ -226,7 +251,8 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 // orphanWait went to the network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
 	if f.h.via() != viaFetch {
-		return // stopped on purpose: navigations are held another way now
+		f.endFlights() // no answer of a navigation followed here will come
+		return         // stopped on purpose: navigations are held another way now
 	}
 	// What cut one connection may have cut the other, unnoticed yet:
 	// navigations wait until the other one answers.
@@ -251,6 +277,11 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		}
 	}
 	f.mu.Unlock()
+	if others == 0 {
+		f.endFlights() // the browser is out of reach: no answer will come
+	} else {
+		fc.endReleased() // the answers fc was to read are lost with it
+	}
 	if f.h.p.ctxDone() {
 		return // shutting down: the browser releases them, on purpose
 	}
@@ -283,11 +314,33 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 			if hn.by == fc {
 				delete(f.held, k)
 				lost = append(lost, k.frame)
+				hn.fl.end()
 			}
 		}
 		f.mu.Unlock()
 		f.countLost(lost)
 	})
+}
+
+// endReleased ends the navigations whose answer fc was to read: those it
+// let go. Those it still held go on to the relay's other connection.
+func (fc *fetchConn) endReleased() {
+	f := fc.f
+	f.mu.Lock()
+	held := make(map[*flight]bool)
+	for _, hn := range f.held {
+		if hn.by == fc {
+			held[hn.fl] = true
+		}
+	}
+	f.mu.Unlock()
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, hp := range fc.hops {
+		if hp.fl != nil && !held[hp.fl] {
+			hp.fl.end()
+		}
+	}
 }
 
 // isUp reports whether fc is one of the relay's connections that are up.
@@ -368,9 +421,11 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 
 	f.mu.Lock()
 	if p, ok := f.passed[key]; ok && p.by != fc && fc.since.Before(p.at) && now.Sub(p.at) < echoWindow {
-		// The other connection held it already, and reads its answer.
+		// The other connection held it already, and reads its answer. It
+		// leaves for the network now: its answer time counts from here.
 		delete(f.passed, key)
 		f.mu.Unlock()
+		p.fl.leftAt(now)
 		fc.setHop(id, hop{host: host, frame: ev.FrameID})
 		fc.release(id)
 		return
@@ -384,11 +439,13 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.by = fc
 		hn.orphaned = time.Time{}
 		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
 		go func() {
 			select {
 			case <-hn.booked:
 			case <-fc.held.Done():
+				return
+			case <-hn.fl.ctx.Done(): // its page went while it waited
 				return
 			}
 			if late := time.Since(hn.start); late > handOverLate {
@@ -397,30 +454,40 @@ func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 				// takes the next slot instead.
 				log := pageLog(&fc.log, ev.FrameID, "")
 				log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-				f.h.holdBooked(fc.held, host, ev.Request.URL, log, nil, func() { f.let(key, hn, id) }, nil)
+				f.h.holdFlight(fc.held, hn.fl, host, ev.Request.URL, log, nil, func() { f.let(key, hn, id) }, nil)
 				return
 			}
-			f.h.holdUntil(fc.held, hn.start, func() { f.let(key, hn, id) }, nil)
+			f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(key, hn, id) }, nil)
 		}()
 		return
 	}
 	if redirected && prev.host == host {
-		// A hop within the host of the hop before it books nothing.
-		f.passLocked(key, fc, now)
+		// A hop within the host of the hop before it books nothing, and
+		// keeps that hop's place in flight.
+		f.passLocked(key, fc, now, nil)
 		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
 		fc.continueRequest(id, prev.booked) // the answer is read where the hop before it was booked
 		return
 	}
-	hn = &heldNav{by: fc, booked: make(chan struct{})}
+	f.mu.Unlock()
+	if redirected {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+	}
+	fl := f.newFlight()
+	f.mu.Lock()
+	hn = &heldNav{by: fc, booked: make(chan struct{}), fl: fl}
 	f.held[key] = hn // a stale one, of a browser that died, is forgotten
 	f.mu.Unlock()
-	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
 	booked := func(start time.Time) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdBooked(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), booked, func() { f.let(key, hn, id) }, nil)
+	// The wait for a place in flight lasts as long as the navigation, the
+	// one for its slot as long as this connection: when it drops, the
+	// other connection gets the request and holds it on hn.
+	f.h.holdFlight(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), booked, func() { f.let(key, hn, id) }, nil)
 }
 
 // let releases a held document request from the connection that holds it
@@ -431,7 +498,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 	if f.held[key] == hn {
 		delete(f.held, key)
 	}
-	f.passLocked(key, fc, time.Now())
+	f.passLocked(key, fc, time.Now(), hn.fl)
 	f.mu.Unlock()
 	fc.releaseWatching(id)
 }
@@ -440,7 +507,7 @@ func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, fl *flight) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -451,7 +518,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now}
+	f.passed[key] = passedNav{by: fc, at: now, fl: fl}
 }
 
 // sawPause notes that a page's document request paused at the relay.
@@ -509,7 +576,8 @@ type fetchConn struct {
 type hop struct {
 	host   string
 	frame  string
-	booked bool // its answer is fed back: this connection booked it
+	booked bool    // its answer is fed back: this connection booked it
+	fl     *flight // the navigation, when this connection holds it or reads its answer
 }
 
 // reply is the answer to one of the relay's own commands.
@@ -783,7 +851,10 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.host, limiter.Outcome(o), pageLog(&fc.log, hp.frame, ""))
+			fc.h.observe(hp.fl, hp.host, o, pageLog(&fc.log, hp.frame, ""))
+		}
+		if tracked && !isRedirect(o.Status) {
+			hp.fl.end() // answered or failed; a redirect's place goes on with its hop
 		}
 		fc.release(id)
 		return
@@ -877,7 +948,10 @@ func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 // ours holds a document request of a client's page for its slot.
 func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 	host, ok := limiter.Key(ev.Request.URL)
-	if !ok || limiter.Exempt(host) {
+	if !ok || fc.h.exempt(host) {
+		if prev, redirected := fc.hopFor(ev); redirected {
+			prev.fl.end() // a redirect to a host that is not held: its place goes back
+		}
 		fc.release(ev.RequestID)
 		fc.h.notBooked(ok)
 		return
@@ -907,10 +981,14 @@ func (fc *fetchConn) setHop(id string, hp hop) {
 	fc.mu.Unlock()
 }
 
+// dropFrameHopsLocked forgets the requests under way of a frame that
+// navigates anew or is gone, which ends their navigations. Callers hold
+// fc.mu.
 func (fc *fetchConn) dropFrameHopsLocked(frame string) {
 	for k, hp := range fc.hops {
 		if hp.frame == frame {
 			delete(fc.hops, k)
+			hp.fl.end()
 		}
 	}
 }
