@@ -57,6 +57,7 @@ func TestDurationFlags(t *testing.T) {
 		{"--http-nav-delay", relay(func(c relayConfig) time.Duration { return c.policy.Default.Interval }, "-http-nav-delay")},
 		{"--store-timeout", relay(func(c relayConfig) time.Duration { return c.storeOpts.Timeout }, "-store-timeout")},
 		{"--start-timeout", relay(func(c relayConfig) time.Duration { return c.proxy.StartTimeout }, "--start-timeout")},
+		{"--http-nav-concurrency-bound", relay(func(c relayConfig) time.Duration { return c.policy.ConcurrencyBound }, "--http-nav-concurrency-bound")},
 		{"--rule", relay(func(c relayConfig) time.Duration { return c.policy.Rules[0].Setting.Interval }, "--rule")},
 		{"simulate --http-nav-delay", simulated(gapMS, "--http-nav-burst", "1", "--http-nav-delay")},
 		{"simulate --crawl-delay", simulated(gapMS, "--crawl-delay")},

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cdp-throttle/cdp-throttle/demo"
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -230,6 +231,9 @@ func relayFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: each site's robots.txt Crawl-delay is its least spacing", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
+		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
+		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
+		&cli.StringFlag{Name: "latency-backoff", Category: catPerSite, Value: "0", Usage: "an answer slower than `FACTOR` times its host's baseline (its fastest of the last 10 minutes) and than 50ms adds the failure pressure, as a 5xx does (0: off)", EnvVars: env("LATENCY_BACKOFF")},
 		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
 		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
 		&cli.IntFlag{Name: "browsers", Category: catRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
@@ -337,10 +341,11 @@ func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503 (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
 		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
-		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] (repeatable)", EnvVars: env("EXEMPT_HOST")},
+		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},
+		&cli.StringFlag{Name: "http-nav-concurrency", Category: catPerSite, Value: "0", Usage: "at most `N` navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0: no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
 	}
 }
 
@@ -352,7 +357,9 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 	}
 	cfg, err := policy.FromFlags(policy.Flags{Delay: c.String("http-nav-delay"), Burst: c.String("http-nav-burst"),
 		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), ExemptHosts: c.StringSlice("exempt-host"),
-		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay")})
+		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
+		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
+		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff")})
 	if err != nil {
 		return cfg, usageError{err}
 	}
@@ -397,7 +404,8 @@ func isTerminal(w io.Writer) bool {
 // docs/) use.
 const simulateUsage = "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--csv]\n" +
 	"                      [--http-nav-delay D] [--http-nav-burst N] [--rule PATTERN=SETTING]... [--rules FILE]\n" +
-	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]"
+	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]\n" +
+	"                      [--pages P] [--http-nav-concurrency N]"
 
 const simulateDescription = `Replays the limiter's rule on a simulated clock: navigations back to back to
 one host (or to each --host in turn), each --load after the one before may go,
@@ -410,13 +418,16 @@ cdp-throttle simulate                          # 400 navigations, 4.5 ms page lo
 cdp-throttle simulate --load 38ms              # a slower crawl: nothing waits before navigation 39
 cdp-throttle simulate --phases 2 --idle 8s     # a second phase after 8 s idle
 cdp-throttle simulate --http-nav-delay 100ms   # fixed spacing
-cdp-throttle simulate --csv > schedule.csv     # one row per navigation`
+cdp-throttle simulate --csv > schedule.csv     # one row per navigation
+cdp-throttle simulate --navigations 24 --pages 8 --load 800ms --http-nav-concurrency 2
+                                               # eight pages, 800 ms answers, two in flight at once`
 
 func simulateFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "navigations", Category: catReplay, Value: 400, Usage: "`N` navigations per phase"},
 		durationFlag(catReplay, "load", "4.5ms", "page load time: from a navigation's start to the next request"),
 		&cli.IntFlag{Name: "phases", Category: catReplay, Value: 1, Usage: "`P` phases of navigations, separated by --idle"},
+		&cli.IntFlag{Name: "pages", Category: catReplay, Value: 1, Usage: "`P` pages navigating at once, each asking for its next navigation when its last one is answered (--load after it started)"},
 		durationFlag(catReplay, "idle", "8s", "time without navigations between phases"),
 		&cli.StringSliceFlag{Name: "host", Category: catReplay, DefaultText: "example.com", Usage: "a `HOST` navigated to, in turn when repeated"},
 		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
@@ -425,7 +436,7 @@ func simulateFlags() []cli.Flag {
 }
 
 func runSimulate(c *cli.Context, stdout io.Writer) error {
-	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
+	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Pages: c.Int("pages"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
 	var err error
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err

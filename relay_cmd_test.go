@@ -302,6 +302,44 @@ func TestBrowsersFlag(t *testing.T) {
 	}
 }
 
+// TestPolitenessFlags: the cap on navigations in flight, the overload
+// statuses and the latency backoff, from flags and the environment, and
+// their defaults: no cap, 429 and 503, off.
+func TestPolitenessFlags(t *testing.T) {
+	cfg, err := relayConfigOf(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.policy; p.Concurrency != 0 || p.ConcurrencyBound != 30*time.Second || p.Default.Overload.String() != "429,503" || p.LatencyBackoff != 0 {
+		t.Errorf("defaults: concurrency %d, bound %v, overload %s, latency backoff %v; want 0, 30s, 429,503, 0",
+			p.Concurrency, p.ConcurrencyBound, p.Default.Overload, p.LatencyBackoff)
+	}
+	cfg, err = relayConfigOf(t, "--http-nav-concurrency", "2", "--http-nav-concurrency-bound", "10s", "--overload-status", "403,429,503", "--latency-backoff", "3",
+		"--rule", "*.slow.test=fixed:1s,concurrency:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.policy; p.Concurrency != 2 || p.ConcurrencyBound != 10*time.Second || p.Default.Overload.String() != "403,429,503" || p.LatencyBackoff != 3 ||
+		p.Rules[0].Concurrency != 1 || p.Rules[0].Setting.Overload.String() != "403,429,503" {
+		t.Errorf("flags: got %+v", p)
+	}
+	t.Setenv("CDP_THROTTLE_HTTP_NAV_CONCURRENCY", "4")
+	t.Setenv("CDP_THROTTLE_OVERLOAD_STATUS", "none")
+	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Concurrency != 4 || cfg.policy.Default.Overload.String() != "" {
+		t.Errorf("environment: got concurrency %d, overload %q, %v; want 4, none", cfg.policy.Concurrency, cfg.policy.Default.Overload, err)
+	}
+	for _, bad := range [][]string{
+		{"--http-nav-concurrency", "-2"},
+		{"--overload-status", "soon"},
+		{"--latency-backoff", "0.5"},
+		{"--rule", "a.test=concurrency:many"},
+	} {
+		if _, err := relayConfigOf(t, bad...); err == nil || !strings.HasPrefix(err.Error(), bad[0]) {
+			t.Errorf("%q: got %v, want an error naming %s", bad, err, bad[0])
+		}
+	}
+}
+
 // TestSharingFlags checks --orphan-timeout and --allow-browser-close reach
 // the relay, from the flag or the environment: 0 keeps what clients leave.
 func TestSharingFlags(t *testing.T) {

@@ -21,6 +21,15 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	local := limiter.New(cfg.policy.Default)
 	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
 		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Bool("robots", cfg.policy.Robots != nil)
+	if cfg.policy.Concurrency > 0 {
+		start = start.Int("concurrency", cfg.policy.Concurrency)
+	}
+	if !cfg.policy.Default.Overload.IsDefault() {
+		start = start.Str("overload_status", cfg.policy.Default.Overload.String())
+	}
+	if cfg.policy.LatencyBackoff > 0 {
+		start = start.Float64("latency_backoff", cfg.policy.LatencyBackoff)
+	}
 	if len(cfg.upstreams) == 1 { // a token or password in them stays out of the log
 		start = start.Str("upstream", redact.URL(cfg.upstreams[0]))
 	} else if len(cfg.upstreams) > 1 {
@@ -55,7 +64,7 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	defer ln.Close()
 
 	p := cfg.proxy
-	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(book), &log
+	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(book, lim), &log
 	if len(cfg.browserCmd) > 0 {
 		g, err := launcher.StartGroup(ctx, cfg.browserCmd, launcher.Options{Count: cfg.browsers, Log: log, StartTimeout: p.StartTimeout, TimeoutFlag: "--start-timeout"})
 		if err != nil {

@@ -227,3 +227,45 @@ func TestSimulatePolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateConcurrency replays a cap on navigations in flight: eight
+// pages at once, each asking for its next navigation when its last one is
+// answered 800 ms after it went, two in flight at most: twelve pairs, 800
+// ms apart; without the cap all eight go at once.
+func TestSimulateConcurrency(t *testing.T) {
+	args := []string{"simulate", "--navigations", "24", "--pages", "8", "--load", "800ms"}
+	capped, _, err := runCLI(t, append(args, "--http-nav-concurrency", "2")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"from 8 pages at once, each page asking for its next 800ms after its last one started (when it is answered)",
+		"adaptive      1    24      8.80    2.6      0.0    800.0    800.0\n",
+		"in flight at once, per host: at most 2 (cap 2); 22 of 24 navigations waited for a place",
+		"0ms           1 to 24              0s\n", // the cap held them, not the spacing
+	} {
+		if !strings.Contains(capped, want) {
+			t.Errorf("with --http-nav-concurrency 2, output lacks %q:\n%s", want, capped)
+		}
+	}
+	golden(t, "concurrency-2.txt", capped)
+	free, _, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(free, "in flight at once, per host: at most 8 (no cap)\n") || !strings.Contains(free, "adaptive      1    24      1.60") {
+		t.Errorf("without a cap:\n%s", free)
+	}
+	// A rule's cap, and the CSV's page and place columns.
+	csv, _, err := runCLI(t, "simulate", "--csv", "--navigations", "4", "--pages", "4", "--load", "1s", "--rule", "example.com=concurrency:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csv), "\n")
+	if lines[0] != "phase,nav,start_ms,gap_ms,wait_ms,spacing_ms,pressure,page,place_wait_ms" || lines[4] != "1,4,3000.000,1000.000,3000.000,20.000,1,4,3000.000" {
+		t.Errorf("CSV with a rule's concurrency:1:\n%s", csv)
+	}
+	if _, _, err := runCLI(t, "simulate", "--pages", "-1"); err == nil || !strings.Contains(err.Error(), "--pages -1") {
+		t.Errorf("--pages -1: got %v", err)
+	}
+}

@@ -5,10 +5,10 @@ import (
 	"strings"
 )
 
-// Outcome is the answer a document request got. It has the fields of
-// limiter.Outcome, in the same order, so the relay converts one into the
-// other without this package knowing the limiter. The zero Outcome (an
-// aborted load, for one) says nothing about the host.
+// Outcome is the answer a document request got, as the browser told it.
+// The relay reads it into a limiter.Outcome, with the answer's time,
+// without this package knowing the limiter. The zero Outcome (an aborted
+// load, for one) says nothing about the host.
 type Outcome struct {
 	// Status is the HTTP status of the answer, 0 when there was none.
 	Status int

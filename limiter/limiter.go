@@ -108,6 +108,10 @@ type Config struct {
 	// Crawl-delay asks for that much time between any two requests. Zero
 	// means none; Off ignores it.
 	Floor time.Duration
+	// Overload are the answer statuses that add the overload pressure and
+	// whose Retry-After is honoured (--overload-status); other 5xx add the
+	// failure pressure. The zero Statuses is 429 and 503.
+	Overload Statuses
 }
 
 // setting is a Config normalised for booking: the mode it really has, and
@@ -202,6 +206,14 @@ type Outcome struct {
 	// NoAnswer reports that the request got no answer at all: the connection
 	// was refused, reset or closed, or it timed out.
 	NoAnswer bool
+	// Took is how long the answer took, from the navigation's release to
+	// its response headers; 0 when unknown. Only a latency baseline reads
+	// it (Baselines).
+	Took time.Duration
+	// Slow reports that the answer came slower than its host's baseline
+	// allows (Baselines.Answer): it adds the failure pressure, as a 5xx
+	// does. A policy sets it; the rule never measures time itself.
+	Slow bool
 }
 
 // Reservation is a slot booked by Reserve.
@@ -253,6 +265,7 @@ type Reservation struct {
 // Create it with New.
 type Limiter struct {
 	def   setting   // what Reserve and Observe book with
+	cfg   Config    // def as given, for the overload statuses
 	epoch time.Time // origin of the int64 nanosecond clock kept per host
 	seed  maphash.Seed
 	_     [64]byte // keep the read-mostly fields above off the first shard's lines
@@ -271,7 +284,7 @@ type host struct {
 // New returns a limiter that books with cfg unless a booking brings a
 // setting of its own (ReserveWith).
 func New(cfg Config) *Limiter {
-	l := &Limiter{def: cfg.setting(), epoch: time.Now(), seed: maphash.MakeSeed()}
+	l := &Limiter{def: cfg.setting(), cfg: cfg, epoch: time.Now(), seed: maphash.MakeSeed()}
 	for i := range l.shard {
 		l.shard[i].init()
 	}
@@ -293,6 +306,9 @@ func (l *Limiter) Burst() int { return int(l.def.tau/l.def.base) + 1 }
 // bucket as returned by Key. Exempt hosts and an Off limiter get now and
 // leave no state behind.
 func (l *Limiter) Reserve(hostname string, now time.Time) Reservation {
+	if Exempt(hostname) {
+		return Reservation{Start: now, Mode: Off}
+	}
 	return l.reserve(hostname, l.def, now)
 }
 
@@ -300,13 +316,15 @@ func (l *Limiter) Reserve(hostname string, now time.Time) Reservation {
 // own: a policy that gives each site a rule of its own books every host of
 // one limiter with the rule that applies to it. The setting travels with
 // the booking: a host booked under two settings keeps one schedule, each
-// booking spaced by its own setting.
+// booking spaced by its own setting. It books whatever bucket it is given,
+// loopback too: the policy decides what is exempt (a rule may name
+// 127.0.0.1).
 func (l *Limiter) ReserveWith(hostname string, cfg Config, now time.Time) Reservation {
 	return l.reserve(hostname, cfg.setting(), now)
 }
 
 func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservation {
-	if set.mode == Off || Exempt(hostname) {
+	if set.mode == Off {
 		return Reservation{Start: now, Mode: Off}
 	}
 	t := l.nanos(now)
@@ -343,30 +361,32 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 // Retry-After that pushes the next slot, another 5xx or no answer at all adds
 // 10, anything else nothing. Only an adaptive limiter listens.
 func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
-	l.observe(hostname, l.def, o, now)
+	if Exempt(hostname) {
+		return
+	}
+	l.observe(hostname, l.def, l.cfg, o, now)
 }
 
 // ObserveWith is Observe for a host booked with the setting cfg
-// (ReserveWith): only an adaptive setting listens.
+// (ReserveWith): only an adaptive setting listens, and cfg.Overload says
+// which statuses are overload (Config.Effect).
 func (l *Limiter) ObserveWith(hostname string, cfg Config, o Outcome, now time.Time) {
-	l.observe(hostname, cfg.setting(), o, now)
+	l.observe(hostname, cfg.setting(), cfg, o, now)
 }
 
-func (l *Limiter) observe(hostname string, set setting, o Outcome, now time.Time) {
-	if set.mode != Adaptive || Exempt(hostname) {
+func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, now time.Time) {
+	if set.mode != Adaptive {
 		return
 	}
-	var add int32
+	effect := cfg.Effect(o)
+	add := int32(effect.Pressure())
+	if add == 0 {
+		return
+	}
 	var wait time.Duration
 	var hasWait bool
-	switch {
-	case o.Status == 429 || o.Status == 503:
-		add = overloadPressure
+	if effect == Overload {
 		wait, hasWait = ParseRetryAfter(o.RetryAfter)
-	case o.Status >= 500 && o.Status <= 599, o.NoAnswer:
-		add = failurePressure
-	default:
-		return
 	}
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
@@ -501,6 +521,15 @@ type HostState struct {
 	// came from, as Reservation's do; a policy fills them in.
 	Source string `json:"-"`
 	Rule   string `json:"-"`
+	// InFlight and Waiting count the bucket's navigations between their
+	// release and their answer, and those waiting for a place, under the
+	// cap Concurrency (0: none) set by ConcurrencySource ("flag", "rule
+	// N"); a policy fills them in.
+	InFlight, Waiting, Concurrency int    `json:"-"`
+	ConcurrencySource              string `json:"-"`
+	// Baseline and LastAnswer are the bucket's answer-time baseline and
+	// its last answer time (limiter.Baselines); a policy fills them in.
+	Baseline, LastAnswer time.Duration `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,

@@ -22,6 +22,11 @@ type Flags struct {
 	Robots      string   // --robots: ignore or crawl-delay
 	RobotsAgent string   // --robots-user-agent
 	CrawlDelay  string   // simulate's --crawl-delay
+
+	Concurrency      string // --http-nav-concurrency: 0 or unset, no cap
+	ConcurrencyBound string // --http-nav-concurrency-bound
+	Overload         string // --overload-status
+	LatencyBackoff   string // --latency-backoff: 0 or unset, off
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -32,15 +37,42 @@ func FromFlags(f Flags) (Config, error) {
 	if c.Default, err = ParseLimiter(f.Delay, f.Burst); err != nil {
 		return c, err
 	}
+	if v := strings.TrimSpace(f.Overload); v != "" {
+		if c.Default.Overload, err = ParseStatuses(v); err != nil {
+			return c, fmt.Errorf("--overload-status %q: %w", f.Overload, err)
+		}
+	}
+	if v := strings.TrimSpace(f.Concurrency); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxConcurrency {
+			return c, fmt.Errorf("--http-nav-concurrency %q: want a whole number of navigations from 0 (no cap) to %d", f.Concurrency, MaxConcurrency)
+		}
+		c.Concurrency = n
+	}
+	if f.ConcurrencyBound != "" {
+		if c.ConcurrencyBound, err = FlagDuration("http-nav-concurrency-bound", f.ConcurrencyBound, true); err != nil {
+			return c, err
+		}
+		if c.ConcurrencyBound > time.Hour {
+			return c, fmt.Errorf("--http-nav-concurrency-bound %q: at most an hour", f.ConcurrencyBound)
+		}
+	}
+	if v := strings.TrimSpace(f.LatencyBackoff); v != "" {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !isPlainNumber(v) || x != 0 && (x <= 1 || x > 100) {
+			return c, fmt.Errorf("--latency-backoff %q: want a factor over 1 and at most 100, such as 3 (an answer 3 times slower than the host's baseline backs off), or 0 for off", f.LatencyBackoff)
+		}
+		c.LatencyBackoff = x
+	}
 	for _, s := range f.Rules {
-		r, err := ParseRule(s, c.Default)
+		r, err := ParseRule(s, c.Default, c.Concurrency)
 		if err != nil {
 			return c, fmt.Errorf("--rule %q: %w", s, err)
 		}
 		c.Rules = append(c.Rules, r)
 	}
 	if f.RulesFile != "" {
-		rules, err := ReadRules(f.RulesFile, c.Default)
+		rules, err := ReadRules(f.RulesFile, c.Default, c.Concurrency)
 		if err != nil {
 			return c, err
 		}

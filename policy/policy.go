@@ -1,10 +1,14 @@
 // Package policy decides, for each navigation, which schedule it is booked
 // in and with which setting: per-site rules by host pattern (first match
-// wins, the global flags otherwise), exempt hosts, one schedule per host or
-// per registrable domain, and a robots.txt Crawl-delay as a floor under the
-// spacing. It owns the parsing of those settings and of every duration the
-// command line reads, and implements the relay's Limiter on top of a
-// Booker: the in-process limiter.Limiter or the shared Redis store.
+// wins, the global flags otherwise), exempt hosts (loopback unless a rule
+// names it), one schedule per host or per registrable domain, a robots.txt
+// Crawl-delay as a floor under the spacing, the cap on navigations in
+// flight, the answers that count as overload, and the latency baseline that
+// turns slow answers into pressure. It owns the parsing of those settings
+// and of every duration the command line reads, and implements the relay's
+// Limiter on top of a Booker: the in-process limiter.Limiter or the shared
+// Redis store (whose places of the in-flight cap it also uses, when the
+// Booker keeps them).
 //
 // It knows the limiter's settings but not its arithmetic, and nothing of
 // CDP, websockets, Redis or how a navigation is held.
@@ -18,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -47,6 +52,17 @@ type Config struct {
 	// CrawlDelay is a floor under every host's spacing, as if each site's
 	// robots.txt asked for it: simulate's --crawl-delay.
 	CrawlDelay time.Duration
+	// Concurrency caps the navigations of each bucket in flight at once
+	// (--http-nav-concurrency), for hosts whose rule does not say
+	// concurrency:N; 0 means no cap.
+	Concurrency int
+	// ConcurrencyBound is how long a place of the cap is held at most
+	// (--http-nav-concurrency-bound); zero means inflight.DefaultBound.
+	ConcurrencyBound time.Duration
+	// LatencyBackoff, when over 1, reads an answer slower than that many
+	// times its bucket's baseline (limiter.Baselines) as slow, which adds
+	// the failure pressure (--latency-backoff); 0 is off.
+	LatencyBackoff float64
 	// Log, when set, is Robots' log unless it has its own.
 	Log *zerolog.Logger
 }
@@ -61,29 +77,40 @@ const (
 
 // decision is what applies to one host.
 type decision struct {
-	set     limiter.Config
-	tracked bool   // false: nothing is booked
-	source  string // SourceFlags, "rule N", SourceLoopback, SourceExempt
-	rule    string // the rule's text, or the exempt glob
+	set       limiter.Config
+	tracked   bool   // false: nothing is booked
+	source    string // SourceFlags, "rule N", SourceLoopback, SourceExempt
+	rule      string // the rule's text, or the exempt glob
+	cap       int    // navigations of the bucket in flight at most; 0 no cap
+	capSource string // SourceFlags or "rule N"
 }
 
 // Policy books navigations as its Config says, in a Booker. It implements
 // the relay's Limiter, and is safe for concurrent use. Create it with New;
-// Close ends its robots.txt fetches.
+// Close ends its robots.txt fetches and gives back the places of its cap.
 type Policy struct {
 	cfg     Config
 	book    Booker
 	mode    limiter.Mode
-	sources []string // "rule N", by rule index
-	labels  labels   // what each bucket was last booked with, for Busiest
+	caps    bool               // some host has a cap on navigations in flight
+	sources []string           // "rule N", by rule index
+	labels  labels             // what each bucket was last booked with, for Busiest
+	cap     *inflight.Cap      // places of the buckets' navigations in flight
+	lat     *limiter.Baselines // answer times; nil without --latency-backoff
 }
 
-// New returns a policy booking in b.
+// pollShared is how often the first navigation waiting for a place asks a
+// shared store again: places given back by other relays are found then.
+const pollShared = 20 * time.Millisecond
+
+// New returns a policy booking in b. When b also keeps places of the
+// in-flight cap (inflight.Table: the Redis store), the cap is counted
+// there, for every relay that shares it.
 func New(cfg Config, b Booker) *Policy {
 	if cfg.Robots != nil && cfg.Robots.Log == nil {
 		cfg.Robots.Log = cfg.Log
 	}
-	p := &Policy{cfg: cfg, book: b, mode: limiter.Off}
+	p := &Policy{cfg: cfg, book: b, mode: limiter.Off, caps: cfg.Concurrency > 0}
 	if spaces(cfg.Default) {
 		p.mode = cfg.Default.Mode
 	}
@@ -92,14 +119,27 @@ func New(cfg Config, b Booker) *Policy {
 		if p.mode == limiter.Off && spaces(r.Setting) {
 			p.mode = r.Setting.Mode
 		}
+		p.caps = p.caps || r.Concurrency > 0
+	}
+	p.cap = &inflight.Cap{Bound: cfg.ConcurrencyBound}
+	if t, ok := b.(inflight.Table); ok {
+		p.cap.Table, p.cap.Poll = t, pollShared
+	}
+	if cfg.LatencyBackoff > 1 {
+		p.lat = &limiter.Baselines{Factor: cfg.LatencyBackoff}
 	}
 	return p
 }
 
+// Caps reports whether some host has a cap on its navigations in flight:
+// then navigations are held even when nothing is spaced.
+func (p *Policy) Caps() bool { return p.caps }
+
 // Mode reports the policy's global mode: the mode of the global flags,
 // unless they are off while some rule spaces hosts, in which case the mode
-// of the first such rule. Off means that nothing is ever booked: the
-// relay need not watch navigations at all.
+// of the first such rule. Off means that nothing is ever booked: unless
+// the policy Caps navigations in flight, the relay need not watch
+// navigations at all.
 func (p *Policy) Mode() limiter.Mode { return p.mode }
 
 // Bucket returns the schedule host is booked in: host itself, or its site.
@@ -113,12 +153,10 @@ func (p *Policy) Bucket(host string) string {
 // Buckets names what a bucket is: "host", or "site" with --bucket site.
 func (p *Policy) Buckets() string { return p.cfg.Bucket.String() }
 
-// decide returns what applies to host: loopback and --exempt-host first,
-// then the first rule that matches, then the flags.
+// decide returns what applies to host: --exempt-host first, then the
+// first rule that matches, then loopback, exempt unless a rule matched it,
+// then the flags.
 func (p *Policy) decide(host string) decision {
-	if limiter.Exempt(host) {
-		return decision{source: SourceLoopback}
-	}
 	for _, g := range p.cfg.Exempt {
 		if match(g, host) {
 			return decision{source: SourceExempt, rule: g}
@@ -126,11 +164,57 @@ func (p *Policy) decide(host string) decision {
 	}
 	for i, r := range p.cfg.Rules {
 		if match(r.Pattern, host) {
-			return decision{set: r.Setting, tracked: spaces(r.Setting), source: p.sources[i], rule: r.Text}
+			d := decision{set: r.Setting, tracked: spaces(r.Setting), source: p.sources[i], rule: r.Text, cap: r.Concurrency, capSource: SourceFlags}
+			if r.OwnConcurrency {
+				d.capSource = p.sources[i]
+			}
+			return d
 		}
 	}
-	return decision{set: p.cfg.Default, tracked: spaces(p.cfg.Default), source: SourceFlags}
+	if limiter.Exempt(host) {
+		return decision{source: SourceLoopback}
+	}
+	return decision{set: p.cfg.Default, tracked: spaces(p.cfg.Default), source: SourceFlags, cap: p.cfg.Concurrency, capSource: SourceFlags}
 }
+
+// Exempt reports whether navigations to host are neither spaced nor
+// capped: the relay need not hold them at all. Loopback is, unless a rule
+// names it (or a glob of one matches it).
+func (p *Policy) Exempt(host string) bool {
+	d := p.decide(host)
+	return !d.tracked && d.cap <= 0
+}
+
+// Cap reports the bucket of host and the cap on its navigations in
+// flight, 0 for none.
+func (p *Policy) Cap(host string) (bucket string, limit int) {
+	return p.Bucket(host), p.decide(host).cap
+}
+
+// Enter waits, behind the navigations of its bucket that came first, for
+// a place among the bucket's navigations in flight, and returns it: the
+// navigation gives it back (Place.Leave) when its answer is in, it fails,
+// or it ends any other way; in any case the bound gives it back. A host
+// without a cap gets nil at once. It returns ctx's error when ctx ends
+// first.
+func (p *Policy) Enter(ctx context.Context, host string) (*inflight.Place, error) {
+	d := p.decide(host)
+	if d.cap <= 0 {
+		return nil, nil
+	}
+	pl, err := p.cap.Enter(ctx, p.Bucket(host), d.cap)
+	if pl != nil {
+		pl.Source = d.capSource
+		if d.capSource != SourceFlags {
+			pl.Rule = d.rule
+		}
+	}
+	return pl, err
+}
+
+// Expired reports how many places of the cap the bound gave back: the
+// ends of their navigations were never seen.
+func (p *Policy) Expired() uint64 { return p.cap.Expired() }
 
 // spaces reports whether a setting books anything: it is not off, nor
 // fixed without an interval (which the limiter reads as off).
@@ -174,18 +258,26 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 }
 
 // Observe feeds the answer a navigation to host got at now back into its
-// schedule, when the setting that applies to host is adaptive.
-func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) {
+// schedule, when the setting that applies to host is adaptive, and
+// returns what it is (limiter.Config.Effect): overload by the setting's
+// statuses, a failure, slow against the bucket's baseline (with
+// --latency-backoff), or calm. The answer's time (o.Took) goes into the
+// baseline.
+func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect {
 	d := p.decide(host)
 	if !d.tracked || d.set.Mode != limiter.Adaptive {
-		return
+		return d.set.Effect(o)
 	}
 	bucket := p.Bucket(host)
+	if p.lat != nil {
+		o.Slow = p.lat.Answer(bucket, o.Status, o.Took, now)
+	}
 	set := d.set
 	if l, ok := p.labels.get(bucket); ok {
 		set.Floor = l.floor // the Retry-After wait is counted as the booking's
 	}
 	p.book.ObserveWith(bucket, set, o, now)
+	return set.Effect(o)
 }
 
 // Push moves bucket's schedule later by by, when the Booker can: a
@@ -210,7 +302,9 @@ func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 		return nil
 	}
 	hs := b.Busiest(now, n)
+	listed := make(map[string]bool, len(hs))
 	for i := range hs {
+		listed[hs[i].Host] = true
 		if l, ok := p.labels.get(hs[i].Host); ok {
 			hs[i].Source, hs[i].Rule = l.source, l.rule
 			continue
@@ -220,7 +314,37 @@ func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 		d := p.decide(hs[i].Host)
 		hs[i].Source, hs[i].Rule = d.source, d.rule
 	}
+	// Buckets with navigations in flight or waiting here that the
+	// schedule has forgotten (idle, or never spaced) are shown too.
+	for _, st := range p.cap.Busy() {
+		if !listed[st.Bucket] && len(hs) < n {
+			d := p.decide(st.Bucket)
+			hs = append(hs, limiter.HostState{Host: st.Bucket, Mode: d.set.Mode, Source: d.source, Rule: d.rule})
+		}
+	}
+	for i := range hs {
+		p.describe(&hs[i], now)
+	}
 	return hs
+}
+
+// describe adds to a bucket's state its cap, its navigations in flight
+// and waiting, and its answer times.
+func (p *Policy) describe(h *limiter.HostState, now time.Time) {
+	if p.caps {
+		d := p.decide(h.Host)
+		st := p.cap.StateOf(h.Host)
+		h.InFlight, h.Waiting, h.Concurrency, h.ConcurrencySource = st.InFlight, st.Waiting, d.cap, d.capSource
+		if st.Limit > 0 {
+			h.Concurrency = st.Limit // as its navigations were capped: by the rule of the host that entered
+		}
+		if h.Concurrency == 0 {
+			h.ConcurrencySource = ""
+		}
+	}
+	if p.lat != nil {
+		h.Baseline, h.LastAnswer, _ = p.lat.State(h.Host, now)
+	}
 }
 
 // SetBrowser tells the policy the browser's User-Agent, as its
@@ -232,11 +356,14 @@ func (p *Policy) SetBrowser(userAgent string) {
 	}
 }
 
-// Close ends the policy's robots.txt fetches.
+// Close ends the policy's robots.txt fetches and gives back every place of
+// its cap still held (to a shared store too, so a relay that stops leaves
+// none behind).
 func (p *Policy) Close() {
 	if p.cfg.Robots != nil {
 		p.cfg.Robots.Close()
 	}
+	p.cap.Close()
 }
 
 // label is what a bucket was last booked with.

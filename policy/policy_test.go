@@ -2,11 +2,14 @@ package policy
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -191,4 +194,235 @@ func TestPush(t *testing.T) {
 	}
 	// A Booker without Push: nothing happens.
 	New(Config{}, struct{ Booker }{limiter.New(limiter.Config{})}).Push("example.com", time.Second, time.Now())
+}
+
+// TestLoopbackByRule: loopback is exempt unless a rule names it, or a glob
+// of a rule matches it; then the rule applies as to any host.
+func TestLoopbackByRule(t *testing.T) {
+	tests := []struct {
+		rules      []string
+		host       string
+		wantSecond int // ms: when a second navigation at 0 may go
+		exempt     bool
+		source     string
+	}{
+		{nil, "127.0.0.1", 0, true, "loopback"},
+		{nil, "localhost", 0, true, "loopback"},
+		{nil, "[::1]", 0, true, "loopback"},
+		{[]string{"127.0.0.1=fixed:200ms"}, "127.0.0.1", 200, false, "rule 1"},
+		{[]string{"127.0.0.1=fixed:200ms"}, "localhost", 0, true, "loopback"},
+		{[]string{"localhost=fixed:100ms"}, "localhost", 100, false, "rule 1"},
+		{[]string{"[::1]=fixed:100ms"}, "[::1]", 100, false, "rule 1"},
+		{[]string{"127.*=fixed:50ms"}, "127.0.0.1", 50, false, "rule 1"},
+		{[]string{"*.example.com=fixed:50ms"}, "127.0.0.1", 0, true, "loopback"},
+		{[]string{"127.0.0.1=exempt"}, "127.0.0.1", 0, true, "rule 1"},
+		{[]string{"127.0.0.1=off,concurrency:1"}, "127.0.0.1", 0, false, "rule 1"}, // capped, not spaced: held
+	}
+	for _, tt := range tests {
+		cfg := mustConfig(t, Flags{Burst: "1", Rules: tt.rules})
+		p := New(cfg, limiter.New(cfg.Default))
+		url := "http://" + tt.host + "/"
+		first := p.Reserve(context.Background(), tt.host, url, at(0))
+		second := p.Reserve(context.Background(), tt.host, url, at(0))
+		if got := second.Start.Sub(t0); got != time.Duration(tt.wantSecond)*time.Millisecond {
+			t.Errorf("%v, %s: second navigation at %v, want %dms", tt.rules, tt.host, got, tt.wantSecond)
+		}
+		if p.Exempt(tt.host) != tt.exempt || first.Source != tt.source {
+			t.Errorf("%v, %s: exempt %v, source %q; want %v, %q", tt.rules, tt.host, p.Exempt(tt.host), first.Source, tt.exempt, tt.source)
+		}
+	}
+}
+
+// TestEnterCap: the cap of a host comes from its rule's concurrency:N, or
+// the flag's; a place is given back by Leave; /hosts shows the bucket's
+// navigations in flight, those waiting and the cap with its source.
+func TestEnterCap(t *testing.T) {
+	cfg := mustConfig(t, Flags{Concurrency: "2", Rules: []string{"*.slow.test=fixed:1s,concurrency:1", "*.free.test=concurrency:0", "*.corp=exempt", "*.spaced.test=fixed:10ms"}})
+	p := New(cfg, limiter.New(cfg.Default))
+	defer p.Close()
+	if !p.Caps() {
+		t.Fatal("Caps() false with --http-nav-concurrency 2")
+	}
+	enter := func(host string) *inflight.Place {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		pl, err := p.Enter(ctx, host)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		return pl
+	}
+	tests := []struct {
+		host   string
+		places int // of 3 asked for at once
+		source string
+		rule   string
+	}{
+		{"a.test", 2, "flag", ""},
+		{"b.slow.test", 1, "rule 1", "*.slow.test=fixed:1s,concurrency:1"},
+		{"c.free.test", 0, "", ""},
+		{"d.corp", 0, "", ""},
+		{"e.spaced.test", 2, "flag", ""}, // the rule sets no cap: the flag's
+		{"localhost", 0, "", ""},
+	}
+	for _, tt := range tests {
+		var held []*inflight.Place
+		for range 3 {
+			if pl := enter(tt.host); pl != nil {
+				held = append(held, pl)
+			}
+		}
+		if len(held) != tt.places {
+			t.Errorf("%s: %d places of 3 asked for, want %d", tt.host, len(held), tt.places)
+		}
+		if len(held) > 0 && (held[0].Source != tt.source || held[0].Rule != tt.rule) {
+			t.Errorf("%s: cap from %q %q, want %q %q", tt.host, held[0].Source, held[0].Rule, tt.source, tt.rule)
+		}
+		if bucket, limit := p.Cap(tt.host); bucket != tt.host || limit != tt.places {
+			t.Errorf("%s: Cap() = %s, %d; want %s, %d", tt.host, bucket, limit, tt.host, tt.places)
+		}
+		for _, pl := range held {
+			defer pl.Leave()
+		}
+	}
+	p.Reserve(context.Background(), "a.test", "http://a.test/", time.Now())
+	hosts := p.Busiest(time.Now(), 10)
+	byName := map[string]limiter.HostState{}
+	for _, h := range hosts {
+		byName[h.Host] = h
+	}
+	if a := byName["a.test"]; a.InFlight != 2 || a.Concurrency != 2 || a.ConcurrencySource != "flag" {
+		t.Errorf("/hosts a.test: %+v, want 2 in flight under the flag's cap of 2", a)
+	}
+	// Never booked (its places were taken, nothing reserved), still shown.
+	if b := byName["b.slow.test"]; b.InFlight != 1 || b.Concurrency != 1 || b.ConcurrencySource != "rule 1" {
+		t.Errorf("/hosts b.slow.test: %+v, want 1 in flight under rule 1's cap of 1", b)
+	}
+	if !p.Exempt("d.corp") || p.Exempt("c.free.test") || !p.Exempt("localhost") {
+		t.Errorf("Exempt: d.corp %v, c.free.test %v, localhost %v; want true, false, true", p.Exempt("d.corp"), p.Exempt("c.free.test"), p.Exempt("localhost"))
+	}
+	if New(mustConfig(t, Flags{}), nil).Caps() {
+		t.Error("Caps() true without a cap")
+	}
+	if !New(mustConfig(t, Flags{Delay: "0", Rules: []string{"x.test=concurrency:1"}}), nil).Caps() {
+		t.Error("Caps() false with a rule's concurrency:1")
+	}
+}
+
+// TestObserveEffects: which answers are overload follows --overload-status
+// and a rule's overload:, and only an adaptive setting changes the
+// schedule; the effect is reported either way.
+func TestObserveEffects(t *testing.T) {
+	tests := []struct {
+		flags    Flags
+		host     string
+		o        limiter.Outcome
+		effect   limiter.Effect
+		pressure int // after one booking and the answer
+	}{
+		{Flags{}, "a.test", limiter.Outcome{Status: 403}, limiter.Calm, 1},
+		{Flags{}, "a.test", limiter.Outcome{Status: 429}, limiter.Overload, 51},
+		{Flags{Overload: "403,429,503"}, "a.test", limiter.Outcome{Status: 403}, limiter.Overload, 51},
+		{Flags{Overload: "429"}, "a.test", limiter.Outcome{Status: 503}, limiter.Failure, 11},
+		{Flags{Overload: "none"}, "a.test", limiter.Outcome{Status: 429}, limiter.Calm, 1},
+		{Flags{Rules: []string{"*.cdn.test=overload:403+429"}}, "x.cdn.test", limiter.Outcome{Status: 403}, limiter.Overload, 51},
+		{Flags{Rules: []string{"*.cdn.test=overload:403+429"}}, "a.test", limiter.Outcome{Status: 403}, limiter.Calm, 1},
+		{Flags{Overload: "403,429,503", Rules: []string{"*.cdn.test=adaptive"}}, "x.cdn.test", limiter.Outcome{Status: 403}, limiter.Overload, 51}, // the rule starts from the flag
+		{Flags{Delay: "100"}, "a.test", limiter.Outcome{Status: 503}, limiter.Overload, 0},
+		{Flags{}, "a.test", limiter.Outcome{Status: 500}, limiter.Failure, 11},
+		{Flags{}, "a.test", limiter.Outcome{NoAnswer: true}, limiter.Failure, 11},
+	}
+	for _, tt := range tests {
+		cfg := mustConfig(t, tt.flags)
+		l := limiter.New(cfg.Default)
+		p := New(cfg, l)
+		p.Reserve(context.Background(), tt.host, "http://"+tt.host+"/", at(0))
+		if got := p.Observe(tt.host, tt.o, at(0)); got != tt.effect {
+			t.Errorf("%+v, %s answered %+v: effect %v, want %v", tt.flags, tt.host, tt.o, got, tt.effect)
+		}
+		if got, _ := pressureOf(l, tt.host, at(0)); got != tt.pressure {
+			t.Errorf("%+v, %s answered %+v: pressure %d, want %d", tt.flags, tt.host, tt.o, got, tt.pressure)
+		}
+	}
+}
+
+// TestLatencyBackoff: with --latency-backoff 3, a 2xx answer slower than
+// three times its bucket's baseline and than the floor adds the failure
+// pressure; /hosts shows the baseline and the last answer time.
+func TestLatencyBackoff(t *testing.T) {
+	cfg := mustConfig(t, Flags{LatencyBackoff: "3", Burst: "1"})
+	l := limiter.New(cfg.Default)
+	p := New(cfg, l)
+	answers := []struct {
+		status   int
+		took     time.Duration
+		effect   limiter.Effect
+		pressure int
+	}{
+		{200, 100 * time.Millisecond, limiter.Calm, 1}, // the first sets the baseline
+		{200, 300 * time.Millisecond, limiter.Calm, 1}, // 3 × 100 ms: not slower
+		{200, 301 * time.Millisecond, limiter.Slow, 11},
+		{404, 900 * time.Millisecond, limiter.Calm, 11}, // not a 2xx: not read
+		{200, 80 * time.Millisecond, limiter.Calm, 11},  // a faster one lowers the baseline
+		{200, 250 * time.Millisecond, limiter.Slow, 21},
+	}
+	p.Reserve(context.Background(), "a.test", "http://a.test/", at(0))
+	for i, a := range answers {
+		if got := p.Observe("a.test", limiter.Outcome{Status: a.status, Took: a.took}, at(0)); got != a.effect {
+			t.Errorf("answer %d (%d in %v): %v, want %v", i+1, a.status, a.took, got, a.effect)
+		}
+		if got, _ := pressureOf(l, "a.test", at(0)); got != a.pressure {
+			t.Errorf("answer %d: pressure %d, want %d", i+1, got, a.pressure)
+		}
+	}
+	h := p.Busiest(at(0), 1)
+	if len(h) != 1 || h[0].Baseline != 80*time.Millisecond || h[0].LastAnswer != 250*time.Millisecond {
+		t.Errorf("/hosts: %+v, want baseline 80ms and last answer 250ms", h)
+	}
+	// Off by default: the same slow answer changes nothing.
+	cfg = mustConfig(t, Flags{Burst: "1"})
+	l = limiter.New(cfg.Default)
+	p = New(cfg, l)
+	p.Reserve(context.Background(), "a.test", "http://a.test/", at(0))
+	p.Observe("a.test", limiter.Outcome{Status: 200, Took: 10 * time.Millisecond}, at(0))
+	if got := p.Observe("a.test", limiter.Outcome{Status: 200, Took: 10 * time.Second}, at(0)); got != limiter.Calm {
+		t.Errorf("without --latency-backoff: a slow answer is %v, want calm", got)
+	}
+}
+
+func TestFromFlagsNewErrors(t *testing.T) {
+	tests := []struct {
+		f    Flags
+		want string
+	}{
+		{Flags{Concurrency: "-1"}, `--http-nav-concurrency "-1": want a whole number`},
+		{Flags{Concurrency: "lots"}, `--http-nav-concurrency "lots": want a whole number`},
+		{Flags{ConcurrencyBound: "0"}, `--http-nav-concurrency-bound "0"`},
+		{Flags{ConcurrencyBound: "2h"}, `--http-nav-concurrency-bound "2h": at most an hour`},
+		{Flags{Overload: "4xx"}, `--overload-status "4xx": "4xx": want HTTP statuses`},
+		{Flags{LatencyBackoff: "1"}, `--latency-backoff "1": want a factor over 1`},
+		{Flags{LatencyBackoff: "x"}, `--latency-backoff "x": want a factor over 1`},
+		{Flags{Rules: []string{"a.test=concurrency:x"}}, `--rule "a.test=concurrency:x": "concurrency:x": want concurrency:N`},
+	}
+	for _, tt := range tests {
+		_, err := FromFlags(tt.f)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%+v: got %v, want %s…", tt.f, err, tt.want)
+		}
+	}
+	c := mustConfig(t, Flags{Concurrency: "3", ConcurrencyBound: "10s", Overload: "403+429", LatencyBackoff: "2.5"})
+	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 {
+		t.Errorf("got %+v", c)
+	}
+}
+
+// pressureOf reads a host's pressure from the limiter's status list.
+func pressureOf(l *limiter.Limiter, host string, now time.Time) (int, bool) {
+	for _, h := range l.Busiest(now, 1000) {
+		if h.Host == host {
+			return h.Pressure, true
+		}
+	}
+	return 0, false
 }

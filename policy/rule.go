@@ -29,6 +29,12 @@ type Rule struct {
 	Setting limiter.Config
 	// Exempt is set when the rule says exempt rather than off.
 	Exempt bool
+	// Concurrency caps the navigations of a bucket in flight at once, 0
+	// for no cap: the rule's concurrency:N, else the flag's
+	// (--http-nav-concurrency), which the rule starts from.
+	Concurrency int
+	// OwnConcurrency is set when the rule says concurrency:N itself.
+	OwnConcurrency bool
 	// Text is the rule as written, and where, for logs and /hosts:
 	// "*.slow.test=fixed:300ms", or "… (rules.txt:4)".
 	Text string
@@ -38,10 +44,12 @@ type Rule struct {
 const maxRules = 10_000
 
 // ParseRule reads one rule, PATTERN=SETTING, where SETTING is adaptive,
-// fixed:DURATION, off or exempt, optionally followed by burst:N (after a
-// comma or a space); a setting of burst:N alone keeps the mode of def.
-// def is the setting of the global flags, which a rule starts from.
-func ParseRule(s string, def limiter.Config) (Rule, error) {
+// fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N
+// and overload:STATUSES (429+503, or none), each after a comma or a space;
+// a setting of only those keeps the mode of def. def is the setting of the
+// global flags and concurrency their --http-nav-concurrency, which a rule
+// starts from.
+func ParseRule(s string, def limiter.Config, concurrency int) (Rule, error) {
 	pattern, setting, ok := strings.Cut(s, "=")
 	if !ok {
 		return Rule{}, errors.New("want PATTERN=SETTING, such as *.example.com=fixed:1s")
@@ -51,7 +59,9 @@ func ParseRule(s string, def limiter.Config) (Rule, error) {
 	if r.Pattern, err = ParsePattern(pattern); err != nil {
 		return r, err
 	}
-	r.Setting, r.Exempt, err = parseSetting(setting, def)
+	var st parsed
+	st, err = parseSetting(setting, def, concurrency)
+	r.Setting, r.Exempt, r.Concurrency, r.OwnConcurrency = st.set, st.exempt, st.concurrency, st.ownConcurrency
 	return r, err
 }
 
@@ -107,68 +117,129 @@ func match(pattern, host string) bool {
 	return ok
 }
 
-const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N"
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N or overload:STATUSES"
 
-// parseSetting reads SETTING, starting from def.
-func parseSetting(s string, def limiter.Config) (set limiter.Config, exempt bool, err error) {
+// MaxConcurrency bounds --http-nav-concurrency and concurrency:N.
+const MaxConcurrency = 10_000
+
+// parsed is a SETTING as read.
+type parsed struct {
+	set            limiter.Config
+	exempt         bool
+	concurrency    int
+	ownConcurrency bool
+}
+
+// parseSetting reads SETTING, starting from def and concurrency.
+func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error) {
+	st := parsed{set: def, concurrency: concurrency}
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 	if len(fields) == 0 {
-		return def, false, errors.New("empty setting: " + settingWanted)
+		return st, errors.New("empty setting: " + settingWanted)
 	}
-	set = def
-	set.Floor = 0
-	mode, burst := false, false
+	st.set.Floor = 0
+	mode, burst, overload := false, false, false
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
 		switch {
 		case name == "burst" && hasArg:
 			n, err := strconv.Atoi(arg)
 			if err != nil || n < 0 || n > 1_000_000 {
-				return set, false, fmt.Errorf("%q: want burst:N with N a whole number ≥ 0 (0 acts as 1)", f)
+				return st, fmt.Errorf("%q: want burst:N with N a whole number ≥ 0 (0 acts as 1)", f)
 			}
 			if burst {
-				return set, false, fmt.Errorf("%q: one burst:N only", f)
+				return st, fmt.Errorf("%q: one burst:N only", f)
 			}
-			set.Burst, burst = max(n, 1), true
+			st.set.Burst, burst = max(n, 1), true
+			continue
+		case name == "concurrency" && hasArg:
+			n, err := strconv.Atoi(arg)
+			if err != nil || n < 0 || n > MaxConcurrency {
+				return st, fmt.Errorf("%q: want concurrency:N with N a whole number from 0 (no cap) to %d", f, MaxConcurrency)
+			}
+			if st.ownConcurrency {
+				return st, fmt.Errorf("%q: one concurrency:N only", f)
+			}
+			st.concurrency, st.ownConcurrency = n, true
+			continue
+		case name == "overload" && hasArg:
+			codes, err := ParseStatuses(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v (in a rule, join them with +: overload:403+429+503)", f, err)
+			}
+			if overload {
+				return st, fmt.Errorf("%q: one overload:STATUSES only", f)
+			}
+			st.set.Overload, overload = codes, true
 			continue
 		case mode:
-			return set, false, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
+			return st, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
 		case name == "adaptive" && !hasArg:
-			set.Mode, set.Interval = limiter.Adaptive, 0
+			st.set.Mode, st.set.Interval = limiter.Adaptive, 0
 		case name == "fixed" && hasArg:
 			d, err := ParseDuration(arg)
 			if err != nil {
-				return set, false, fmt.Errorf("%q: %v", f, err)
+				return st, fmt.Errorf("%q: %v", f, err)
 			}
 			if d <= 0 || d > time.Hour {
-				return set, false, fmt.Errorf("%q: want a spacing > 0 and at most an hour (off never spaces)", f)
+				return st, fmt.Errorf("%q: want a spacing > 0 and at most an hour (off never spaces)", f)
 			}
-			set.Mode, set.Interval = limiter.Fixed, d
+			st.set.Mode, st.set.Interval = limiter.Fixed, d
 		case (name == "off" || name == "exempt") && !hasArg:
-			set.Mode, set.Interval, exempt = limiter.Off, 0, name == "exempt"
+			st.set.Mode, st.set.Interval, st.exempt = limiter.Off, 0, name == "exempt"
 		default:
-			return set, false, fmt.Errorf("%q: %s", f, settingWanted)
+			return st, fmt.Errorf("%q: %s", f, settingWanted)
 		}
 		mode = true
 	}
-	if set.Mode == limiter.Off && burst {
-		return set, false, errors.New("burst:N means nothing for hosts that are never spaced")
+	switch {
+	case st.set.Mode == limiter.Off && burst:
+		return st, errors.New("burst:N means nothing for hosts that are never spaced")
+	case st.set.Mode != limiter.Adaptive && overload:
+		return st, errors.New("overload:STATUSES means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
+	case st.exempt && st.ownConcurrency && st.concurrency > 0:
+		return st, errors.New("concurrency:N means nothing for exempt hosts, which are never held (off,concurrency:N caps without spacing)")
+	case st.exempt:
+		st.concurrency = 0
 	}
-	return set, exempt, nil
+	return st, nil
+}
+
+// ParseStatuses reads a list of HTTP statuses, as --overload-status and a
+// rule's overload: take them: 403,429,503 (commas or +), or none.
+func ParseStatuses(s string) (limiter.Statuses, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "none") {
+		return limiter.NewStatuses(), nil
+	}
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '+' || r == ' ' })
+	if len(fields) == 0 {
+		return limiter.Statuses{}, errors.New("want HTTP statuses such as 429,503, or none")
+	}
+	codes := make([]int, 0, len(fields))
+	for _, f := range fields {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 100 || n > 599 {
+			return limiter.Statuses{}, fmt.Errorf("%q: want HTTP statuses from 100 to 599, such as 429,503, or none", f)
+		}
+		codes = append(codes, n)
+	}
+	return limiter.NewStatuses(codes...), nil
 }
 
 // ReadRules reads a rules file: one rule a line, blank lines and # comments
 // ignored. Each rule's Text names the file and line; an error does too.
-func ReadRules(name string, def limiter.Config) ([]Rule, error) {
+// def and concurrency are what the rules start from, as in ParseRule.
+func ReadRules(name string, def limiter.Config, concurrency int) ([]Rule, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("--rules: %w", err)
 	}
 	defer f.Close()
-	return readRules(f, name, def)
+	return readRules(f, name, def, concurrency)
 }
 
-func readRules(r io.Reader, name string, def limiter.Config) ([]Rule, error) {
+func readRules(r io.Reader, name string, def limiter.Config, concurrency int) ([]Rule, error) {
 	var rules []Rule
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
@@ -182,7 +253,7 @@ func readRules(r io.Reader, name string, def limiter.Config) ([]Rule, error) {
 		if len(rules) == maxRules {
 			return nil, fmt.Errorf("--rules %s: more than %d rules", name, maxRules)
 		}
-		rule, err := ParseRule(line, def)
+		rule, err := ParseRule(line, def, concurrency)
 		if err != nil {
 			return nil, fmt.Errorf("--rules %s:%d %q: %w", name, n, line, err)
 		}

@@ -84,10 +84,23 @@ func TestParseRule(t *testing.T) {
 		{in: "https://a.test/=off", err: "not a URL"},
 		{in: "a.test:8080=off", err: "without a port"},
 		{in: "[a-=off", err: "bad glob"},
+		{in: "a.test=overload:403+429+503", pattern: "a.test", want: limiter.Config{Overload: limiter.NewStatuses(403, 429, 503)}},
+		{in: "a.test=adaptive,overload:none", pattern: "a.test", want: limiter.Config{Overload: limiter.NewStatuses()}},
+		{in: "a.test=fixed:1s,concurrency:2", pattern: "a.test", want: limiter.Config{Mode: limiter.Fixed, Interval: time.Second}},
+		{in: "a.test=off,concurrency:2", pattern: "a.test", want: limiter.Config{Mode: limiter.Off}},
+		{in: "a.test=overload:403,429", err: `"429": want adaptive`},
+		{in: "a.test=overload:999", err: `want HTTP statuses from 100 to 599`},
+		{in: "a.test=overload:", err: `want HTTP statuses such as 429,503`},
+		{in: "a.test=overload:429,overload:503", err: "one overload:STATUSES only"},
+		{in: "a.test=fixed:1s,overload:403", err: "only the adaptive rule hears answers"},
+		{in: "a.test=concurrency:-1", err: "concurrency:N with N a whole number from 0"},
+		{in: "a.test=concurrency:two", err: "concurrency:N with N a whole number from 0"},
+		{in: "a.test=concurrency:1,concurrency:2", err: "one concurrency:N only"},
+		{in: "a.test=exempt,concurrency:2", err: "never held"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			r, err := ParseRule(tt.in, adaptive)
+			r, err := ParseRule(tt.in, adaptive, 0)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("got %+v, %v; want an error with %q", r, err, tt.err)
@@ -104,13 +117,70 @@ func TestParseRule(t *testing.T) {
 	}
 }
 
+// TestRuleConcurrency: a rule caps the navigations in flight with
+// concurrency:N, else starts from the flag's cap; 0 lifts it; exempt
+// hosts are never held, so never capped.
+func TestRuleConcurrency(t *testing.T) {
+	tests := []struct {
+		in        string
+		flag      int
+		want      int
+		own       bool
+		overloads string
+	}{
+		{"*.slow.test=fixed:1s,concurrency:2", 0, 2, true, "429,503"},
+		{"*.slow.test=fixed:1s", 4, 4, false, "429,503"},
+		{"*.slow.test=concurrency:0", 4, 0, true, "429,503"},
+		{"*.slow.test=concurrency:3 burst:1", 0, 3, true, "429,503"},
+		{"*.corp=exempt", 4, 0, false, "429,503"},
+		{"*.cdn.test=adaptive overload:403+429+503 concurrency:1", 0, 1, true, "403,429,503"},
+	}
+	for _, tt := range tests {
+		r, err := ParseRule(tt.in, limiter.Config{}, tt.flag)
+		if err != nil {
+			t.Errorf("%s: %v", tt.in, err)
+			continue
+		}
+		if r.Concurrency != tt.want || r.OwnConcurrency != tt.own || r.Setting.Overload.String() != tt.overloads {
+			t.Errorf("%s with --http-nav-concurrency %d: got concurrency %d (own %v), overload %s; want %d (%v), %s",
+				tt.in, tt.flag, r.Concurrency, r.OwnConcurrency, r.Setting.Overload, tt.want, tt.own, tt.overloads)
+		}
+	}
+}
+
+// TestParseStatuses: the overload statuses as the flag and a rule read
+// them.
+func TestParseStatuses(t *testing.T) {
+	tests := []struct {
+		in, want string
+		bad      bool
+	}{
+		{in: "429,503", want: "429,503"},
+		{in: "403,429,503", want: "403,429,503"},
+		{in: "503+429+403", want: "403,429,503"},
+		{in: " 429 , 503 ", want: "429,503"},
+		{in: "none", want: ""},
+		{in: "NONE", want: ""},
+		{in: "", bad: true},
+		{in: "4xx", bad: true},
+		{in: "99", bad: true},
+		{in: "600", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseStatuses(tt.in)
+		if (err != nil) != tt.bad || err == nil && got.String() != tt.want {
+			t.Errorf("ParseStatuses(%q): got %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.bad)
+		}
+	}
+}
+
 func TestRuleStartsFromFlags(t *testing.T) {
 	def := limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 2}
-	r, err := ParseRule("a.test=burst:5", def)
+	r, err := ParseRule("a.test=burst:5", def, 0)
 	if err != nil || r.Setting != (limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 5}) {
 		t.Errorf("burst alone: got %+v, %v; want the flags' fixed 100ms with burst 5", r.Setting, err)
 	}
-	r, err = ParseRule("a.test=adaptive", def)
+	r, err = ParseRule("a.test=adaptive", def, 0)
 	if err != nil || r.Setting != (limiter.Config{Burst: 2}) {
 		t.Errorf("adaptive: got %+v, %v; want adaptive with the flags' burst", r.Setting, err)
 	}
@@ -147,7 +217,7 @@ func TestReadRules(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "rules.txt")
 	os.WriteFile(good, []byte("# slow sites\n*.slow.test = fixed:300ms   # their request\n\n  *.corp = exempt\n"), 0o644)
-	rules, err := ReadRules(good, limiter.Config{})
+	rules, err := ReadRules(good, limiter.Config{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +229,11 @@ func TestReadRules(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("a.test=adaptive\nb.test=sometimes\n"), 0o644)
-	_, err = ReadRules(bad, limiter.Config{})
+	_, err = ReadRules(bad, limiter.Config{}, 0)
 	if want := "--rules " + bad + `:2 "b.test=sometimes": "sometimes": want adaptive`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("bad file: got %v, want %s", err, want)
 	}
-	if _, err := ReadRules(filepath.Join(dir, "none.txt"), limiter.Config{}); err == nil || !strings.HasPrefix(err.Error(), "--rules") {
+	if _, err := ReadRules(filepath.Join(dir, "none.txt"), limiter.Config{}, 0); err == nil || !strings.HasPrefix(err.Error(), "--rules") {
 		t.Errorf("missing file: got %v, want an error naming --rules", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -210,43 +212,156 @@ func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
 	return &l
 }
 
+// flight follows one held navigation from its hold to its end: its place
+// among its bucket's navigations in flight (when the bucket has a cap),
+// and when it was let go, for its answer time. The holding strategy ends
+// it (end) when the navigation's answer is in, it failed, its page went
+// or a later navigation replaced it; its life context ends it too (the
+// client's connection, for the strategies held in it), and a navigation
+// let go whose answer never comes is forgotten after maxInFlight. Its
+// methods are safe for concurrent use, and on a nil flight.
+type flight struct {
+	h    *holder
+	ctx  context.Context // ends with the flight: stops its wait for a place
+	stop context.CancelFunc
+
+	mu       sync.Mutex
+	place    *inflight.Place // guarded by mu; nil without a cap, or given back
+	entered  bool            // guarded by mu; it asked for its place
+	released time.Time       // guarded by mu; when it was let go
+	timer    *time.Timer     // guarded by mu; ends it maxInFlight after its release
+}
+
+// maxInFlight is how long after its release a navigation's end is
+// awaited at most: past it, its flight ends (and its place, if the cap's
+// bound has not given it back yet, goes back). It is longer than the
+// longest bound --http-nav-concurrency-bound accepts.
+const maxInFlight = 61 * time.Minute
+
+// newFlight starts following a navigation to be held, until life ends at
+// the latest.
+func (h *holder) newFlight(life context.Context) *flight {
+	fl := &flight{h: h}
+	fl.ctx, fl.stop = context.WithCancel(life)
+	context.AfterFunc(fl.ctx, fl.giveBack)
+	return fl
+}
+
+// end ends the flight: its place goes back at once (Place.Leave never
+// blocks), so the next navigation of its host may take it before the
+// browser goes on; a wait for one stops.
+func (fl *flight) end() {
+	if fl != nil {
+		fl.stop()
+		fl.giveBack()
+	}
+}
+
+// giveBack gives the flight's place back, once; it runs at end, and when
+// the flight's life ends.
+func (fl *flight) giveBack() {
+	fl.mu.Lock()
+	p := fl.place
+	fl.place = nil
+	if fl.timer != nil {
+		fl.timer.Stop()
+	}
+	fl.mu.Unlock()
+	p.Leave()
+}
+
+// let notes that the navigation was let go at now.
+func (fl *flight) let(now time.Time) {
+	if fl == nil {
+		return
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if fl.released.IsZero() {
+		fl.released = now
+		fl.timer = time.AfterFunc(maxInFlight, fl.stop)
+	}
+}
+
+// leftAt notes that the navigation's request, let go already, left the
+// relay's last hold at now (the Fetch strategy's second connection): its
+// answer time counts from then, not from the browser's hand-over between
+// the two.
+func (fl *flight) leftAt(now time.Time) {
+	if fl == nil {
+		return
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if !fl.released.IsZero() && now.After(fl.released) {
+		fl.released = now
+	}
+}
+
+// took is how long the answer received at now took since the release; 0
+// when unknown.
+func (fl *flight) took(now time.Time) time.Duration {
+	if fl == nil {
+		return 0
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if fl.released.IsZero() {
+		return 0
+	}
+	return max(now.Sub(fl.released), time.Nanosecond)
+}
+
 // hold books host's slot for a navigation to rawURL and calls release when
 // the slot comes (at once when it has come), booking again while a shared
 // store asks to retry. Booking runs on a goroutine of its own, never on the
 // caller's: a slow store must not stall the reader that found the
 // navigation. When ctx ends first, release is never called. done, when
-// set, is called once the hold is over, either way.
-func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) {
-	h.holdBooked(ctx, host, rawURL, log, nil, release, done)
+// set, is called once the hold is over, either way. It returns the
+// navigation's flight, which ends with ctx.
+func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
+	fl := h.newFlight(ctx)
+	h.holdFlight(ctx, fl, host, rawURL, log, nil, release, done)
+	return fl
 }
 
-// holdBooked is hold, telling booked (when set) the start of the slot once
-// it is booked.
-func (h *holder) holdBooked(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
+// holdFlight is hold for the navigation fl follows: first it waits for a
+// place among its bucket's navigations in flight, when the bucket has a
+// cap and fl has no place yet (for as long as fl lives, whatever ctx
+// does), then it books; booked (when set) is told the start of the slot
+// once it is booked.
+func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
 	var b func(time.Time, *pace.Nav)
 	if booked != nil {
 		b = func(start time.Time, _ *pace.Nav) { booked(start) }
 	}
-	h.holdFor(ctx, host, rawURL, log, false, b, nil, release, done)
+	h.holdFor(ctx, fl, host, rawURL, log, false, b, nil, release, done)
 }
 
-// holdNav is hold for a navigation whose departure the caller follows
-// (depart): the slot's navigation is handed to booked, the caller tells it
-// when the request left and ends it (holder.ended) once it is over, and
-// the release waits, past the slot, for what late departures before it in
-// its bucket ask (package pace). Without depart, it is booked's nil.
-// waits, when set, is called once, when the navigation turns out to have
-// to wait at all.
-func (h *holder) holdNav(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release func()) {
-	h.holdFor(ctx, host, rawURL, log, depart, booked, waits, release, nil)
+// holdNav is holdFlight for a navigation whose departure the caller
+// follows (depart): the slot's navigation is handed to booked, the caller
+// tells it when the request left, and fl's end ends it; the release waits,
+// past the slot, for what late departures before it in its bucket ask
+// (package pace). Without depart, it is booked's nil. waits, when set, is
+// called once, when the navigation may have to wait at all.
+func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release func()) {
+	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, release, nil)
 }
 
-func (h *holder) holdFor(ctx context.Context, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release, done func()) {
+func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release, done func()) {
 	h.waiting.Add(1)
 	h.p.limiting.Add(1)
 	go func() {
 		defer h.p.limiting.Done()
-		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, release: release, done: done}
+		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
+		if h.p.capper != nil {
+			hw.waiting() // a place in flight may take long to come
+		}
+		if !h.enter(fl, host, log) {
+			h.end(nil, done)
+			return
+		}
+		hw.release = fl.releasing(release)
 		if !hw.book() {
 			if ctx.Err() != nil {
 				hw.release = nil
@@ -254,6 +369,64 @@ func (h *holder) holdFor(ctx context.Context, host, rawURL string, log *zerolog.
 			hw.end()
 		}
 	}()
+}
+
+// releasing is release noting, first, when the navigation was let go.
+func (fl *flight) releasing(release func()) func() {
+	if release == nil {
+		return nil
+	}
+	return func() {
+		fl.let(time.Now())
+		release()
+	}
+}
+
+// enter waits for fl's place among the navigations in flight of host's
+// bucket, once per flight, and reports false when the flight ended while
+// it waited (its page went, the client left, a later navigation replaced
+// it): then the navigation is over, and is not let go. The first time the
+// cap holds a navigation of a host, it warns (once per host, as the
+// spacing does).
+func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
+	fl.mu.Lock()
+	entered := fl.entered
+	fl.entered = true
+	fl.mu.Unlock()
+	if entered || h.p.capper == nil {
+		return true
+	}
+	p, err := h.p.capper.Enter(fl.ctx, host)
+	if err != nil {
+		return false
+	}
+	if p == nil {
+		return true
+	}
+	fl.mu.Lock()
+	fl.place = p
+	fl.mu.Unlock()
+	if fl.ctx.Err() != nil { // ended as it got its place: giveBack may have run before
+		fl.giveBack()
+		return false
+	}
+	if p.Waited > 0 {
+		h.p.Metrics.concurrencyWait(p.Waited)
+		if h.p.warned.first(host) {
+			ev := h.p.log.Warn().Str("host", host)
+			if p.Bucket != host {
+				ev = ev.Str("bucket", p.Bucket)
+			}
+			ev = ev.Int("concurrency", p.Limit).Float64("waited_ms", limiter.ShownMillis(p.Waited)).Str("source", p.Source)
+			if p.Rule != "" {
+				ev = ev.Str("rule", p.Rule)
+			}
+			ev.Msg("holding navigations to this host until one in flight is answered")
+		}
+		log.Debug().Str("host", host).Str("bucket", p.Bucket).Int("concurrency", p.Limit).
+			Float64("waited_ms", limiter.ShownMillis(p.Waited)).Msg("navigation waited for a place in flight")
+	}
+	return true
 }
 
 // end ends a hold counted in waiting: it calls release (unless nil: the
@@ -382,10 +555,11 @@ func (h *holder) ended(navs ...*pace.Nav) {
 }
 
 // holdUntil holds a navigation already booked until start, as when the
-// relay's other connection takes over a request the first one held.
-func (h *holder) holdUntil(ctx context.Context, start time.Time, release, done func()) {
+// relay's other connection takes over a request the first one held; fl
+// has its place already.
+func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
 	h.waiting.Add(1)
-	after(ctx, time.Until(start), func() { h.end(release, done) }, func() { h.end(nil, done) })
+	after(ctx, time.Until(start), func() { h.end(fl.releasing(release), done) }, func() { h.end(nil, done) })
 }
 
 // book reserves the slot of a navigation to rawURL (whose host is host)
@@ -436,17 +610,17 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	return r, d, false
 }
 
-// observe feeds the answer to a navigation of host back to the limiter, on
-// a goroutine of its own: a slow store must not stall the reader that saw
-// the answer.
-func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
-	h.p.Metrics.feedback(o)
-	h.p.answered(host, o)
-	if o.NoAnswer || o.Status >= 500 || o.Status == 429 {
+// observe feeds the answer to a navigation of host, which fl followed (nil
+// when none did), back to the limiter with its answer time, on a goroutine
+// of its own: a slow store must not stall the reader that saw the answer.
+// It does not end fl: a redirect's answer is not the navigation's end.
+func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
+	now := time.Now()
+	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now)}
+	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")
 	}
-	now := time.Now()
 	h.ansMu.Lock()
 	a := h.answering[host]
 	if a == nil {
@@ -458,7 +632,10 @@ func (h *holder) observe(host string, o limiter.Outcome, log *zerolog.Logger) {
 	h.p.limiting.Add(1)
 	go func() {
 		defer h.p.limiting.Done()
-		h.p.Limiter.Observe(host, o, now)
+		effect := h.p.Limiter.Observe(host, o, now)
+		h.p.Metrics.feedback(effect)
+		h.p.answered(host, effect, o.Status, now)
+		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
 			delete(h.answering, host)
@@ -493,6 +670,16 @@ func (h *holder) awaitAnswers(host string) {
 	case <-a.done:
 	case <-t.C:
 	}
+}
+
+// exempt reports whether navigations to host are neither spaced nor
+// capped, so that nothing holds them: loopback, unless the Limiter says
+// otherwise (a rule that names it).
+func (h *holder) exempt(host string) bool {
+	if e, ok := h.p.Limiter.(interface{ Exempt(string) bool }); ok {
+		return e.Exempt(host)
+	}
+	return limiter.Exempt(host)
 }
 
 // notBooked counts a top-level navigation that books nothing: exempt when

@@ -63,6 +63,10 @@ type fetchHold struct {
 	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
 	netDirty  bool                 // guarded by mu; what net should pause changed since that update
 	confirmed bool                 // guarded by mu; no connection dropped since the others last answered
+	// life ends every navigation followed (flight) when the browser is
+	// lost: then none of their answers can come. Guarded by mu.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // navKey is what two pauses of one document request have in common.
@@ -77,6 +81,7 @@ type heldNav struct {
 	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
+	fl       *flight       // set once: the navigation, whichever connection holds it
 }
 
 // passedNav is a document request a connection let go.
@@ -119,7 +124,25 @@ func newFetchHold(h *holder) *fetchHold {
 		netAcked: make(chan struct{}),
 	}
 	h.claims.onClaim = f.claimed
+	f.life, f.endLife = context.WithCancel(context.Background())
 	return f
+}
+
+// newFlight starts following a navigation held by the relay's own
+// connections: it lives until its end is seen, or the browser is lost.
+func (f *fetchHold) newFlight() *flight {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h.newFlight(f.life)
+}
+
+// endFlights ends every navigation followed so far: no answer of theirs
+// can reach the relay any more.
+func (f *fetchHold) endFlights() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.endLife()
+	f.life, f.endLife = context.WithCancel(context.Background())
 }
 
 // maxSilent is how many times in a row a browser may take the relay's own
@@ -565,7 +588,8 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 // network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
 	if f.h.via() != viaFetch || f.h.p.ctxDone() {
-		return // stopped on purpose: navigations are held another way now, or not at all
+		f.endFlights() // no answer of a navigation followed here will come
+		return         // stopped on purpose: navigations are held another way now, or not at all
 	}
 	// What cut one connection may have cut the other, unnoticed yet:
 	// navigations wait until the other one answers.
@@ -608,6 +632,11 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	f.mu.Unlock()
 	if others == 0 {
+		f.endFlights() // the browser is out of reach: no answer will come
+	} else {
+		fc.endReleased() // the answers fc was to read are lost with it
+	}
+	if others == 0 {
 		if gone {
 			f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
 				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
@@ -639,12 +668,45 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 					f.dropURLLocked(hn.url)
 				}
 				lost = append(lost, k.frame)
+				hn.fl.end()
 			}
 		}
 		f.mu.Unlock()
 		f.updateNet()
 		f.countLost(lost)
 	})
+}
+
+// endReleased ends the navigations whose answer net connection fc was to
+// read: those it let go. Those it still held go on to the relay's other
+// connection. (The pages connection's are ended as it ends: endAllTracks.)
+func (fc *fetchConn) endReleased() {
+	fc.mu.Lock()
+	var fls []*flight
+	for _, hp := range fc.hops {
+		fls = append(fls, hp.fl)
+	}
+	fc.mu.Unlock()
+	fc.f.endUnheld(fc, fls)
+}
+
+// endUnheld ends the navigations of fls that fc does not hold: fc is
+// gone, and with it what it was to read of them. Those it held go on to
+// the relay's other connection.
+func (f *fetchHold) endUnheld(fc *fetchConn, fls []*flight) {
+	f.mu.Lock()
+	held := make(map[*flight]bool)
+	for _, hn := range f.held {
+		if hn.by == fc {
+			held[hn.fl] = true
+		}
+	}
+	f.mu.Unlock()
+	for _, fl := range fls {
+		if !held[fl] {
+			fl.end()
+		}
+	}
 }
 
 // countLost counts, as unheld, the navigations of pages that are still
@@ -724,7 +786,9 @@ func (f *fetchHold) dropURLLocked(rawURL string) {
 func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPaused, host string, th *trackHop) {
 	id := ev.RequestID
 	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
-	hn := &heldNav{by: fc, session: session, url: ev.Request.URL, booked: make(chan struct{})}
+	fl := f.newFlight()
+	fc.fly(th, fl)
+	hn := &heldNav{by: fc, session: session, url: ev.Request.URL, booked: make(chan struct{}), fl: fl}
 	f.mu.Lock()
 	if old := f.held[key]; old != nil && old.named {
 		f.dropURLLocked(old.url) // one of a browser that died: forgotten
@@ -749,7 +813,10 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 		f.mu.Unlock()
 		f.updateNet()
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
+	// The wait for a place in flight lasts as long as the navigation, the
+	// one for its slot as long as this connection: when it drops, net gets
+	// the request and holds it on hn.
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
 }
 
 // let releases a held document request from the connection that holds it
@@ -854,7 +921,10 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.host, limiter.Outcome(o), pageLog(&fc.log, hp.frame, ""))
+			fc.h.observe(hp.fl, hp.host, o, pageLog(&fc.log, hp.frame, ""))
+		}
+		if tracked && !isRedirect(o.Status) {
+			hp.fl.end() // answered or failed; a redirect's place goes on with its hop
 		}
 		fc.release("", id)
 		return
@@ -954,7 +1024,10 @@ func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 // ours holds a document request of a client's page for its slot.
 func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 	host, ok := limiter.Key(ev.Request.URL)
-	if !ok || limiter.Exempt(host) {
+	if !ok || fc.h.exempt(host) {
+		if prev, redirected := fc.hopFor(ev); redirected {
+			prev.fl.end() // a redirect to a host that is not held: its place goes back
+		}
 		fc.release("", ev.RequestID)
 		fc.h.notBooked(ok)
 		return
@@ -1003,13 +1076,15 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 	f.mu.Unlock()
 	host, _ := limiter.Key(ev.Request.URL)
 	fc.hopFor(ev)
-	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
 	f.h.p.limiting.Add(1)
 	go func() {
 		defer f.h.p.limiting.Done()
 		select {
 		case <-hn.booked:
 		case <-fc.held.Done():
+			return
+		case <-hn.fl.ctx.Done(): // its page went while it waited
 			return
 		}
 		if late := time.Since(hn.start); late > handOverLate {
@@ -1018,10 +1093,10 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := pageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
 			return
 		}
-		f.h.holdUntil(fc.held, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
+		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
 	}()
 	return true
 }
@@ -1035,26 +1110,33 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 
 	f.mu.Lock()
 	if redirected && prev.host == host {
-		// A hop within the host of the hop before it books nothing.
+		// A hop within the host of the hop before it books nothing, and
+		// keeps that hop's place in flight.
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked})
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
 		fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
 		return
 	}
-	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{}), named: true}
+	f.mu.Unlock()
+	if redirected {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+	}
+	fl := f.newFlight()
+	f.mu.Lock()
+	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{}), named: true, fl: fl}
 	if old := f.held[key]; old != nil && old.named {
 		f.dropURLLocked(old.url) // one of a browser that died: forgotten
 	}
 	f.held[key] = hn
 	f.addURLLocked(hn.url)
 	f.mu.Unlock()
-	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true})
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
 	booked := func(start time.Time, _ *pace.Nav) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -67,7 +67,8 @@ type fetchConn struct {
 type hop struct {
 	host   string
 	frame  string
-	booked bool // its answer is fed back: this connection booked it
+	booked bool    // its answer is fed back: this connection booked it
+	fl     *flight // the navigation, when this connection holds it or reads its answer
 }
 
 // reply is the answer to one of the relay's own commands.
@@ -350,10 +351,14 @@ func (fc *fetchConn) event(method string, params []byte) {
 	}
 }
 
+// dropFrameHopsLocked forgets the requests under way of a frame that
+// navigates anew or is gone, which ends their navigations. Callers hold
+// fc.mu.
 func (fc *fetchConn) dropFrameHopsLocked(frame string) {
 	for k, hp := range fc.hops {
 		if hp.frame == frame {
 			delete(fc.hops, k)
+			hp.fl.end()
 		}
 	}
 }

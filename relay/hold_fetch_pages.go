@@ -48,6 +48,7 @@ type trackHop struct {
 	host   string
 	booked bool      // its answer is fed back to the limiter
 	nav    *pace.Nav // its departure is followed; nil for a hop that booked nothing
+	fl     *flight   // the navigation it is a hop of; nil for one that books nothing
 	sent   bool      // the browser said it is sending it
 	ended  bool      // its answer or failure is in, or it was given up
 }
@@ -349,44 +350,72 @@ func (fc *fetchConn) detached(session string) {
 	if ps != nil {
 		closeOnce(ps.armed)
 	}
-	var navs []*pace.Nav
+	var over []*trackHop
 	for id, tr := range fc.tracks {
 		if tr.session == session {
-			navs = tr.endLocked(navs)
+			over = tr.endLocked(over)
 			delete(fc.tracks, id)
 		}
 	}
 	fc.mu.Unlock()
-	fc.h.ended(navs...)
+	endHops(over)
 }
 
 // endAllTracks gives up every request followed, as the connection ends.
+// The navigations of those still held go on to net with their places in
+// flight.
 func (fc *fetchConn) endAllTracks() {
 	fc.mu.Lock()
-	var navs []*pace.Nav
+	var over []*trackHop
 	for id, tr := range fc.tracks {
-		navs = tr.endLocked(navs)
+		over = tr.endLocked(over)
 		delete(fc.tracks, id)
 	}
 	for _, ps := range fc.sessions {
 		closeOnce(ps.armed)
 	}
 	fc.mu.Unlock()
-	fc.h.ended(navs...)
+	var fls []*flight
+	for _, th := range over {
+		th.nav.End()
+		fls = append(fls, th.fl)
+	}
+	fc.f.endUnheld(fc, fls)
 }
 
-// endLocked marks every hop of tr ended and adds the navigations it
-// followed to navs. Callers hold fetchConn.mu.
-func (tr *track) endLocked(navs []*pace.Nav) []*pace.Nav {
+// endLocked marks every hop of tr ended and adds those it ended to over.
+// Callers hold fetchConn.mu.
+func (tr *track) endLocked(over []*trackHop) []*trackHop {
 	for _, th := range tr.hops {
 		if !th.ended {
 			th.ended = true
-			if th.nav != nil {
-				navs = append(navs, th.nav)
-			}
+			over = append(over, th)
 		}
 	}
-	return navs
+	return over
+}
+
+// endHops ends what hops that are over followed: their departures and
+// their navigations (places in flight). Every followed hop ends here, once.
+func endHops(over []*trackHop) {
+	for _, th := range over {
+		th.nav.End()
+		th.fl.end()
+	}
+}
+
+// fly makes fl the navigation th is a hop of, unless th is over already
+// (its page went away): then fl ends, and whatever holds it stops.
+func (fc *fetchConn) fly(th *trackHop, fl *flight) {
+	fc.mu.Lock()
+	over := th.ended
+	if !over {
+		th.fl = fl
+	}
+	fc.mu.Unlock()
+	if over {
+		fl.end()
+	}
 }
 
 // sessionEvent handles an event of one of the pages connection's sessions.
@@ -428,25 +457,34 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		return
 	}
 	host, ok := limiter.Key(ev.Request.URL)
-	if (!ok || limiter.Exempt(host)) && !fc.following(ev) {
+	exempt := !ok || fc.h.exempt(host)
+	if exempt && !fc.following(ev) {
 		fc.release(session, id) // nothing to book, nothing to follow
 		fc.h.notBooked(ok)
 		return
 	}
 	th, prev := fc.follow(session, ev)
-	if !ok || limiter.Exempt(host) {
+	if exempt {
+		if prev != nil {
+			prev.fl.end() // a redirect to a host that is not held: its place goes back
+		}
 		fc.release(session, id)
 		fc.h.notBooked(ok)
 		return
 	}
 	th.host = host
 	if prev != nil && prev.host == host {
-		// A hop within the host of the hop before it books nothing; its
-		// answer is read where the hop before it was booked.
+		// A hop within the host of the hop before it books nothing, and
+		// keeps its place in flight; its answer is read where the hop
+		// before it was booked.
 		th.booked = prev.booked
+		fc.fly(th, prev.fl)
 		fc.f.pass(navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}, fc)
 		fc.release(session, id)
 		return
+	}
+	if prev != nil {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
 	}
 	th.booked = true
 	fc.f.holdPage(fc, session, ev, host, th)
@@ -470,13 +508,13 @@ func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
 // requests before it left unfollowed.
 func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *trackHop) {
 	th = &trackHop{}
-	var navs []*pace.Nav
+	var over []*trackHop
 	fc.mu.Lock()
 	tr := fc.tracks[ev.NetworkID]
 	if tr == nil || ev.RedirectedRequestID == "" {
 		for id, old := range fc.tracks {
 			if old.session == session {
-				navs = old.endLocked(navs)
+				over = old.endLocked(over)
 				delete(fc.tracks, id)
 			}
 		}
@@ -489,7 +527,7 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 	}
 	tr.hops = append(tr.hops, th)
 	fc.mu.Unlock()
-	fc.h.ended(navs...)
+	endHops(over)
 	return th, prev
 }
 
@@ -503,7 +541,7 @@ func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
 	}
 	fc.mu.Unlock()
 	if over {
-		fc.h.ended(nav)
+		nav.End()
 	}
 }
 
@@ -525,13 +563,12 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		return
 	}
 	var (
-		departed     *pace.Nav
-		departedAt   time.Time
-		exact        bool
-		answered     *trackHop
-		page         string
-		navs         []*pace.Nav
-		answeredNavs []*pace.Nav
+		departed   *trackHop
+		departedAt time.Time
+		exact      bool
+		answered   *trackHop
+		page       string
+		over       []*trackHop
 	)
 	fc.mu.Lock()
 	tr := fc.tracks[ev.RequestID]
@@ -556,31 +593,34 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		for _, th := range tr.hops {
 			if !th.ended && !th.sent {
 				th.sent = true
-				departed, departedAt = th.nav, at
+				departed, departedAt = th, at
 				break
 			}
 		}
 	case ev.Ended:
 		cur.sent, cur.ended = true, true
 		if t, ok := fc.clock.at(ev.Sent); ok {
-			departed, departedAt, exact = cur.nav, t, true
+			departed, departedAt, exact = cur, t, true
 		}
 		answered = cur
-		if cur.nav != nil {
-			answeredNavs = append(answeredNavs, cur.nav)
-		}
 		if !ev.Redirect {
-			navs = tr.endLocked(navs)
+			over = tr.endLocked(over)
 			delete(fc.tracks, ev.RequestID)
 		}
 	}
 	fc.mu.Unlock()
 	if departed != nil {
-		departed.Departed(departedAt, exact)
+		departed.nav.Departed(departedAt, exact)
+		departed.fl.leftAt(departedAt) // its answer time counts from here
 	}
-	if answered != nil && answered.booked {
-		fc.h.observe(answered.host, limiter.Outcome(ev.Outcome), pageLog(&fc.log, page, ""))
+	if answered != nil {
+		if answered.booked {
+			fc.h.observe(answered.fl, answered.host, ev.Outcome, pageLog(&fc.log, page, ""))
+		}
+		answered.nav.End() // a redirect's navigation goes on with its next hop, in flight
+		if !ev.Redirect {
+			answered.fl.end()
+		}
 	}
-	fc.h.ended(answeredNavs...)
-	fc.h.ended(navs...)
+	endHops(over)
 }

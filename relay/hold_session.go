@@ -36,8 +36,21 @@ type sessionHold struct {
 	patterns []pattern
 
 	states    map[string]*sessState // guarded by w.mu; page sessions
-	prebooked map[string]time.Time  // guarded by w.mu; URL of a held Target.createTarget → when it was let go
+	prebooked map[string]prebooked  // guarded by w.mu; URL of a held Target.createTarget → when it was let go
 	held      int                   // guarded by w.mu; top-level documents waiting for their slot
+}
+
+// prebooked is a Target.createTarget held and let go: its page's first
+// document books nothing more, and takes its place in flight.
+type prebooked struct {
+	at time.Time
+	fl *flight
+}
+
+// sessDoc is a top-level document under way in a page session.
+type sessDoc struct {
+	host string
+	fl   *flight
 }
 
 // sessState is what the relay keeps of one page session.
@@ -47,7 +60,7 @@ type sessState struct {
 	client    *clientFetch        // the client's own Fetch here, nil when off
 	network   bool                // the client enabled Network here
 	delivered map[string]struct{} // paused requests handed to the client, not answered by it yet
-	docs      map[string]string   // network id → host of the top-level document under way
+	docs      map[string]sessDoc  // network id → the top-level document under way
 	children  map[string]struct{} // frames known to have a parent (iframes)
 }
 
@@ -70,7 +83,7 @@ var (
 )
 
 func newSessionHold(w *watch) *sessionHold {
-	s := &sessionHold{w: w, states: make(map[string]*sessState), prebooked: make(map[string]time.Time), patterns: documentsPattern}
+	s := &sessionHold{w: w, states: make(map[string]*sessState), prebooked: make(map[string]prebooked), patterns: documentsPattern}
 	if w.h.lightpanda {
 		s.patterns = everyPattern
 	}
@@ -104,9 +117,12 @@ func (s *sessionHold) arm(session string) {
 	st := s.states[session]
 	if st == nil {
 		if len(s.states) >= maxTracked {
+			for _, old := range s.states {
+				old.endDocs()
+			}
 			clear(s.states)
 		}
-		st = &sessState{target: si.target, delivered: map[string]struct{}{}, docs: map[string]string{}, children: map[string]struct{}{}}
+		st = &sessState{target: si.target, delivered: map[string]struct{}{}, docs: map[string]sessDoc{}, children: map[string]struct{}{}}
 		s.states[session] = st
 	}
 	if st.armed {
@@ -256,19 +272,36 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	host, ok := limiter.Key(p.URL)
-	if !ok || limiter.Exempt(host) {
+	if !ok || s.w.h.exempt(host) {
 		return false
 	}
 	w := s.w
 	held := append([]byte(nil), msg...)
 	w.pr.held.Add(1)
-	w.h.hold(w.pr.ctx, host, p.URL, &w.pr.log, func() {
+	fl := w.h.newFlight(w.pr.ctx)
+	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, func() {
 		w.mu.Lock()
 		if len(s.prebooked) >= maxTracked {
+			for _, pb := range s.prebooked {
+				pb.fl.end()
+			}
 			clear(s.prebooked)
 		}
-		s.prebooked[p.URL] = time.Now()
+		s.prebooked[p.URL] = prebooked{at: time.Now(), fl: fl}
 		w.mu.Unlock()
+		// Its page's document takes over its place; if it never shows,
+		// the place goes back once it cannot come any more.
+		time.AfterFunc(claimWait, func() {
+			w.mu.Lock()
+			pb, waiting := s.prebooked[p.URL]
+			if waiting && pb.fl == fl {
+				delete(s.prebooked, p.URL)
+			}
+			w.mu.Unlock()
+			if waiting && pb.fl == fl {
+				fl.end()
+			}
+		})
 		w.pass(held)
 	}, w.pr.held.Done)
 	return true
@@ -289,6 +322,9 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	case method == "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
 			w.mu.Lock()
+			if st := s.states[sid]; st != nil {
+				st.endDocs() // the page went, or the client left it
+			}
 			delete(s.states, sid)
 			w.mu.Unlock()
 		}
@@ -326,19 +362,20 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	case strings.HasPrefix(method, "Network."):
 		w.mu.Lock()
 		st := s.state(session)
-		var host string
+		var doc sessDoc
 		var answer cdp.Answer
 		if st != nil && (method == "Network.responseReceived" || method == "Network.loadingFailed") {
 			var ok bool
 			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params); ok {
-				host = st.docs[answer.RequestID]
+				doc = st.docs[answer.RequestID]
 				delete(st.docs, answer.RequestID)
 			}
 		}
 		drop := st != nil && !st.network
 		w.mu.Unlock()
-		if host != "" {
-			w.h.observe(host, limiter.Outcome(answer.Outcome), w.navLog(session))
+		if doc.host != "" {
+			w.h.observe(doc.fl, doc.host, answer.Outcome, w.navLog(session))
+			doc.fl.end()
 		}
 		return drop
 	}
@@ -365,7 +402,11 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	top := !answered && ev.ResourceType == "Document" &&
 		(ev.FrameID == st.target || w.h.lightpanda && !child) // Lightpanda opens popups as parentless frames of the page
 	host, httpURL := limiter.Key(ev.Request.URL)
-	if !top || !httpURL || limiter.Exempt(host) {
+	if !top || !httpURL || w.h.exempt(host) {
+		if top {
+			st.endDocs() // a navigation that is not held replaces the page's last one
+			clear(st.docs)
+		}
 		w.mu.Unlock()
 		if top {
 			w.h.notBooked(httpURL)
@@ -385,14 +426,27 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	}
 	prev, hop := st.docs[chain]
 	if !hop {
-		clear(st.docs) // a new navigation of the page ends the one before
+		st.endDocs() // a new navigation of the page ends the one before
+		clear(st.docs)
 	}
-	st.docs[networkOr(&ev)] = host
-	letAt, ok := s.prebooked[ev.Request.URL]
-	prebooked := ok && time.Since(letAt) < claimWait
+	pb, ok := s.prebooked[ev.Request.URL]
+	prebooked := ok && time.Since(pb.at) < claimWait
 	if prebooked {
 		delete(s.prebooked, ev.Request.URL)
 	}
+	var fl *flight
+	switch {
+	case hop && prev.host == host:
+		fl = prev.fl // a hop within the host keeps the place of the hop before it
+	case prebooked:
+		fl = pb.fl // the page of a held createTarget: its place
+	default:
+		if hop {
+			prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+		}
+		fl = w.h.newFlight(w.pr.ctx)
+	}
+	st.docs[networkOr(&ev)] = sessDoc{host: host, fl: fl}
 	s.held++
 	w.mu.Unlock()
 
@@ -410,16 +464,22 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 			s.goOn(session, ev.RequestID)
 		}
 	}
-	if hop && prev == host || prebooked {
+	if hop && prev.host == host || prebooked {
 		// A hop within the host, or the page of a held createTarget: booked already.
 		release()
 		return true
 	}
 	w.pr.held.Add(1)
-	w.h.hold(w.pr.ctx, host, ev.Request.URL, w.navLog(session), release, func() {
-		w.pr.held.Done()
-	})
+	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, release, w.pr.held.Done)
 	return true
+}
+
+// endDocs ends the navigations of the documents under way. Callers hold
+// w.mu.
+func (st *sessState) endDocs() {
+	for _, d := range st.docs {
+		d.fl.end()
+	}
 }
 
 // goOn lets a request paused in a client session go on.

@@ -20,10 +20,24 @@ import (
 type streamHold struct {
 	w *watch
 
-	queues map[string][]*heldCmd  // guarded by w.mu; session → its navigation commands, the first one booked
-	docs   map[string]string      // guarded by w.mu; session+" "+requestId → host of a main-frame document under way
-	let    map[string][]time.Time // guarded by w.mu; host → when held navigations to it were let go, not seen yet
-	urls   map[string]string      // guarded by w.mu; session → URL its main frame last committed
+	queues map[string][]*heldCmd // guarded by w.mu; session → its navigation commands, the first one booked
+	docs   map[string]streamDoc  // guarded by w.mu; session+" "+requestId → a main-frame document under way
+	let    map[string][]letNav   // guarded by w.mu; host → held navigations to it let go, not seen yet
+	urls   map[string]string     // guarded by w.mu; session → URL its main frame last committed
+	last   map[string]*flight    // guarded by w.mu; session → its last navigation let go
+}
+
+// streamDoc is a main-frame document under way, seen in the client's
+// Network events.
+type streamDoc struct {
+	host string
+	fl   *flight // nil for a redirect to another host, which is booked but not held
+}
+
+// letNav is a held navigation let go, whose document is expected.
+type letNav struct {
+	at time.Time
+	fl *flight
 }
 
 // heldCmd is a navigation command waiting for its slot.
@@ -36,16 +50,18 @@ type heldCmd struct {
 	entry   int64  // the history entry, -1 for none
 	ctx     context.Context
 	cancel  context.CancelFunc
-	waiting bool // guarded by w.mu; booked, for a slot still to come
+	fl      *flight // the navigation, from its hold to its answer
+	waiting bool    // guarded by w.mu; booked, for a slot still to come
 }
 
 func newStreamHold(w *watch) *streamHold {
 	return &streamHold{
 		w:      w,
 		queues: make(map[string][]*heldCmd),
-		docs:   make(map[string]string),
-		let:    make(map[string][]time.Time),
+		docs:   make(map[string]streamDoc),
+		let:    make(map[string][]letNav),
 		urls:   make(map[string]string),
+		last:   make(map[string]*flight),
 	}
 }
 
@@ -111,13 +127,14 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		queued := len(s.queues[session]) > 0
 		w.mu.Unlock()
 		host, ok := limiter.Key(rawURL)
-		if (!ok || limiter.Exempt(host)) && (!queued || method == "Target.createTarget") {
+		if (!ok || s.w.h.exempt(host)) && (!queued || method == "Target.createTarget") {
 			s.w.h.notBooked(ok)
 			return false // nothing to hold, nothing to keep in order with
 		}
 	}
 	cmd := &heldCmd{id: hd.ID, method: method, session: session, msg: append([]byte(nil), msg...), url: rawURL, entry: entry}
 	cmd.ctx, cmd.cancel = context.WithCancel(w.pr.ctx)
+	cmd.fl = w.h.newFlight(w.pr.ctx)
 	if method == "Target.createTarget" {
 		s.start(cmd) // opens a page of its own: nothing to keep in order with
 		return true
@@ -160,7 +177,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 			}
 		}
 		host, ok := limiter.Key(u)
-		if !ok || limiter.Exempt(host) {
+		if !ok || s.w.h.exempt(host) {
 			s.w.h.notBooked(ok)
 			s.release(cmd, "")
 			return
@@ -179,7 +196,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		w.h.holdBooked(cmd.ctx, host, u, w.navLog(cmd.session), booked, func() { s.release(cmd, host) }, func() { close(done) })
+		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), booked, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -208,6 +225,7 @@ func (s *streamHold) overtake(session string) {
 // interrupts, and drops it.
 func (s *streamHold) supersede(old *heldCmd) {
 	old.cancel()
+	old.fl.end()
 	result := "{}"
 	if old.method == "Page.navigate" {
 		target, _ := s.w.pageOf(old.session)
@@ -236,18 +254,40 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 			s.queues[cmd.session], next = q, q[0]
 		}
 	}
-	if host != "" {
+	var ended []*flight
+	if host == "" {
+		ended = append(ended, cmd.fl) // nothing held, nothing to follow
+	} else {
 		if len(s.let) >= maxTracked {
+			for _, ls := range s.let {
+				for _, l := range ls {
+					ended = append(ended, l.fl)
+				}
+			}
 			clear(s.let)
 		}
 		now := time.Now()
-		times := s.let[host]
-		for len(times) > 0 && now.Sub(times[0]) > letWindow {
-			times = times[1:] // never seen: the client did not enable Network
+		lets := s.let[host]
+		for len(lets) > 0 && now.Sub(lets[0].at) > letWindow {
+			ended = append(ended, lets[0].fl) // never seen: the client did not enable Network
+			lets = lets[1:]
 		}
-		s.let[host] = append(times, now)
+		s.let[host] = append(lets, letNav{at: now, fl: cmd.fl})
+		if cmd.method != "Target.createTarget" {
+			// The page's last navigation is replaced by this one.
+			if prev := s.last[cmd.session]; prev != nil {
+				ended = append(ended, prev)
+			}
+			if len(s.last) >= maxTracked {
+				clear(s.last)
+			}
+			s.last[cmd.session] = cmd.fl
+		}
 	}
 	w.mu.Unlock()
+	for _, fl := range ended {
+		fl.end()
+	}
 	w.pass(cmd.msg)
 	if next != nil {
 		s.start(next)
@@ -306,28 +346,40 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		prev, had := s.docs[key]
 		w.mu.Unlock()
 		if ev.Redirect != nil && had {
-			w.h.observe(prev, limiter.Outcome(*ev.Redirect), w.navLog(session))
+			w.h.observe(prev.fl, prev.host, *ev.Redirect, w.navLog(session))
 		}
 		host, ok := limiter.Key(ev.URL)
-		if !ok || limiter.Exempt(host) {
+		if !ok || s.w.h.exempt(host) {
 			w.mu.Lock()
 			delete(s.docs, key)
 			w.mu.Unlock()
+			prev.fl.end()
 			return false
 		}
+		doc := streamDoc{host: host}
 		switch {
-		case ev.Redirect != nil && host != prev:
+		case ev.Redirect != nil && host != prev.host:
 			// The browser follows redirects by itself: book the new host so
-			// its schedule counts the request, though it cannot be held.
+			// its schedule counts the request, though it cannot be held (nor
+			// take a place in flight).
+			prev.fl.end()
 			go w.h.book(w.pr.ctx, host, ev.URL, w.navLog(session))
-		case ev.Redirect == nil && !s.expected(host):
-			w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
+		case ev.Redirect != nil:
+			doc.fl = prev.fl
+		default:
+			var expected bool
+			if doc.fl, expected = s.expected(host); !expected {
+				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
+			}
 		}
 		w.mu.Lock()
 		if len(s.docs) >= maxTracked {
+			for _, d := range s.docs {
+				d.fl.end()
+			}
 			clear(s.docs)
 		}
-		s.docs[key] = host
+		s.docs[key] = doc
 		w.mu.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
 		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
@@ -336,17 +388,21 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		}
 		key := session + " " + ev.RequestID
 		w.mu.Lock()
-		host, tracked := s.docs[key]
+		doc, tracked := s.docs[key]
 		delete(s.docs, key)
 		w.mu.Unlock()
 		if tracked {
-			w.h.observe(host, limiter.Outcome(ev.Outcome), w.navLog(session))
+			w.h.observe(doc.fl, doc.host, ev.Outcome, w.navLog(session))
+			doc.fl.end()
 		}
 	case "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
 			w.mu.Lock()
 			delete(s.urls, sid)
+			last := s.last[sid]
+			delete(s.last, sid)
 			w.mu.Unlock()
+			last.end() // the page went, or the client left it
 		}
 	}
 	return false
@@ -361,20 +417,31 @@ func (s *streamHold) setURL(session, u string) {
 }
 
 // expected reports whether a document request to host is one of a
-// navigation the relay held and let go, and marks it seen.
-func (s *streamHold) expected(host string) bool {
+// navigation the relay held and let go, marks it seen and returns that
+// navigation's flight.
+func (s *streamHold) expected(host string) (*flight, bool) {
 	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	times := s.let[host]
-	for len(times) > 0 && time.Since(times[0]) > letWindow {
-		times = times[1:]
+	lets := s.let[host]
+	var aged []*flight
+	for len(lets) > 0 && time.Since(lets[0].at) > letWindow {
+		aged = append(aged, lets[0].fl)
+		lets = lets[1:]
 	}
-	if len(times) == 0 {
+	var fl *flight
+	ok := len(lets) > 0
+	if ok {
+		fl, lets = lets[0].fl, lets[1:]
+	}
+	if len(lets) == 0 {
 		delete(s.let, host)
-		return false
+	} else {
+		s.let[host] = lets
 	}
-	s.let[host] = times[1:]
-	return true
+	s.w.mu.Unlock()
+	for _, a := range aged {
+		a.end()
+	}
+	return fl, ok
 }
 
 // mainFrame reports whether frame is the main frame of session's page;

@@ -21,8 +21,8 @@ type Metrics struct {
 
 	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
 	navForeign, navUnheld                          prometheus.Counter
-	delay                                          prometheus.Histogram
-	overload, failure, answered                    prometheus.Counter
+	delay, concurrency                             prometheus.Histogram
+	overload, failure, slow, answered              prometheus.Counter
 	late                                           prometheus.Counter
 	pushedBy                                       prometheus.Counter
 	conns                                          prometheus.Gauge
@@ -33,11 +33,13 @@ type Metrics struct {
 	waits                                          prometheus.Histogram
 }
 
-// NewMetrics creates the metrics of a relay booking in l: its Limiter, or
-// what books under it (a *limiter.Limiter, a shared store). What only some
-// know — how many hosts they track (Len), how often a shared store fell
-// back (Fallbacks) — is exported when l has it.
-func NewMetrics(l any) *Metrics {
+// NewMetrics creates the metrics of a relay booking in ls: its Limiter,
+// and what books under it (a *limiter.Limiter, a shared store). What only
+// some know — how many hosts they track (Len), how often a shared store
+// fell back (Fallbacks), its connections (Conns), how many places of the
+// in-flight cap the bound gave back (Expired) — is exported from the
+// first of ls that has it.
+func NewMetrics(ls ...any) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{reg: reg}
 	nav := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -55,11 +57,18 @@ func NewMetrics(l any) *Metrics {
 		Help:    "How long delayed navigations were held.",
 		Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60},
 	})
+	m.concurrency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "cdp_throttle_concurrency_wait_seconds",
+		Help:    "How long navigations that waited for a place among their host's navigations in flight (--http-nav-concurrency, concurrency:N) waited.",
+		Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60},
+	})
 	fb := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cdp_throttle_feedback_total",
-		Help: "Answers to held navigations by class: overload (429, 503), failure (other 5xx, no answer), ok (the rest).",
+		Help: "Answers to held navigations by class: overload (--overload-status, 429 and 503 by default), " +
+			"failure (other 5xx, no answer), slow (slower than the host's baseline allows, with --latency-backoff), ok (the rest).",
 	}, []string{"class"})
 	m.overload, m.failure, m.answered = fb.WithLabelValues("overload"), fb.WithLabelValues("failure"), fb.WithLabelValues("ok")
+	m.slow = fb.WithLabelValues("slow")
 	m.late = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cdp_throttle_late_departures_total",
 		Help: "Held navigations that left the browser later than usual after their release, moving the rest of their schedule.",
@@ -99,27 +108,52 @@ func NewMetrics(l any) *Metrics {
 		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	})
-	reg.MustRegister(nav, m.delay, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
-	if lenner, ok := l.(interface{ Len() int }); ok {
+	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
+	if lenner, ok := first[interface{ Len() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
 			Help: "Hosts the limiter remembers (idle ones are forgotten).",
 		}, func() float64 { return float64(lenner.Len()) }))
 	}
-	if fallbacks, ok := l.(interface{ Fallbacks() uint64 }); ok {
+	if fallbacks, ok := first[interface{ Fallbacks() uint64 }](ls); ok {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cdp_throttle_store_fallbacks_total",
-			Help: "Bookings and answers the shared store could not take, handled by the local fallback (or held).",
+			Help: "Bookings, answers and places in flight the shared store could not take, handled by the local fallback (or held).",
 		}, func() float64 { return float64(fallbacks.Fallbacks()) }))
 	}
-	if conns, ok := l.(interface{ Conns() int }); ok {
+	if conns, ok := first[interface{ Conns() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_store_connections",
 			Help: "Connections to Redis open now, idle ones included.",
 		}, func() float64 { return float64(conns.Conns()) }))
 	}
+	if expired, ok := first[interface{ Expired() uint64 }](ls); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cdp_throttle_concurrency_expired_total",
+			Help: "Places among a host's navigations in flight given back by the bound (--http-nav-concurrency-bound): the navigation's end was never seen.",
+		}, func() float64 { return float64(expired.Expired()) }))
+	}
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// first returns the first of ls that is a T.
+func first[T any](ls []any) (T, bool) {
+	for _, l := range ls {
+		if t, ok := l.(T); ok {
+			return t, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// concurrencyWait counts a navigation that waited d for a place among its
+// host's navigations in flight.
+func (m *Metrics) concurrencyWait(d time.Duration) {
+	if m != nil {
+		m.concurrency.Observe(d.Seconds())
+	}
 }
 
 // admission exports the state of the gate that gives clients their places.
@@ -215,15 +249,17 @@ const (
 )
 
 // feedback counts one answer fed back to the limiter.
-func (m *Metrics) feedback(o limiter.Outcome) {
+func (m *Metrics) feedback(e limiter.Effect) {
 	if m == nil {
 		return
 	}
-	switch answerClass(o) {
-	case dashboard.Overload:
+	switch e {
+	case limiter.Overload:
 		m.overload.Inc()
-	case dashboard.Failure:
+	case limiter.Failure:
 		m.failure.Inc()
+	case limiter.Slow:
+		m.slow.Inc()
 	default:
 		m.answered.Inc()
 	}
@@ -237,14 +273,15 @@ func (m *Metrics) pushed(by time.Duration) {
 	}
 }
 
-// answerClass is the class of an answer as the limiter hears it: overload
-// (429, 503: the overload pressure), failure (another 5xx, or no answer)
-// or ok (the rest).
-func answerClass(o limiter.Outcome) dashboard.Answer {
-	switch {
-	case o.Status == 429 || o.Status == 503:
+// answerClass is the class of an answer as the limiter heard it, for the
+// page: overload (its setting's overload statuses: the overload
+// pressure), failure (another 5xx, no answer, or slower than its host's
+// baseline: the failure pressure) or ok (the rest).
+func answerClass(e limiter.Effect) dashboard.Answer {
+	switch e {
+	case limiter.Overload:
 		return dashboard.Overload
-	case o.NoAnswer || o.Status >= 500 && o.Status <= 599:
+	case limiter.Failure, limiter.Slow:
 		return dashboard.Failure
 	}
 	return dashboard.OK
@@ -262,7 +299,7 @@ func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
 	}
 	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
 			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld)},
-		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure)}
+		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure) + n(m.slow)}
 }
 
 func (m *Metrics) connection(delta float64) {

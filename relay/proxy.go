@@ -18,7 +18,9 @@
 //
 // Navigations are held in one of two ways, each in a file of its own, and
 // both go through the same book → wait → release → observe steps of
-// hold.go. With a Chromium upstream (hold_fetch.go) the relay opens its own
+// hold.go (a place among its host's navigations in flight first, when the
+// Limiter is a Capper that caps it, given back when the navigation ends:
+// a flight). With a Chromium upstream (hold_fetch.go) the relay opens its own
 // connection to the browser endpoint and enables Fetch interception there
 // for document requests; the browser pauses every document request of
 // every page for it, however the navigation started, and the relay never
@@ -44,6 +46,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/pace"
@@ -91,7 +94,8 @@ func (i Intercept) String() string {
 // concurrent use.
 type Limiter interface {
 	// Mode reports the global mode: Off means nothing is ever booked, so
-	// the relay arms no holding at all.
+	// the relay arms no holding at all, unless the Limiter is a Capper
+	// that caps some host.
 	Mode() limiter.Mode
 	// Reserve books the slot of a navigation to rawURL, wanted at now; host
 	// is limiter.Key(rawURL). It may block, to read the site's robots.txt,
@@ -99,8 +103,24 @@ type Limiter interface {
 	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
 	// what was booked and why.
 	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
-	// Observe feeds the answer a navigation of host got at now back.
-	Observe(host string, o limiter.Outcome, now time.Time)
+	// Observe feeds the answer a navigation of host got at now back, with
+	// how long it took (o.Took), and says what the answer was: overload, a
+	// failure, slow, or calm.
+	Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect
+}
+
+// Capper is what a Limiter adds when it also caps the navigations of each
+// bucket in flight (*policy.Policy does): the relay asks it for a place
+// before it books a navigation, and gives the place back when the
+// navigation ends.
+type Capper interface {
+	// Caps reports whether any host has a cap: then navigations are held
+	// even where nothing is spaced.
+	Caps() bool
+	// Enter waits, behind the navigations that came first, for a place
+	// among the navigations in flight of host's bucket, and returns it, nil
+	// when host has no cap; it returns ctx's error when ctx ends first.
+	Enter(ctx context.Context, host string) (*inflight.Place, error)
 }
 
 // Defaults for the zero values of Proxy's fields.
@@ -199,6 +219,8 @@ type Proxy struct {
 	// for tests of the holding itself, which play pauses of pages no
 	// client drives.
 	everyPage bool
+
+	capper Capper // set once by Start: the Limiter, when it caps navigations in flight
 
 	log      zerolog.Logger // set once by Start
 	ups      []*upstream    // set once by Start
@@ -349,7 +371,10 @@ func (p *Proxy) Start(ctx context.Context) error {
 			}
 		}
 	}
-	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off {
+	if c, ok := p.Limiter.(Capper); ok && c.Caps() {
+		p.capper = c
+	}
+	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
 	}

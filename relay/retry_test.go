@@ -35,6 +35,11 @@ func (s *holdingStore) Reserve(_ context.Context, host, _ string, now time.Time)
 	return s.Limiter.Reserve(host, now)
 }
 
+func (s *holdingStore) Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect {
+	s.Limiter.Observe(host, o, now)
+	return limiter.Config{}.Effect(o)
+}
+
 // TestStoreHoldsUntilBack: a navigation the store cannot book is held, and
 // asked about again, until the store books it; then it goes at once.
 func TestStoreHoldsUntilBack(t *testing.T) {

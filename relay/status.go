@@ -25,13 +25,13 @@ func (p *Proxy) booked(host string, now time.Time, r limiter.Reservation) {
 }
 
 // answered tells the page's timeline of the answer a navigation of host
-// got.
-func (p *Proxy) answered(host string, o limiter.Outcome) {
+// got at, with status, and what it did to the host (e).
+func (p *Proxy) answered(host string, e limiter.Effect, status int, at time.Time) {
 	bucket := host
 	if b, ok := p.Limiter.(interface{ Bucket(host string) string }); ok {
 		bucket = b.Bucket(host)
 	}
-	p.timeline.Answered(bucket, host, answerClass(o), o.Status, time.Now())
+	p.timeline.Answered(bucket, host, answerClass(e), status, at)
 }
 
 // Status reports the relay's state at now for its page, with up to n of
@@ -57,7 +57,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	}); ok {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
-				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule})
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency})
 		}
 	}
 	return st
@@ -101,12 +101,26 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		Source       string  `json:"source,omitempty"` // flag, rule N, robots.txt
 		Rule         string  `json:"rule,omitempty"`
 		CrawlDelayMS float64 `json:"crawl_delay_ms,omitempty"`
+		// With a cap on navigations in flight (zero without one).
+		InFlight          *int   `json:"in_flight,omitempty"`
+		Waiting           *int   `json:"waiting,omitempty"`
+		Concurrency       int    `json:"concurrency,omitempty"`
+		ConcurrencySource string `json:"concurrency_source,omitempty"` // flag, rule N
+		// With --latency-backoff.
+		BaselineMS   float64 `json:"answer_baseline_ms,omitempty"`
+		LastAnswerMS float64 `json:"last_answer_ms,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(time.Now(), n) {
-			out = append(out, host{h.Host, h.Pressure, limiter.ShownMillis(spacingNow(h)), limiter.ShownMillis(h.NextFree),
-				h.Mode.String(), h.Source, h.Rule, limiter.ShownMillis(h.Floor)})
+			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.ShownMillis(spacingNow(h)), NextFreeMS: limiter.ShownMillis(h.NextFree),
+				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
+				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
+				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer)}
+			if p.capper != nil {
+				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
+			}
+			out = append(out, hs)
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -2,16 +2,22 @@
 // issued back to back against one host (or several in turn), each a
 // page-load time after the one before started, in phases separated by idle
 // time, booked through a policy as the relay books them (rules, buckets, a
-// Crawl-delay). It prints the schedule as the tables of the limiter's
-// published measurement (package report) or as CSV, and never sleeps. It
-// knows the limiter and the policy, not the relay or CDP.
+// Crawl-delay). With several pages at once, each page asks for its next
+// navigation when its last one is answered, and a cap on the navigations
+// in flight (--http-nav-concurrency, concurrency:N) holds a navigation
+// until one of its bucket's is answered, in arrival order, as the relay
+// does. It prints the schedule as the tables of the limiter's published
+// measurement (package report) or as CSV, and never sleeps. It knows the
+// limiter and the policy, not the relay or CDP.
 package simulate
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,10 +36,14 @@ type Options struct {
 	Policy      policy.Config
 	Hosts       []string      // navigated to in turn; empty means DefaultHost
 	Navigations int           // per phase
-	Load        time.Duration // from a navigation's start to the next request
+	Load        time.Duration // from a navigation's start to the next request: its answer time
 	Phases      int
 	Idle        time.Duration // between phases
 	CSV         bool          // one row per navigation instead of the tables
+	// Pages is how many pages navigate at once, each asking for its next
+	// navigation Load after its last one started (when it is answered).
+	// Zero means 1.
+	Pages int
 }
 
 // Check reports what is wrong with o, naming the flag that sets it.
@@ -47,6 +57,8 @@ func (o Options) Check() error {
 		return fmt.Errorf("--load %v: want a duration ≥ 0", o.Load)
 	case o.Idle < 0:
 		return fmt.Errorf("--idle %v: want a duration ≥ 0", o.Idle)
+	case o.Pages < 0 || o.Pages > 10_000:
+		return fmt.Errorf("--pages %d: want 1 to 10000", o.Pages)
 	}
 	for _, h := range o.Hosts {
 		if k, ok := limiter.Key("http://" + h + "/"); !ok || k != h {
@@ -66,34 +78,80 @@ func (o Options) hosts() []string {
 // Nav is one simulated navigation. Times count from the run's first navigation.
 type Nav struct {
 	Phase, Nav int
+	Page       int // 1 to Options.Pages
 	Host       string
 	Start      time.Duration
 	Wait       time.Duration // from the request to the start
-	Spacing    time.Duration
-	Pressure   int
+	// PlaceWait is the part of Wait spent waiting for a place among its
+	// bucket's navigations in flight, under a cap.
+	PlaceWait time.Duration
+	Spacing   time.Duration
+	Pressure  int
 }
 
 // Replay replays navigations issued back to back against the hosts in
-// turn: each is requested o.Load after the previous one started. It runs
-// the real policy and limiter on a simulated clock and never sleeps.
+// turn: each page asks for its next one o.Load after its last one started,
+// when that one is answered. A navigation over its bucket's cap on
+// navigations in flight waits, in arrival order, until one of them is
+// answered; then it books its slot. It runs the real policy and limiter on
+// a simulated clock and never sleeps. The navigations are returned in the
+// order they started.
 func Replay(o Options) []Nav {
 	o.Policy.Robots = nil // never fetched on a simulated clock
 	pol := policy.New(o.Policy, limiter.New(o.Policy.Default))
 	hosts := o.hosts()
 	origin := time.Now()
+	pages := make([]time.Duration, max(o.Pages, 1)) // when each page asks for its next navigation
+	inFlight := map[string][]time.Duration{}        // bucket → when its navigations in flight are answered, soonest first
 	var navs []Nav
-	var t time.Duration // simulated time of the next request
 	for p := 1; p <= o.Phases; p++ {
 		if p > 1 {
-			t += o.Idle
+			t := slices.Max(pages) + o.Idle
+			for i := range pages {
+				pages[i] = t
+			}
 		}
 		for i := 1; i <= o.Navigations; i++ {
+			page := 0 // the page that asks first, in arrival order
+			for k := range pages {
+				if pages[k] < pages[page] {
+					page = k
+				}
+			}
+			t := pages[page]
 			host := hosts[(i-1)%len(hosts)]
-			r := pol.Reserve(context.Background(), host, "http://"+host+"/", origin.Add(t))
+			placed := t // when it has its place in flight
+			bucket, limit := pol.Cap(host)
+			if limit > 0 {
+				ends := inFlight[bucket]
+				for len(ends) > 0 && ends[0] <= t {
+					ends = ends[1:]
+				}
+				if len(ends) >= limit {
+					placed, ends = ends[0], ends[1:] // the first place given back is its
+				}
+				inFlight[bucket] = ends
+			}
+			r := pol.Reserve(context.Background(), host, "http://"+host+"/", origin.Add(placed))
 			start := r.Start.Sub(origin)
-			navs = append(navs, Nav{Phase: p, Nav: i, Host: host, Start: start, Wait: start - t, Spacing: r.Spacing, Pressure: r.Pressure})
-			t = start + o.Load
+			if limit > 0 {
+				end := start + o.Load
+				ends := inFlight[bucket]
+				k, _ := slices.BinarySearch(ends, end)
+				inFlight[bucket] = slices.Insert(ends, k, end)
+			}
+			navs = append(navs, Nav{Phase: p, Page: page + 1, Host: host, Start: start, Wait: start - t, PlaceWait: placed - t, Spacing: r.Spacing, Pressure: r.Pressure})
+			pages[page] = start + o.Load
 		}
+	}
+	slices.SortStableFunc(navs, func(a, b Nav) int { return cmp.Or(cmp.Compare(a.Phase, b.Phase), cmp.Compare(a.Start, b.Start)) })
+	n := 0
+	for k := range navs {
+		if k == 0 || navs[k].Phase != navs[k-1].Phase {
+			n = 0
+		}
+		n++
+		navs[k].Nav = n
 	}
 	return navs
 }
@@ -102,8 +160,9 @@ func Replay(o Options) []Nav {
 func Run(o Options, stdout io.Writer) error {
 	navs := Replay(o)
 	w := bufio.NewWriter(stdout)
+	_, limit := policy.New(o.Policy, nil).Cap(o.hosts()[0])
 	if o.CSV {
-		writeSimCSV(w, navs)
+		writeSimCSV(w, navs, o.Pages > 1 || limit > 0)
 	} else {
 		// The tables are read in the setting of the first host.
 		set, source, _ := policy.New(o.Policy, nil).Setting(o.hosts()[0])
@@ -121,11 +180,58 @@ func Run(o Options, stdout io.Writer) error {
 		if source != policy.SourceFlags {
 			burst += ", by " + source
 		}
-		fmt.Fprintf(w, "%d navigations per phase to %s, each requested %v after the previous one started; %s\n\n",
-			o.Navigations, to, o.Load, burst)
+		if o.Pages > 1 {
+			fmt.Fprintf(w, "%d navigations per phase to %s from %d pages at once, each page asking for its next %v after its last one started (when it is answered); %s\n\n",
+				o.Navigations, to, o.Pages, o.Load, burst)
+		} else {
+			fmt.Fprintf(w, "%d navigations per phase to %s, each requested %v after the previous one started; %s\n\n",
+				o.Navigations, to, o.Load, burst)
+		}
 		report.Write(w, report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases(navs, o.Phases), Booked: booked(navs)})
+		if limit > 0 || o.Pages > 1 {
+			writeInFlight(w, navs, o.Load, limit)
+		}
 	}
 	return w.Flush()
+}
+
+// writeInFlight says how many navigations of one bucket were in flight at
+// once (each from its start to its answer, Load later), and how many
+// waited for a place and how long.
+func writeInFlight(w io.Writer, navs []Nav, load time.Duration, limit int) {
+	type edge struct {
+		at    time.Duration
+		delta int
+	}
+	byBucket := map[string][]edge{}
+	var waits []time.Duration
+	for _, n := range navs {
+		byBucket[n.Host] = append(byBucket[n.Host], edge{n.Start, 1}, edge{n.Start + load, -1})
+		if n.PlaceWait > 0 {
+			waits = append(waits, n.PlaceWait)
+		}
+	}
+	most := 0
+	for _, edges := range byBucket {
+		// An answer at the instant another starts frees its place first.
+		slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+		in := 0
+		for _, e := range edges {
+			in += e.delta
+			most = max(most, in)
+		}
+	}
+	capped := "no cap"
+	if limit > 0 {
+		capped = fmt.Sprintf("cap %d", limit)
+	}
+	fmt.Fprintf(w, "\nin flight at once, per host: at most %d (%s)", most, capped)
+	if len(waits) > 0 {
+		slices.Sort(waits)
+		fmt.Fprintf(w, "; %d of %d navigations waited for a place: p50 %.1fms, max %.1fms", len(waits), len(navs),
+			limiter.Millis(report.Percentile(waits, 0.5)), limiter.Millis(waits[len(waits)-1]))
+	}
+	fmt.Fprintln(w)
 }
 
 // Report replays o and returns the schedule of its first host as the
@@ -145,19 +251,26 @@ func phases(navs []Nav, n int) [][]time.Duration {
 	return out
 }
 
-// booked returns phase 1's navigations as the limiter let them go.
+// booked returns phase 1's navigations as the limiter let them go: held
+// for its slot, not only for a place in flight.
 func booked(navs []Nav) []report.Booking {
 	var out []report.Booking
 	for _, nv := range navs {
 		if nv.Phase == 1 {
-			out = append(out, report.Booking{Start: nv.Start, Waited: nv.Wait > 0})
+			out = append(out, report.Booking{Start: nv.Start, Waited: nv.Wait > nv.PlaceWait})
 		}
 	}
 	return out
 }
 
-func writeSimCSV(w io.Writer, navs []Nav) {
-	fmt.Fprintln(w, "phase,nav,start_ms,gap_ms,wait_ms,spacing_ms,pressure")
+// writeSimCSV writes one row per navigation; with pages, which page asked
+// for it and how long it waited for a place in flight too.
+func writeSimCSV(w io.Writer, navs []Nav, pages bool) {
+	head := "phase,nav,start_ms,gap_ms,wait_ms,spacing_ms,pressure"
+	if pages {
+		head += ",page,place_wait_ms"
+	}
+	fmt.Fprintln(w, head)
 	var prev time.Duration
 	for i, n := range navs {
 		gap := time.Duration(0)
@@ -165,6 +278,10 @@ func writeSimCSV(w io.Writer, navs []Nav) {
 			gap = n.Start - prev
 		}
 		prev = n.Start
-		fmt.Fprintf(w, "%d,%d,%.3f,%.3f,%.3f,%.3f,%d\n", n.Phase, n.Nav, limiter.Millis(n.Start), limiter.Millis(gap), limiter.Millis(n.Wait), limiter.Millis(n.Spacing), n.Pressure)
+		fmt.Fprintf(w, "%d,%d,%.3f,%.3f,%.3f,%.3f,%d", n.Phase, n.Nav, limiter.Millis(n.Start), limiter.Millis(gap), limiter.Millis(n.Wait), limiter.Millis(n.Spacing), n.Pressure)
+		if pages {
+			fmt.Fprintf(w, ",%d,%.3f", n.Page, limiter.Millis(n.PlaceWait))
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -98,3 +98,18 @@ func BenchmarkReserveRedisDown(b *testing.B) {
 		s.Reserve("example.com", time.Now())
 	}
 }
+
+// BenchmarkInflightEnterLeave takes and gives back a place in flight in
+// Redis, one call each: what a capped navigation pays with --store.
+func BenchmarkInflightEnterLeave(b *testing.B) {
+	s := benchStore(b, limiter.Config{})
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		id := strconv.Itoa(i)
+		i++
+		s.Enter("example.com", id, 2)
+		s.Leave("example.com", id)
+	}
+	report(b, s)
+}

@@ -158,3 +158,49 @@ func TestClusterNodeDown(t *testing.T) {
 		t.Errorf("the log does not name the dead node %s:\n%s", dead.Addr(), logs)
 	}
 }
+
+// TestClusterInflight: the in-flight cap's places in a Redis Cluster: one
+// bucket on each node, the cap of 1 holds across two stores; with a node
+// killed, only its bucket's places fall back to each relay alone.
+func TestClusterInflight(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	open := func() *Redis {
+		s, err := NewRedis(context.Background(), rc.URL(), limiter.Config{}, Options{Prefix: "c:", Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	buckets := map[*redistest.Process]string{}
+	for i := 0; len(buckets) < 3 && i < 1000; i++ {
+		h := fmt.Sprintf("h%d.example", i)
+		if n := rc.NodeOf(t, a.inflightKey(h)); buckets[n] == "" {
+			buckets[n] = h
+		}
+	}
+	if len(buckets) != 3 {
+		t.Fatalf("buckets on %d nodes, want 3", len(buckets))
+	}
+	for _, h := range buckets {
+		if !a.Enter(h, "1", 1) || b.Enter(h, "1", 1) || a.InFlight(h) != 1 {
+			t.Fatalf("%s: the cap of 1 does not hold across two stores on the cluster", h)
+		}
+		a.Leave(h, "1")
+		if !b.Enter(h, "2", 1) {
+			t.Fatalf("%s: a place given back is not free", h)
+		}
+	}
+	dead := rc.Nodes[0]
+	dead.Kill()
+	for n, h := range buckets {
+		took := a.Enter(h, "3", 1) // b holds the place: only a relay alone would take one
+		if n == dead && !took {
+			t.Errorf("%s, on the node killed: no place in the local fallback", h)
+		}
+		if n != dead && took {
+			t.Errorf("%s, on a node alive: a second place under a cap of 1", h)
+		}
+	}
+}

@@ -46,6 +46,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,6 +111,10 @@ type Options struct {
 	// Log receives a warning when Redis is lost and a note when it is back,
 	// once per outage. Nil logs nothing.
 	Log *zerolog.Logger
+	// Lease is how long a place of the in-flight cap lives in Redis unless
+	// its relay renews it (every Lease/3): how long a relay that died holds
+	// its places. Zero means DefaultLease.
+	Lease time.Duration
 }
 
 // Redis books navigation slots per host in Redis, with the rule of
@@ -136,6 +141,15 @@ type Redis struct {
 	// callerClock makes the script use the caller's now instead of
 	// Redis's clock. Set by tests only, to replay the rule on a simulated clock.
 	callerClock bool
+	// clock, when set, is the now the in-flight script uses instead of
+	// Redis's clock. Set by tests only.
+	clock func() time.Time
+
+	owner     string        // names this store's leases: random, per process
+	lease     time.Duration // Options.Lease
+	leases    leases
+	stopRenew chan struct{}
+	renewing  sync.WaitGroup
 
 	whole     outage       // of the one server or master; a cluster has one per node
 	nodes     *nodeOutages // a cluster's, by node
@@ -162,12 +176,6 @@ var step = redis.NewScript(strings.NewReplacer(
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
-// Pressure an answer adds, as limiter.Limiter's Observe counts it.
-const (
-	overloadPressure = limiter.OverloadIntervals * limiter.RampBursts
-	failurePressure  = limiter.FailureIntervals * limiter.RampBursts
-)
-
 // NewRedis connects to Redis at url and returns a store booking with cfg.
 // url is one server, "redis://HOST:PORT/DB" (any form redis.ParseURL
 // reads); a master watched by Redis Sentinel, go-redis's failover URL
@@ -188,6 +196,11 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 		hold:    opts.Hold,
 		log:     zerolog.Nop(),
 		cfg:     cfg,
+		owner:   newOwner(),
+		lease:   opts.Lease,
+	}
+	if s.lease <= 0 {
+		s.lease = DefaultLease
 	}
 	switch opts.Fallback {
 	case "", FallbackLocal:
@@ -227,13 +240,23 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 		s.client.Close()
 		return nil, fmt.Errorf("store: redis at %s: loading the script: %w", s.addr, err)
 	}
+	if err := inflightStep.Load(ctx, s.client).Err(); err != nil {
+		s.client.Close()
+		return nil, fmt.Errorf("store: redis at %s: loading the in-flight script: %w", s.addr, err)
+	}
+	s.stopRenew = make(chan struct{})
+	s.renewing.Go(func() { s.renew(s.stopRenew) })
 	return s, nil
 }
 
-// Close closes the connections to Redis. Calls made after it are answered
-// by the fallback, without logging an outage.
+// Close stops renewing leases and closes the connections to Redis. Calls
+// made after it are answered by the fallback, without logging an outage.
 func (s *Redis) Close() error {
-	s.shut.Store(true)
+	if s.shut.Swap(true) {
+		return nil
+	}
+	close(s.stopRenew)
+	s.renewing.Wait()
 	if err := s.client.Close(); err != nil {
 		return fmt.Errorf("store: closing redis at %s: %w", s.addr, err)
 	}
@@ -265,15 +288,19 @@ func (s *Redis) Outages() uint64 { return s.outages.Load() }
 // FallbackClosed mode Reserve returns a hold: nothing booked, Start one
 // Options.Hold after now, and Retry set (ask again at Start).
 func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
+	if limiter.Exempt(host) {
+		return limiter.Reservation{Start: now, Mode: limiter.Off}
+	}
 	return s.ReserveWith(host, s.cfg, now)
 }
 
 // ReserveWith is Reserve with the setting cfg instead of the store's own,
 // as limiter.Limiter's ReserveWith: the setting goes to Redis with the
-// booking.
+// booking, and loopback is booked like any host (the policy decides what
+// is exempt).
 func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limiter.Reservation {
 	set := settingOf(cfg)
-	if set.mode == limiter.Off || limiter.Exempt(host) {
+	if set.mode == limiter.Off {
 		return limiter.Reservation{Start: now, Mode: limiter.Off}
 	}
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
@@ -332,28 +359,30 @@ func settingOf(cfg limiter.Config) setting {
 // answer, the local fallback is told instead; in FallbackClosed mode the
 // answer is dropped.
 func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
+	if limiter.Exempt(host) {
+		return
+	}
 	s.ObserveWith(host, s.cfg, o, now)
 }
 
 // ObserveWith is Observe for a host booked with the setting cfg
-// (ReserveWith): only an adaptive setting listens.
+// (ReserveWith): only an adaptive setting listens, and cfg.Overload says
+// which statuses are overload (limiter.Config.Effect).
 func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, now time.Time) {
 	set := settingOf(cfg)
-	if set.mode != limiter.Adaptive || limiter.Exempt(host) {
+	if set.mode != limiter.Adaptive {
 		return
 	}
-	var add int
+	effect := cfg.Effect(o)
+	add := effect.Pressure()
+	if add == 0 {
+		return
+	}
 	wait := int64(-1)
-	switch {
-	case o.Status == 429 || o.Status == 503:
-		add = overloadPressure
+	if effect == limiter.Overload {
 		if d, ok := limiter.ParseRetryAfter(o.RetryAfter); ok {
 			wait = d.Microseconds()
 		}
-	case o.Status >= 500 && o.Status <= 599, o.NoAnswer:
-		add = failurePressure
-	default:
-		return
 	}
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
 		_, err := s.run(host, now, "o", set, add, wait)
@@ -538,6 +567,7 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	if err != nil {
 		return nil
 	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, s.prefix+inflightInfix) })
 	cmds := s.peekAll(ctx, keys)
 	out := make([]limiter.HostState, 0, len(keys))
 	for i, c := range cmds {

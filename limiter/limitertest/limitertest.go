@@ -466,6 +466,7 @@ type SettingStep struct {
 var (
 	adaptive1 = limiter.Config{Burst: 1}
 	fixed300  = limiter.Config{Mode: limiter.Fixed, Interval: 300 * time.Millisecond, Burst: 1}
+	cdn       = limiter.Config{Burst: 1, Overload: limiter.NewStatuses(403, 429)}
 )
 
 // SettingCases are bookings whose setting travels with them: the rule of
@@ -507,6 +508,45 @@ var SettingCases = []struct {
 		{Step{10, "", status(503, ""), 0}, adaptive1},
 		{Step{20, "", nil, 40}, adaptive1},
 		{Step{20, "", nil, 160}, adaptive1},
+	}},
+	{"the setting's overload statuses: a 403 in them adds 50, a 503 outside them 10", []SettingStep{
+		// pressure 1 → 51 after the 403: spacing 120 from tat 20.
+		{Step{0, "", nil, 0}, cdn},
+		{Step{10, "", status(403, ""), 0}, cdn},
+		{Step{10, "", nil, 20}, cdn},
+		// 52 → 62 after the 503, which is no overload here: spacing 20 × (1 + 6) = 140.
+		{Step{10, "", status(503, ""), 0}, cdn},
+		{Step{10, "", nil, 140}, cdn},
+		{Step{10, "", nil, 280}, cdn},
+	}},
+	{"Retry-After is honoured on the setting's overload statuses only", []SettingStep{
+		{Step{0, "", nil, 0}, cdn},
+		{Step{10, "", status(503, "5"), 0}, cdn}, // not overload here: Retry-After ignored
+		{Step{10, "", nil, 20}, cdn},
+		{Step{20, "", status(403, "2"), 0}, cdn},
+		{Step{30, "", nil, 2020}, cdn},
+	}},
+	{"no overload statuses: 429 is calm, 503 a failure", []SettingStep{
+		{Step{0, "", nil, 0}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+		{Step{10, "", status(429, "30"), 0}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+		{Step{10, "", nil, 20}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+		{Step{10, "", status(503, ""), 0}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+		// pressure 2 → 12 after the 503: spacing 40.
+		{Step{10, "", nil, 40}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+		{Step{10, "", nil, 80}, limiter.Config{Burst: 1, Overload: limiter.NewStatuses()}},
+	}},
+	{"a slow answer adds 10, as a failure", []SettingStep{
+		// pressure 1 → 11: spacing 40 from tat 20.
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{10, "", &limiter.Outcome{Status: 200, Slow: true}, 0}, adaptive1},
+		{Step{10, "", nil, 20}, adaptive1},
+		{Step{10, "", nil, 60}, adaptive1},
+	}},
+	{"a booking with a setting books loopback: a policy decides what is exempt", []SettingStep{
+		{Step{0, "127.0.0.1", nil, 0}, fixed300},
+		{Step{0, "127.0.0.1", nil, 300}, fixed300},
+		{Step{0, "localhost", nil, 0}, adaptive1},
+		{Step{0, "localhost", nil, 20}, adaptive1},
 	}},
 	{"Retry-After with a floor", []SettingStep{
 		{Step{0, "", nil, 0}, limiter.Config{Floor: 500 * time.Millisecond}},
