@@ -117,15 +117,13 @@ func TestOnlyItsOwnClients(t *testing.T) {
 		}
 	}
 	// The holding relay booked its own client's navigations (and the
-	// warm-up of its page), none of the others': those it let go as
-	// foreign, each of theirs (eight pages each, each with its warm-up).
+	// warm-up of its page), none of the others'. Their pages pause
+	// nowhere (the relay lets each run as it appears), so it sees them
+	// only as foreign if one navigates while it pauses every document.
 	b, foreign := navCounts(t, holding)
-	t.Logf("holding relay: %d navigations booked (%d for own.test), %d foreign", b, len(bookings(holding, "own.test")), foreign)
+	t.Logf("holding relay: %d navigations booked (%d for own.test), %d let go as foreign", b, len(bookings(holding, "own.test")), foreign)
 	if want := n + 1; b != want || len(bookings(holding, "own.test")) != want {
 		t.Errorf("holding relay booked %d navigations, %d of them to own.test, want %d: its own client's %d and their warm-up", b, len(bookings(holding, "own.test")), want, n)
-	}
-	if want := 2 * (n + pages); foreign < want {
-		t.Errorf("holding relay let %d navigations go as foreign, want the other two clients' %d", foreign, want)
 	}
 }
 
@@ -193,25 +191,22 @@ func TestTwoRelaysOneBrowser(t *testing.T) {
 	st := statsOf(at)
 	want := simulateSpan(limiter.Config{}, 200, 4500*time.Microsecond)
 	// Each navigation booked once, by the relay its client came through
-	// (100 and a warm-up each); the other relay let it go as foreign.
+	// (100 and a warm-up each); the other relay's pages pause nowhere.
 	total := 0
 	for i, r := range []*relayed{a, b} {
 		booked, foreign := navCounts(t, r)
 		host := len(bookings(r, "onebrowser.test"))
-		t.Logf("relay %c: %d navigations booked (%d for onebrowser.test), %d foreign", 'a'+i, booked, host, foreign)
+		t.Logf("relay %c: %d navigations booked (%d for onebrowser.test), %d let go as foreign", 'a'+i, booked, host, foreign)
 		if booked != 101 || host != 101 {
 			t.Errorf("relay %c booked %d navigations, %d of them to onebrowser.test, want 101: its own client's 100 and its warm-up", 'a'+i, booked, host)
 		}
-		if foreign < 101 {
-			t.Errorf("relay %c let %d navigations go as foreign, want the other relay's 101", 'a'+i, foreign)
-		}
 		total += booked
 	}
-	// One schedule: never faster than the rule allows one relay. How much
-	// slower is the machine's (each navigation pauses at both relays'
-	// interceptors), so there is no upper bound.
 	t.Logf("two relays, one Redis, one Chromium: 200 navigations span %.2fs (simulate: %.2fs), gap p50 %.1fms; %d booked in all",
 		st.span.Seconds(), want.Seconds(), ms(st.p50), total)
+	// One schedule: never faster than the rule allows one relay. How much
+	// slower is the machine's (the back-to-back loop waits for each
+	// request to leave a busy browser), so there is no upper bound.
 	if st.span < want-500*time.Millisecond {
 		t.Errorf("200 navigations span %v, want at least %v less 0.5s (one schedule for the host)", st.span, want)
 	}

@@ -354,7 +354,7 @@ func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, l
 	go func() {
 		defer h.p.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
-		if h.p.capper != nil {
+		if h.p.capper != nil && h.p.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
 		if !h.enter(fl, host, log) {
