@@ -795,6 +795,7 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	}
 	f.held[key] = hn
 	f.mu.Unlock()
+	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
 	booked := func(start time.Time, nav *pace.Nav) {
 		hn.start = start
 		close(hn.booked)
@@ -817,6 +818,28 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	// one for its slot as long as this connection: when it drops, net gets
 	// the request and holds it on hn.
 	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
+}
+
+// forget drops a held request whose navigation ended before its release
+// (its page went, a later navigation replaced it, the browser was lost
+// while it waited for a place in flight): net's patterns stop naming it.
+// After a release it finds nothing to do.
+func (f *fetchHold) forget(key navKey, hn *heldNav) {
+	f.mu.Lock()
+	if f.held[key] != hn {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.held, key)
+	named := hn.named
+	if named {
+		f.dropURLLocked(hn.url)
+		hn.named = false
+	}
+	f.mu.Unlock()
+	if named {
+		f.updateNet()
+	}
 }
 
 // let releases a held document request from the connection that holds it
@@ -1131,6 +1154,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	f.held[key] = hn
 	f.addURLLocked(hn.url)
 	f.mu.Unlock()
+	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
 	booked := func(start time.Time, _ *pace.Nav) {
 		hn.start = start
