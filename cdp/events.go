@@ -6,9 +6,9 @@ package cdp
 // fine; the browser is the judge of those.
 
 import (
-	"strings"
-
+	"bytes"
 	"encoding/json"
+	"strings"
 )
 
 // Navigate is what the relay reads of Page.navigate and
@@ -50,6 +50,28 @@ func AttachedTarget(params []byte) (session, target string, ok bool) {
 		return "", "", false
 	}
 	return p.SessionID, p.TargetInfo.TargetID, true
+}
+
+// Attached is what the relay reads of Target.attachedToTarget.
+type Attached struct {
+	SessionID string
+	Target    TargetInfo
+	// Waiting reports that the target waits for Runtime.runIfWaitingForDebugger
+	// before it runs (auto-attached with waitForDebuggerOnStart).
+	Waiting bool
+}
+
+// ReadAttached reads Target.attachedToTarget.
+func ReadAttached(params []byte) (Attached, bool) {
+	var p struct {
+		SessionID          string     `json:"sessionId"`
+		TargetInfo         TargetInfo `json:"targetInfo"`
+		WaitingForDebugger bool       `json:"waitingForDebugger"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.SessionID == "" || p.TargetInfo.TargetID == "" {
+		return Attached{}, false
+	}
+	return Attached{SessionID: p.SessionID, Target: p.TargetInfo, Waiting: p.WaitingForDebugger}, true
 }
 
 // DetachedSession reads the session of Target.detachedFromTarget.
@@ -257,4 +279,107 @@ func Command(id int64, method, session string, params any) ([]byte, error) {
 		Method    string          `json:"method"`
 		Params    json.RawMessage `json:"params"`
 	}{id, session, method, p})
+}
+
+// NetworkEvent is what the relay reads of a Network event of a document
+// request it follows: when the request left the browser, and how the hop
+// it was on ended.
+type NetworkEvent struct {
+	RequestID string
+	// Timestamp is when the event happened, in seconds of the browser's
+	// monotonic clock; 0 for an event without one.
+	Timestamp float64
+	// Sent is when the hop the event ends was sent, in seconds of the same
+	// clock (the response's timing: requestTime + sendStart); 0 when the
+	// event does not tell.
+	Sent float64
+	// Ended reports that the event ends a hop: its answer (a document's
+	// Network.responseReceived, or the redirect answer a
+	// Network.requestWillBeSent carries) or its failure
+	// (Network.loadingFailed). Outcome is then how it ended.
+	Ended   bool
+	Outcome Outcome
+	// Redirect reports that the hop was answered with a redirect, and the
+	// request goes on.
+	Redirect bool
+	// Sending reports a Network.requestWillBeSentExtraInfo: the browser is
+	// sending the request's next hop now.
+	Sending bool
+}
+
+type timedResponse struct {
+	response
+	Timing *struct {
+		RequestTime float64 `json:"requestTime"`
+		SendStart   float64 `json:"sendStart"`
+	} `json:"timing"`
+}
+
+func (r *timedResponse) sent() float64 {
+	if r.Timing == nil || r.Timing.RequestTime <= 0 || r.Timing.SendStart < 0 {
+		return 0
+	}
+	return r.Timing.RequestTime + r.Timing.SendStart/1000
+}
+
+// ReadNetworkEvent reads the Network events that tell when a document
+// request left and how each of its hops ended:
+// Network.requestWillBeSentExtraInfo, Network.requestWillBeSent (of a
+// redirect hop), Network.responseReceived (of a document) and
+// Network.loadingFailed. ok is false for any other event, or one that
+// says nothing of either.
+func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
+	var p struct {
+		RequestID        string         `json:"requestId"`
+		Timestamp        float64        `json:"timestamp"`
+		Type             string         `json:"type"`
+		Response         *timedResponse `json:"response"`
+		RedirectResponse *timedResponse `json:"redirectResponse"`
+		ErrorText        string         `json:"errorText"`
+		Canceled         bool           `json:"canceled"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+		return NetworkEvent{}, false
+	}
+	ev := NetworkEvent{RequestID: p.RequestID, Timestamp: p.Timestamp}
+	switch string(method) {
+	case "Network.requestWillBeSentExtraInfo":
+		ev.Sending = true
+	case "Network.requestWillBeSent":
+		if p.RedirectResponse == nil {
+			return ev, false
+		}
+		ev.Ended, ev.Redirect = true, true
+		ev.Outcome, ev.Sent = p.RedirectResponse.outcome(), p.RedirectResponse.sent()
+	case "Network.responseReceived":
+		if p.Response == nil || p.Type != "Document" {
+			return ev, false
+		}
+		ev.Ended = true
+		ev.Outcome, ev.Sent = p.Response.outcome(), p.Response.sent()
+	case "Network.loadingFailed":
+		ev.Ended = true
+		if !p.Canceled {
+			ev.Outcome.NoAnswer = NoAnswer(p.ErrorText)
+		}
+	default:
+		return ev, false
+	}
+	return ev, true
+}
+
+// NetworkRequestID returns the requestId of a Network event's params
+// without decoding them, when Chromium wrote it first, as it does; ok is
+// false otherwise.
+func NetworkRequestID(params []byte) (string, bool) {
+	const prefix = `{"requestId":"`
+	if !bytes.HasPrefix(params, []byte(prefix)) {
+		return "", false
+	}
+	rest := params[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return "", false
+	}
+	return string(rest[:end]), true
 }

@@ -216,3 +216,81 @@ func TestReply(t *testing.T) {
 		}
 	}
 }
+
+func TestReadNetworkEvent(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		params string
+		want   NetworkEvent
+		wantOK bool
+	}{
+		{name: "sending", method: "Network.requestWillBeSentExtraInfo",
+			params: `{"requestId":"8886","associatedCookies":[],"headers":{"Accept":"text/html"},"connectTiming":{"requestTime":4346.13}}`,
+			want:   NetworkEvent{RequestID: "8886", Sending: true}, wantOK: true},
+		{name: "answer, timed", method: "Network.responseReceived",
+			params: `{"requestId":"8886","loaderId":"8886","timestamp":4346.137252,"type":"Document","response":{"url":"http://a.test:34997/page?first","status":200,"headers":{"Content-Type":"text/html"},"timing":{"requestTime":4346.135,"proxyStart":-1,"sendStart":0.5,"sendEnd":0.6}}}`,
+			want:   NetworkEvent{RequestID: "8886", Timestamp: 4346.137252, Sent: 4346.1355, Ended: true, Outcome: Outcome{Status: 200}}, wantOK: true},
+		{name: "429, no timing", method: "Network.responseReceived",
+			params: `{"requestId":"R","timestamp":2,"type":"Document","response":{"status":429,"headers":{"Retry-After":"3"}}}`,
+			want:   NetworkEvent{RequestID: "R", Timestamp: 2, Ended: true, Outcome: Outcome{Status: 429, RetryAfter: "3"}}, wantOK: true},
+		{name: "not a document", method: "Network.responseReceived",
+			params: `{"requestId":"R","type":"Image","response":{"status":200}}`},
+		{name: "redirect hop", method: "Network.requestWillBeSent",
+			params: `{"requestId":"R","loaderId":"R","timestamp":5,"type":"Document","request":{"url":"http://b.test/x"},"redirectResponse":{"status":302,"headers":{"Location":"http://b.test/x"},"timing":{"requestTime":4.5,"sendStart":250}}}`,
+			want:   NetworkEvent{RequestID: "R", Timestamp: 5, Sent: 4.75, Ended: true, Redirect: true, Outcome: Outcome{Status: 302}}, wantOK: true},
+		{name: "first hop, no redirect", method: "Network.requestWillBeSent",
+			params: `{"requestId":"R","timestamp":5,"type":"Document","request":{"url":"http://b.test/x"}}`},
+		{name: "refused", method: "Network.loadingFailed",
+			params: `{"requestId":"BF3","timestamp":2181.5,"type":"Document","errorText":"net::ERR_CONNECTION_REFUSED","canceled":false}`,
+			want:   NetworkEvent{RequestID: "BF3", Timestamp: 2181.5, Ended: true, Outcome: Outcome{NoAnswer: true}}, wantOK: true},
+		{name: "canceled", method: "Network.loadingFailed",
+			params: `{"requestId":"R","timestamp":1,"errorText":"net::ERR_ABORTED","canceled":true}`,
+			want:   NetworkEvent{RequestID: "R", Timestamp: 1, Ended: true}, wantOK: true},
+		{name: "timing without a send", method: "Network.responseReceived",
+			params: `{"requestId":"R","type":"Document","response":{"status":200,"timing":{"requestTime":4,"sendStart":-1}}}`,
+			want:   NetworkEvent{RequestID: "R", Ended: true, Outcome: Outcome{Status: 200}}, wantOK: true},
+		{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
+		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
+		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ReadNetworkEvent([]byte(tt.method), []byte(tt.params))
+			if ok != tt.wantOK || ok && got != tt.want {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestNetworkRequestID(t *testing.T) {
+	tests := []struct {
+		params, want string
+		ok           bool
+	}{
+		{`{"requestId":"8886BD55","timestamp":1}`, "8886BD55", true},
+		{`{"requestId":"20413.2"}`, "20413.2", true},
+		{`{"timestamp":1,"requestId":"R"}`, "", false}, // not first: decoded instead
+		{`{"requestId":"a\"b"}`, "", false},
+		{`{"requestId":"unterminated`, "", false},
+		{``, "", false},
+	}
+	for _, tt := range tests {
+		if got, ok := NetworkRequestID([]byte(tt.params)); got != tt.want || ok != tt.ok {
+			t.Errorf("NetworkRequestID(%s) = %q, %v; want %q, %v", tt.params, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestReadAttached(t *testing.T) {
+	got, ok := ReadAttached([]byte(`{"sessionId":"S1","targetInfo":{"targetId":"T1","type":"page","title":"","url":"about:blank","attached":true,"openerId":"O1","browserContextId":"C"},"waitingForDebugger":true}`))
+	if want := (Attached{SessionID: "S1", Target: TargetInfo{TargetID: "T1", Type: "page", OpenerID: "O1", BrowserContextID: "C"}, Waiting: true}); !ok || got != want {
+		t.Errorf("got %+v, %v; want %+v", got, ok, want)
+	}
+	for _, bad := range []string{`{"targetInfo":{"targetId":"T1"}}`, `{"sessionId":"S1"}`, `[]`} {
+		if _, ok := ReadAttached([]byte(bad)); ok {
+			t.Errorf("ReadAttached(%s) ok, want not", bad)
+		}
+	}
+}

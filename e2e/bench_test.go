@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,46 +25,152 @@ import (
 
 // BenchmarkPuppeteerLoop is BENCHMARKS.md's (a): the loop "new browser
 // context, new page, goto a local page, evaluate, close page and context"
-// 100 times with puppeteer-core, directly against Chromium and through the
-// relay (loopback, so nothing is throttled), in 5 alternating pairs. It
-// reports the median ratio relay/direct.
+// 100 times with puppeteer-core, directly against Chromium, through the
+// floor (a proxy that copies bytes, floor_test.go) and through the relay
+// (loopback, so nothing is throttled), in 5 rounds that take the three in
+// turn. It reports the medians of relay ÷ floor and relay ÷ direct.
 func BenchmarkPuppeteerLoop(b *testing.B) {
 	puppeteerLoop(b, browser.http, 5)
 }
 
 // BenchmarkPuppeteerLoopLightpanda is the same loop against `lightpanda
 // serve` (1.0.2, its own limiter off), where the relay holds navigations
-// in the client's stream. A run of 100 loops takes under 3 s there, where
-// a neighbour's burst of CPU shows: 15 pairs.
+// through each client session. A run of 100 loops takes under 3 s there,
+// where a neighbour's burst of CPU shows: 15 rounds.
 func BenchmarkPuppeteerLoopLightpanda(b *testing.B) {
 	puppeteerLoop(b, startLightpanda(b), 15)
 }
 
-func puppeteerLoop(b *testing.B, direct string, npairs int) {
+// quietRelay logs as the relay command does by default: info and up.
+func quietRelay(p *relay.Proxy) {
+	l := p.Log.Level(zerolog.InfoLevel)
+	p.Log = &l
+}
+
+// rounds runs each of the named runs once per round, in an order that
+// turns with the round so that none always goes first, and returns each
+// one's results in round order.
+func rounds(n int, names []string, run func(name string) float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for r := range n {
+		for k := range names {
+			name := names[(r+k)%len(names)]
+			out[name] = append(out[name], run(name))
+		}
+	}
+	return out
+}
+
+// ratios returns a[i] ÷ b[i].
+func ratios(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / b[i]
+	}
+	return out
+}
+
+func puppeteerLoop(b *testing.B, direct string, n int) {
 	s := newSiteAt(b, "127.0.0.1")
-	r := startRelayTo(b, direct, limiter.Config{})
+	r := startRelayTo(b, direct, limiter.Config{}, quietRelay)
+	urls := map[string]string{"direct": direct, "floor": startFloor(b, direct), "relay": r.url}
 	page := s.url("127.0.0.1", "/page/bench")
-	run := func(url string) float64 {
-		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+url, "PAGE_URL="+page, "N=100")
+	run := func(name string) float64 {
+		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+urls[name], "PAGE_URL="+page, "N=100")
 		var res struct{ MS float64 }
 		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
 			b.Fatalf("bench-loop output %q: %v", out, err)
 		}
-		return res.MS
+		return res.MS / 100
 	}
 	for range b.N {
-		run(direct) // warm up the browser
-		var ratios, directs, relayed []float64
-		for range npairs {
-			d := run(direct)
-			rl := run(r.url)
-			directs, relayed = append(directs, d), append(relayed, rl)
-			ratios = append(ratios, rl/d)
+		run("direct") // warm up the browser
+		got := rounds(n, []string{"direct", "floor", "relay"}, run)
+		b.Logf("load average %s; ms per loop, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
+		b.ReportMetric(median(got["direct"]), "direct-ms/loop")
+		b.ReportMetric(median(got["floor"]), "floor-ms/loop")
+		b.ReportMetric(median(got["relay"]), "relay-ms/loop")
+		b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
+		b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
+	}
+}
+
+// loadAverage is the machine's 1-minute load average, for the log.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func triples(a, b, c []float64) string {
+	var out []string
+	for i := range a {
+		out = append(out, fmt.Sprintf("%.1f/%.1f/%.1f", a[i], b[i], c[i]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// BenchmarkFleetLightpanda is (i): 48 clients at once over four
+// `lightpanda serve` processes, each client running the loop of (a) 20
+// times, straight at the processes (each client on one in turn), through
+// the floor (each connection to the next process) and through one relay in
+// front of all four (each client to the process with the fewest); 5
+// rounds. It reports loops per second and the medians of relay ÷ floor and
+// relay ÷ direct, in throughput.
+func BenchmarkFleetLightpanda(b *testing.B) {
+	var eps, wss []string
+	for range 4 {
+		ep := startLightpanda(b)
+		eps = append(eps, ep)
+		wss = append(wss, strings.Replace(ep, "http://", "ws://", 1)+"/")
+	}
+	r := startRelayTo(b, eps[0], limiter.Config{}, quietRelay, func(p *relay.Proxy) { p.Upstreams = eps[1:] })
+	fl := startFloor(b, eps...)
+	fleet(b, map[string]string{
+		"direct": strings.Join(wss, ","),
+		"floor":  strings.Replace(fl, "http://", "ws://", 1) + "/",
+		"relay":  strings.Replace(r.url, "http://", "ws://", 1) + "/",
+	}, 48, 20)
+}
+
+// BenchmarkFleetChromium is (i) on one Chromium: 8 clients at once, each
+// running the loop of (a) 10 times, straight, through the floor and
+// through the relay; 5 rounds.
+func BenchmarkFleetChromium(b *testing.B) {
+	r := startRelay(b, limiter.Config{}, quietRelay)
+	fleet(b, map[string]string{"direct": browser.http, "floor": startFloor(b, browser.http), "relay": r.url}, 8, 10)
+}
+
+func fleet(b *testing.B, urls map[string]string, clients, n int) {
+	s := newSiteAt(b, "127.0.0.1")
+	page := s.url("127.0.0.1", "/page/fleet")
+	run := func(name string) float64 {
+		out := runNode(b, 10*time.Minute, "bench-fleet.mjs", "CDP_URLS="+urls[name], "PAGE_URL="+page,
+			"CLIENTS="+strconv.Itoa(clients), "N="+strconv.Itoa(n))
+		var res struct {
+			MS    float64
+			Loops int
 		}
-		b.Logf("ms per loop, direct / relay, in pairs: %s", pairs(directs, relayed))
-		b.ReportMetric(median(directs)/100, "direct-ms/loop")
-		b.ReportMetric(median(relayed)/100, "relay-ms/loop")
-		b.ReportMetric(median(ratios), "relay/direct")
+		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
+			b.Fatalf("bench-fleet output %q: %v", out, err)
+		}
+		return float64(res.Loops) / (res.MS / 1000)
+	}
+	for range b.N {
+		run("direct") // warm up
+		got := rounds(5, []string{"direct", "floor", "relay"}, run)
+		b.Logf("load average %s; loops/s, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
+		b.ReportMetric(median(got["direct"]), "direct-loops/s")
+		b.ReportMetric(median(got["floor"]), "floor-loops/s")
+		b.ReportMetric(median(got["relay"]), "relay-loops/s")
+		b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
+		b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
 	}
 }
 
@@ -119,23 +226,27 @@ func splitLines(b []byte) [][]byte {
 
 // BenchmarkThroughputChromium is (c) against the real browser: 100 clients
 // on the browser endpoint each keep 8 Browser.getVersion commands in flight
-// for 5 s, directly and through the relay, in 3 alternating pairs; it
+// for 5 s, directly, through the floor and through the relay, 3 rounds; it
 // reports messages per second (a command and its reply count as one) and
-// the median ratio.
+// the median ratios.
 func BenchmarkThroughputChromium(b *testing.B) {
-	r := startRelay(b, limiter.Config{})
-	relayWS := browserWSVia(b, r)
+	r := startRelay(b, limiter.Config{}, quietRelay)
+	_, path, _ := strings.Cut(strings.TrimPrefix(browser.ws, "ws://"), "/")
+	urls := map[string]string{
+		"direct": browser.ws,
+		"floor":  strings.Replace(startFloor(b, browser.http), "http://", "ws://", 1) + "/" + path,
+		"relay":  browserWSVia(b, r),
+	}
 	for range b.N {
-		var ratios, direct, relayed []float64
-		for range 3 {
-			d := throughput(b, browser.ws, 100, 8, 5*time.Second)
-			rl := throughput(b, relayWS, 100, 8, 5*time.Second)
-			direct, relayed = append(direct, d), append(relayed, rl)
-			ratios = append(ratios, rl/d)
-		}
-		b.ReportMetric(median(direct), "direct-msgs/s")
-		b.ReportMetric(median(relayed), "relay-msgs/s")
-		b.ReportMetric(median(ratios), "relay/direct")
+		got := rounds(3, []string{"direct", "floor", "relay"}, func(name string) float64 {
+			return throughput(b, urls[name], 100, 8, 5*time.Second)
+		})
+		b.Logf("load average %s; msgs/s, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
+		b.ReportMetric(median(got["direct"]), "direct-msgs/s")
+		b.ReportMetric(median(got["floor"]), "floor-msgs/s")
+		b.ReportMetric(median(got["relay"]), "relay-msgs/s")
+		b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
+		b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
 	}
 }
 
@@ -183,9 +294,11 @@ func throughput(b *testing.B, url string, clients, window int, d time.Duration) 
 // BenchmarkForeignNavigation is (h): what a holding relay in front of a
 // browser costs a client that is not its own, connected to the browser
 // directly. Each Page.navigate of the client's page to a local page is
-// timed (it answers once the document's answer is in), 100 at a time on a
-// fresh page, with a relay's two connections intercepting the browser and
-// without, in alternating pairs; the figure is the p50 of each run.
+// timed (it answers once the document's answer is in), 40 at a time on a
+// fresh page, with a holding relay's connections on the browser and
+// without, in 21 pairs whose order turns; the figures are the medians of
+// each run's p50 and of the differences within pairs (short pairs, so that
+// the machine's drift cancels in each).
 func BenchmarkForeignNavigation(b *testing.B) {
 	s := newSite(b)
 	rc := dialRaw(b, browser.ws)
@@ -197,7 +310,7 @@ func BenchmarkForeignNavigation(b *testing.B) {
 		defer rc.mustCall("", "Target.closeTarget", map[string]any{"targetId": target})
 		warm(b, rc, session, s, "foreign.test")
 		var took []float64
-		for range 100 {
+		for range 40 {
 			nav++
 			t0 := time.Now()
 			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("foreign.test", "/page?n="+strconv.Itoa(nav))})
@@ -220,18 +333,25 @@ func BenchmarkForeignNavigation(b *testing.B) {
 	}
 	for range b.N {
 		var without, with, added []float64
-		for range 7 {
-			d := run()
+		beside := func() float64 {
 			stop := holding()
-			h := run()
-			stop()
+			defer stop()
+			return run()
+		}
+		for i := range 21 {
+			var d, h float64
+			if i%2 == 0 { // which goes first turns with the pair
+				d, h = run(), beside()
+			} else {
+				h, d = beside(), run()
+			}
 			without, with, added = append(without, d), append(with, h), append(added, h-d)
 		}
 		var ps []string
 		for i := range without {
-			ps = append(ps, fmt.Sprintf("%.1f/%.1f", without[i], with[i]))
+			ps = append(ps, fmt.Sprintf("%.2f/%.2f", without[i], with[i]))
 		}
-		b.Logf("Page.navigate p50 in ms, without / with a holding relay, in pairs: %s", strings.Join(ps, ", "))
+		b.Logf("load average %s; Page.navigate p50 in ms, without / with a holding relay, in pairs: %s", loadAverage(), strings.Join(ps, ", "))
 		b.ReportMetric(median(without), "alone-ms/nav")
 		b.ReportMetric(median(with), "beside-relay-ms/nav")
 		b.ReportMetric(median(added), "added-ms/nav")

@@ -356,7 +356,7 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 		if got, want := p.Metrics.Unheld(), r.unheldLogged(); got != want {
 			t.Errorf("unheld navigations: %d, want %d (what the relay logged as released by the browser)", got, want)
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("E2E_RELAY_LOG") != "" {
 			t.Logf("relay log:\n%s", logs.String())
 		}
 	})

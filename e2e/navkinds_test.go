@@ -128,6 +128,27 @@ func heldBookings(r *relayed, host string) []booking {
 	return out
 }
 
+// bookings returns every navigation to host that r booked, in the order
+// it booked them: those it let go at once ("navigation goes at once",
+// released when booked) and those it held ("navigation held").
+func bookings(r *relayed, host string) []booking {
+	var out []booking
+	for _, line := range strings.Split(r.logs.String(), "\n") {
+		var l struct {
+			Message, Host string
+			Delay         float64 `json:"delay_ms"`
+			AtNs          int64   `json:"at_ns"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Host != host ||
+			(l.Message != "navigation held" && l.Message != "navigation goes at once") {
+			continue
+		}
+		at := time.Unix(0, l.AtNs)
+		out = append(out, booking{at: at, release: at.Add(time.Duration(l.Delay * float64(time.Millisecond)))})
+	}
+	return out
+}
+
 // heldReleases returns when r let go each navigation to host that it held.
 func heldReleases(r *relayed, host string) []time.Time {
 	var out []time.Time

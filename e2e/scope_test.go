@@ -65,9 +65,10 @@ func loopPuppeteer(t *testing.T, cdpURL, pageURL string, n, pages int, allPages 
 // burst 1), an off relay and a Puppeteer client connected directly, each
 // making 60 navigations to the same host at once (the holding client on one
 // page, the others over eight pages each, so their unspaced gaps are short): only
-// the holding relay's own client is spaced. Its Puppeteer attaches to
-// every page of the browser and sets them all up (browser.pages()), the
-// others' pages too; that does not make them its own.
+// the holding relay's own client is spaced, and the holding relay books
+// its navigations only. Its Puppeteer attaches to every page of the
+// browser and sets them all up (browser.pages()), the others' pages too;
+// that does not make them its own.
 func TestOnlyItsOwnClients(t *testing.T) {
 	const (
 		n       = 60
@@ -95,7 +96,8 @@ func TestOnlyItsOwnClients(t *testing.T) {
 		}
 		gaps := gapsAfter(docs, 1)
 		low := slices.Sorted(slices.Values(gaps))[:3]
-		t.Logf("%s: %d navigations, gap p50 %.1f ms, lowest %.1f, %.1f, %.1f ms", who, n, ms(p50(gaps)), ms(low[0]), ms(low[1]), ms(low[2]))
+		t.Logf("%s: %d navigations, gap p50 %.1f ms, lowest %.1f, %.1f, %.1f ms, %d of %d under %v", who, n, ms(p50(gaps)), ms(low[0]), ms(low[1]), ms(low[2]),
+			countBelow(gaps, spacing/2), len(gaps), spacing/2)
 		switch who {
 		case "holding":
 			// Seventeen pages and Chromium saturate two cores: a request
@@ -106,14 +108,43 @@ func TestOnlyItsOwnClients(t *testing.T) {
 				t.Errorf("holding relay's own client: gap p50 %v, want %v", g, spacing)
 			}
 		default:
-			if g := p50(gaps); g >= 60*time.Millisecond {
-				t.Errorf("%s client: gap p50 %v, want under 60 ms (never spaced)", who, g)
+			// Spaced at 100 ms, burst 1, no two would reach the server
+			// much under 100 ms apart; unspaced over eight pages, many do.
+			// How fast they go is the machine's.
+			if close := countBelow(gaps, spacing/2); close < 10 {
+				t.Errorf("%s client: %d of %d gaps under %v, want at least 10 (never spaced)", who, close, len(gaps), spacing/2)
 			}
 		}
 	}
-	if body, _ := httpGet(holding.url + "/metrics"); !strings.Contains(string(body), `cdp_throttle_navigations_total{outcome="foreign"}`) {
-		t.Errorf("holding relay's metrics count no foreign navigation:\n%s", body)
+	// The holding relay booked its own client's navigations (and the
+	// warm-up of its page), none of the others'. Their pages pause
+	// nowhere (the relay lets each run as it appears), so it sees them
+	// only as foreign if one navigates while it pauses every document.
+	b, foreign := navCounts(t, holding)
+	t.Logf("holding relay: %d navigations booked (%d for own.test), %d let go as foreign", b, len(bookings(holding, "own.test")), foreign)
+	if want := n + 1; b != want || len(bookings(holding, "own.test")) != want {
+		t.Errorf("holding relay booked %d navigations, %d of them to own.test, want %d: its own client's %d and their warm-up", b, len(bookings(holding, "own.test")), want, n)
 	}
+}
+
+// countBelow counts the gaps shorter than d.
+func countBelow(gaps []time.Duration, d time.Duration) int {
+	n := 0
+	for _, g := range gaps {
+		if g < d {
+			n++
+		}
+	}
+	return n
+}
+
+// navCounts reads from r's /metrics how many navigations it booked
+// (passed and delayed) and how many it let go as foreign.
+func navCounts(t *testing.T, r *relayed) (booked, foreign int) {
+	t.Helper()
+	const name = `cdp_throttle_navigations_total{outcome="%s"}`
+	booked = int(metricOf(t, r.url, fmt.Sprintf(name, "passed")) + metricOf(t, r.url, fmt.Sprintf(name, "delayed")))
+	return booked, int(metricOf(t, r.url, fmt.Sprintf(name, "foreign")))
 }
 
 // redisStore makes a relay book in Redis at url.
@@ -133,7 +164,7 @@ func redisStore(t *testing.T, url string, cfg limiter.Config) func(*relay.Proxy)
 // TestTwoRelaysOneBrowser: two relays sharing one Redis in front of one
 // Chromium, 200 navigations alternating between them: each navigation is
 // booked once, by the relay its client came through, and the host sees one
-// schedule: the span simulate gives one relay, not double.
+// schedule: no shorter than the span simulate gives one relay.
 func TestTwoRelaysOneBrowser(t *testing.T) {
 	rs := startRedisServer(t)
 	cfg := limiter.Config{}
@@ -159,9 +190,25 @@ func TestTwoRelaysOneBrowser(t *testing.T) {
 	}
 	st := statsOf(at)
 	want := simulateSpan(limiter.Config{}, 200, 4500*time.Microsecond)
-	t.Logf("two relays, one Redis, one Chromium: 200 navigations span %.2fs (simulate: %.2fs), gap p50 %.1fms", st.span.Seconds(), want.Seconds(), ms(st.p50))
-	if !within(st.span, want, 500*time.Millisecond) {
-		t.Errorf("200 navigations span %v, want %v ± 0.5s (one schedule, each navigation booked once)", st.span, want)
+	// Each navigation booked once, by the relay its client came through
+	// (100 and a warm-up each); the other relay's pages pause nowhere.
+	total := 0
+	for i, r := range []*relayed{a, b} {
+		booked, foreign := navCounts(t, r)
+		host := len(bookings(r, "onebrowser.test"))
+		t.Logf("relay %c: %d navigations booked (%d for onebrowser.test), %d let go as foreign", 'a'+i, booked, host, foreign)
+		if booked != 101 || host != 101 {
+			t.Errorf("relay %c booked %d navigations, %d of them to onebrowser.test, want 101: its own client's 100 and its warm-up", 'a'+i, booked, host)
+		}
+		total += booked
+	}
+	t.Logf("two relays, one Redis, one Chromium: 200 navigations span %.2fs (simulate: %.2fs), gap p50 %.1fms; %d booked in all",
+		st.span.Seconds(), want.Seconds(), ms(st.p50), total)
+	// One schedule: never faster than the rule allows one relay. How much
+	// slower is the machine's (the back-to-back loop waits for each
+	// request to leave a busy browser), so there is no upper bound.
+	if st.span < want-500*time.Millisecond {
+		t.Errorf("200 navigations span %v, want at least %v less 0.5s (one schedule for the host)", st.span, want)
 	}
 }
 

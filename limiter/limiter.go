@@ -224,6 +224,16 @@ type Reservation struct {
 	Spacing time.Duration
 	// Pressure is the host's pressure once the booking is made.
 	Pressure int
+	// Slack is how much sooner than the host's steady schedule (its tat
+	// before the booking) the burst allowance let the navigation start:
+	// it may leave that much later than Start and the navigations after
+	// it keep their schedule. 0 with a burst of 1, or a host that was idle.
+	Slack time.Duration
+	// Headroom is how much later than the earliest the rule allowed
+	// (tat − tau) the navigation starts, because it was asked for later: a
+	// push of the host's schedule (Push) by no more than that leaves its
+	// start where it is.
+	Headroom time.Duration
 	// Tracked is false when nothing was booked: the limiter is off or the
 	// host is exempt.
 	Tracked bool
@@ -328,20 +338,22 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 		}
 		s.insert(hostname, h, t)
 		s.mu.Unlock()
-		return Reservation{Start: now, Spacing: spacing, Pressure: int(h.pressure), Tracked: true, Mode: set.mode, Bucket: hostname}
+		return Reservation{Start: now, Spacing: spacing, Pressure: int(h.pressure), Headroom: time.Duration(set.tau), Tracked: true, Mode: set.mode, Bucket: hostname}
 	}
 	h := &rec.host
 	h.drain(t)
 	h.set = set
 	spacing := set.spacing(h.pressure)
 	start := max(t, h.tat-set.tau)
+	slack, headroom := max(0, h.tat-start), start-(h.tat-set.tau)
 	h.tat = max(h.tat, start) + int64(spacing)
 	if set.mode == Adaptive {
 		h.pressure = min(h.pressure+1, maxPressure)
 	}
 	pressure := int(h.pressure)
 	rec.mu.Unlock()
-	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Tracked: true, Mode: set.mode, Bucket: hostname}
+	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Slack: time.Duration(slack), Headroom: time.Duration(headroom),
+		Tracked: true, Mode: set.mode, Bucket: hostname}
 }
 
 // Observe feeds the answer to a navigation of host, received at now, back
@@ -397,6 +409,26 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	}
 	s.insert(hostname, h, t) // s.mu is held
 	s.mu.Unlock()
+}
+
+// Push moves host's schedule later by by: the navigations booked after it
+// start that much later. The relay pushes a host whose navigation left the
+// browser late (package pace), so that the next ones keep their distance
+// from it at the site. A host the limiter does not know (never booked, or
+// forgotten as idle) has no schedule to move.
+func (l *Limiter) Push(hostname string, by time.Duration, now time.Time) {
+	if by <= 0 || Exempt(hostname) {
+		return
+	}
+	t := l.nanos(now)
+	s := l.shardFor(hostname)
+	rec := s.lock(hostname, t)
+	if rec == nil { // s.mu is held
+		s.mu.Unlock()
+		return
+	}
+	rec.host.tat += int64(by)
+	rec.mu.Unlock()
 }
 
 // Wait books a slot for host as Reserve does at time.Now and blocks until the

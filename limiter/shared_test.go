@@ -26,3 +26,5 @@ func TestDrainWholeSteps(t *testing.T)        { limitertest.DrainWholeSteps(t, n
 func TestIdleHostStartsFromZero(t *testing.T) { limitertest.IdleHostStartsFromZero(t, newSubject) }
 func TestSeedGolden(t *testing.T)             { limitertest.Golden(t, newSubject) }
 func TestSettings(t *testing.T)               { limitertest.Settings(t, newSubject) }
+func TestPush(t *testing.T)                   { limitertest.Push(t, newSubject) }
+func TestSlackAndHeadroom(t *testing.T)       { limitertest.SlackAndHeadroom(t, newSubject) }

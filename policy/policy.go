@@ -280,6 +280,17 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 	return set.Effect(o)
 }
 
+// Push moves bucket's schedule later by by, when the Booker can: a
+// navigation booked in it left the browser late (package pace). bucket is
+// a Reservation's Bucket.
+func (p *Policy) Push(bucket string, by time.Duration, now time.Time) {
+	if b, ok := p.book.(interface {
+		Push(bucket string, by time.Duration, now time.Time)
+	}); ok {
+		b.Push(bucket, by, now)
+	}
+}
+
 // Busiest returns up to n of the buckets under the most pressure at now,
 // as the Booker's Busiest does, each with the source and rule of its last
 // booking; nil when the Booker cannot tell.

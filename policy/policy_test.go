@@ -175,6 +175,27 @@ func TestFromFlagsErrors(t *testing.T) {
 	}
 }
 
+// pushBooker is a Booker that records pushes.
+type pushBooker struct {
+	Booker
+	pushed map[string]time.Duration
+}
+
+func (b *pushBooker) Push(bucket string, by time.Duration, now time.Time) { b.pushed[bucket] += by }
+
+// TestPush: a push reaches the Booker under the bucket given, when the
+// Booker takes pushes, and is dropped quietly when it does not.
+func TestPush(t *testing.T) {
+	b := &pushBooker{Booker: limiter.New(limiter.Config{}), pushed: map[string]time.Duration{}}
+	p := New(Config{Bucket: BySite}, b)
+	p.Push("example.com", 7*time.Millisecond, time.Now())
+	if got := b.pushed["example.com"]; got != 7*time.Millisecond {
+		t.Errorf("pushed %v, want 7ms", got)
+	}
+	// A Booker without Push: nothing happens.
+	New(Config{}, struct{ Booker }{limiter.New(limiter.Config{})}).Push("example.com", time.Second, time.Now())
+}
+
 // TestLoopbackByRule: loopback is exempt unless a rule names it, or a glob
 // of a rule matches it; then the rule applies as to any host.
 func TestLoopbackByRule(t *testing.T) {

@@ -134,10 +134,45 @@ func benchDial(tb testing.TB, url string) *websocket.Conn {
 	return c
 }
 
-// targets runs f against the direct connection and through the relay.
+// benchFloor serves the floor of any relay in front of eb: a TCP proxy
+// that copies bytes both ways and does nothing else (no websocket, no
+// CDP), one more hop each way. It returns the URL to dial through it.
+func benchFloor(tb testing.TB, eb *echoBrowser) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	up := strings.TrimPrefix(eb.srv.URL, "http://")
+	var wg sync.WaitGroup
+	tb.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer a.Close()
+				b, err := net.Dial("tcp", up)
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				go func() { io.Copy(b, a); b.(*net.TCPConn).CloseWrite() }()
+				io.Copy(a, b)
+			})
+		}
+	})
+	return "ws://" + ln.Addr().String() + "/devtools/browser/echo"
+}
+
+// targets runs f against the direct connection, through the floor (a
+// proxy that copies bytes) and through the relay.
 func targets(b *testing.B, f func(b *testing.B, url string)) {
 	eb := newEchoBrowser(b)
 	b.Run("direct", func(b *testing.B) { f(b, eb.wsURL()) })
+	b.Run("floor", func(b *testing.B) { f(b, benchFloor(b, eb)) })
 	b.Run("relay", func(b *testing.B) { f(b, benchRelay(b, eb)) })
 }
 

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -200,6 +201,10 @@ type pause struct {
 	} `json:"request"`
 	ResponseStatusCode  int    `json:"responseStatusCode"`
 	ResponseErrorReason string `json:"responseErrorReason"`
+	ResponseHeaders     []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"responseHeaders"`
 }
 
 func (p pause) requestStage() bool { return p.ResponseStatusCode == 0 && p.ResponseErrorReason == "" }
@@ -306,7 +311,8 @@ type fakeBrowser struct {
 	srv  *httptest.Server
 	addr string // host:port, as Chrome writes it into its URLs
 
-	fetch      *recording // the relay-side transcript
+	fetch      *recording // the net connection's transcript
+	pagesRec   *recording // the pages connection's transcript
 	httpMeta   map[string]string
 	httpLines  []recordedHTTP
 	recordedID string // of /devtools/browser/ID in the recording
@@ -315,6 +321,7 @@ type fakeBrowser struct {
 	mu        sync.Mutex
 	browserID string                     // guarded by mu; of /devtools/browser/ID, changed by restart
 	quiet     bool                       // guarded by mu; connections accepted from now on answer nothing by themselves
+	replaying *recording                 // guarded by mu; the next connection accepted answers from it
 	hits      []httpHit                  // guarded by mu
 	conns     []*fakeConn                // guarded by mu
 	returned  map[*fakeConn]bool         // guarded by mu; handed to a test already
@@ -336,6 +343,7 @@ func newFakeBrowser(t *testing.T, cfg fakeConfig) *fakeBrowser {
 		t:        t,
 		cfg:      cfg,
 		fetch:    loadRecording(t, "chromium-fetch.jsonl"),
+		pagesRec: loadRecording(t, "chromium-pages.jsonl"),
 		returned: map[*fakeConn]bool{},
 		targets:  map[string]json.RawMessage{},
 		nextJob:  1000,
@@ -551,6 +559,7 @@ func (fb *fakeBrowser) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	fc := &fakeConn{fb: fb, c: c, path: path, arrived: make(chan struct{}), continued: map[string]time.Time{}, done: make(chan struct{})}
 	fb.mu.Lock()
 	fc.auto = !fb.quiet
+	fc.replay, fb.replaying = fb.replaying, nil
 	fb.mu.Unlock()
 	c.SetPingHandler(func(data string) error {
 		fc.mu.Lock()
@@ -612,7 +621,7 @@ func (fb *fakeBrowser) accept(t testing.TB) *fakeConn {
 	var got *fakeConn
 	fb.await(t, "relayed connection", func() bool {
 		for _, c := range fb.conns {
-			if !c.holder && !fb.returned[c] {
+			if !c.holder && !c.own && !fb.returned[c] {
 				got, fb.returned[c] = c, true
 				return true
 			}
@@ -662,14 +671,19 @@ func (fb *fakeBrowser) hush() {
 
 // fakeConn is one websocket the fake accepted.
 type fakeConn struct {
-	fb   *fakeBrowser
-	c    *websocket.Conn
-	path string
-	auto bool       // set once: answers the relay's own commands as Chromium did
-	wmu  sync.Mutex // serialises writes
+	fb     *fakeBrowser
+	c      *websocket.Conn
+	path   string
+	auto   bool       // set once: answers the relay's own commands as Chromium did
+	replay *recording // set once: answers from this recording, the one of the relay's pages connection
+	wmu    sync.Mutex // serialises writes
 
 	mu        sync.Mutex
 	holder    bool                 // guarded by fb.mu: sent browser-level Fetch.enable
+	own       bool                 // guarded by fb.mu: the relay's own (it discovers targets; clients here never do)
+	pagesConn bool                 // guarded by fb.mu: auto-attaches to pages (the relay's pages connection)
+	patterns  []string             // guarded by fb.mu: its browser-level Fetch patterns' URLs (Document, Request stage)
+	sessions  map[string]*fakeSess // guarded by fb.mu: its page sessions, by session id
 	msgs      []fakeMsg            // guarded by mu; everything received, in order
 	nread     int                  // guarded by mu; msgs handed out by next
 	arrived   chan struct{}        // guarded by mu; closed and replaced on each message
@@ -679,6 +693,15 @@ type fakeConn struct {
 	pings     int                  // guarded by mu
 	closeErr  error                // set before done is closed
 	done      chan struct{}        // closed when the reader ends
+}
+
+// fakeSess is a session the fake attached a connection to, on a page.
+type fakeSess struct {
+	id, target string
+	seq        int  // attach order: newer sessions pause a request first
+	fetch      bool // guarded by fb.mu: Fetch enabled for documents
+	network    bool // guarded by fb.mu: Network enabled
+	ran        bool // guarded by fb.mu: told to run (Runtime.runIfWaitingForDebugger)
 }
 
 // fakeMsg is a message the fake received.
@@ -703,9 +726,11 @@ func (fc *fakeConn) read() {
 		}
 		msg := fakeMsg{typ: typ, data: data, at: time.Now()}
 		msg.m, _ = decodeWire(data)
-		fc.answer(msg)
 		fc.mu.Lock()
 		fc.msgs = append(fc.msgs, msg)
+		fc.mu.Unlock()
+		fc.answer(msg)
+		fc.mu.Lock()
 		close(fc.arrived)
 		fc.arrived = make(chan struct{})
 		fc.mu.Unlock()
@@ -715,7 +740,11 @@ func (fc *fakeConn) read() {
 // answer answers the commands the relay sends for itself, as Chromium did.
 func (fc *fakeConn) answer(msg fakeMsg) {
 	m := msg.m
-	if !fc.auto || m.ID == nil || m.SessionID != "" {
+	if !fc.auto || m.ID == nil {
+		return
+	}
+	if fc.replay != nil {
+		fc.answerReplay(msg)
 		return
 	}
 	fb := fc.fb
@@ -723,6 +752,94 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 	send := fc.send
 	if fb.cfg.silent[m.Method] {
 		send = func([]byte) error { return nil }
+	}
+	if m.SessionID != "" {
+		fb.mu.Lock()
+		pages := fc.pagesConn
+		ss := fc.sessions[m.SessionID]
+		fb.mu.Unlock()
+		if !pages {
+			return // a client's session: the test answers
+		}
+		if ss == nil {
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32001,"message":"Session with given id not found."},"sessionId":%q}`, id, m.SessionID))
+			return
+		}
+		switch m.Method {
+		case "Fetch.enable", "Network.enable", "Runtime.runIfWaitingForDebugger":
+			fb.mu.Lock()
+			switch m.Method {
+			case "Fetch.enable":
+				ss.fetch = true
+			case "Network.enable":
+				ss.network = true
+			default:
+				ss.ran = true
+			}
+			fb.broadcast()
+			fb.mu.Unlock()
+		case "Fetch.continueRequest":
+			fc.continuedNow(m.Params, msg.at)
+		}
+		send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, id, m.SessionID))
+		return
+	}
+	switch m.Method {
+	case "Target.setAutoAttach":
+		fb.mu.Lock()
+		fc.pagesConn = true
+		var pages []json.RawMessage
+		for _, info := range fb.targets {
+			if t, _, ok := readTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); ok && t.Type == "page" {
+				pages = append(pages, info)
+			}
+		}
+		fb.broadcast()
+		fb.mu.Unlock()
+		for _, info := range pages {
+			fc.attach(info, false)
+		}
+		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		return
+	case "Target.getTargets":
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
+		return
+	case "Target.detachFromTarget":
+		var p struct{ SessionID string }
+		json.Unmarshal(m.Params, &p)
+		fb.mu.Lock()
+		delete(fc.sessions, p.SessionID)
+		fb.broadcast()
+		fb.mu.Unlock()
+		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.detachedFromTarget","params":{"sessionId":%q}}`, p.SessionID))
+		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		return
+	case "Target.attachToTarget":
+		var p struct{ TargetID string }
+		json.Unmarshal(m.Params, &p)
+		fb.mu.Lock()
+		info, ok := fb.targets[p.TargetID]
+		fb.mu.Unlock()
+		if !ok {
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32602,"message":"No target with given id found"}}`, id))
+			return
+		}
+		fb.mu.Lock()
+		if fc.sessions == nil {
+			fc.sessions = map[string]*fakeSess{}
+		}
+		fb.nextJob++
+		ss := &fakeSess{id: fmt.Sprintf("RELAY-%s-%d", p.TargetID, fb.nextJob), target: p.TargetID, seq: fb.nextJob, ran: true}
+		fc.sessions[ss.id] = ss
+		fb.broadcast()
+		fb.mu.Unlock()
+		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":%s,"waitingForDebugger":false}}`, ss.id, info))
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"sessionId":%q}}`, id, ss.id))
+		return
+	case "Target.setDiscoverTargets":
+		fb.mu.Lock()
+		fc.own = true
+		fb.mu.Unlock()
 	}
 	switch m.Method {
 	case "Target.setDiscoverTargets":
@@ -746,37 +863,25 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			// Marked before the reply, so the relay's Start cannot return
 			// before the fake knows which connection is the relay's own.
 			var p struct {
-				Patterns []struct{ RequestStage string }
+				Patterns []struct{ URLPattern, RequestStage string }
 			}
 			json.Unmarshal(m.Params, &p)
 			fc.mu.Lock()
-			fc.answers = slices.ContainsFunc(p.Patterns, func(pt struct{ RequestStage string }) bool { return pt.RequestStage == "Response" })
+			fc.answers = slices.ContainsFunc(p.Patterns, func(pt struct{ URLPattern, RequestStage string }) bool { return pt.RequestStage == "Response" })
 			fc.mu.Unlock()
 			fb.mu.Lock()
 			fc.holder = true
+			fc.patterns = fc.patterns[:0]
+			for _, pt := range p.Patterns {
+				fc.patterns = append(fc.patterns, pt.URLPattern)
+			}
 			fb.broadcast()
 			fb.mu.Unlock()
 			send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		}
 	case "Fetch.continueRequest":
-		var p struct {
-			RequestID         string
-			InterceptResponse bool
-		}
-		json.Unmarshal(m.Params, &p)
 		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
-		fc.mu.Lock()
-		fc.continued[p.RequestID] = msg.at
-		if p.InterceptResponse {
-			if fc.watching == nil {
-				fc.watching = map[string]bool{}
-			}
-			fc.watching[p.RequestID] = true
-		}
-		fc.mu.Unlock()
-	case "Target.getTargets":
-		// The relay asks it to see that a connection still answers.
-		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
+		fc.continuedNow(m.Params, msg.at)
 	case "Target.closeTarget", "Target.disposeBrowserContext":
 		// As Chromium answers: a target or context whose id starts with
 		// GONE is not there (any more).
@@ -806,14 +911,133 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 	}
 }
 
-// send writes a text message to the relay; the fake learns the targets it announces.
+// replayNext makes the next connection accepted answer from rec.
+func (fb *fakeBrowser) replayNext(rec *recording) {
+	fb.mu.Lock()
+	fb.replaying = rec
+	fb.mu.Unlock()
+}
+
+// answerReplay answers a command from fc.replay: discovery and
+// auto-attaching with the events recorded before their replies, and every
+// command with the reply recorded (a session's with an empty result).
+func (fc *fakeConn) answerReplay(msg fakeMsg) {
+	m := msg.m
+	rec := fc.replay
+	id := *m.ID
+	if m.SessionID != "" {
+		if m.Method == "Fetch.continueRequest" {
+			fc.continuedNow(m.Params, msg.at)
+		}
+		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, id, m.SessionID))
+		return
+	}
+	switch m.Method {
+	case "Target.setDiscoverTargets", "Target.setAutoAttach":
+		fb := fc.fb
+		fb.mu.Lock()
+		fc.own = true
+		fc.pagesConn = fc.pagesConn || m.Method == "Target.setAutoAttach"
+		fb.broadcast()
+		fb.mu.Unlock()
+		from := 0
+		for i, rm := range rec.msgs {
+			if rm.From == "client" && rm.m.Method == m.Method {
+				from = i
+				break
+			}
+		}
+		for _, rm := range rec.msgs[from+1:] {
+			if rm.From == "browser" && rm.m.ID != nil {
+				break
+			}
+			if rm.From == "browser" {
+				fc.send(rm.Msg)
+			}
+		}
+	}
+	if m.Method == "Target.detachFromTarget" {
+		fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		return
+	}
+	fc.write(websocket.TextMessage, withID(rec.reply(fc.fb.t, m.Method, nil), id))
+}
+
+// continuedNow records a Fetch.continueRequest received at at.
+func (fc *fakeConn) continuedNow(params []byte, at time.Time) {
+	var p struct {
+		RequestID         string
+		InterceptResponse bool
+	}
+	json.Unmarshal(params, &p)
+	fc.mu.Lock()
+	fc.continued[p.RequestID] = at
+	if p.InterceptResponse {
+		if fc.watching == nil {
+			fc.watching = map[string]bool{}
+		}
+		fc.watching[p.RequestID] = true
+	}
+	fc.mu.Unlock()
+}
+
+// attach attaches fc, the relay's pages connection, to a page, as
+// Chromium's auto-attach does: waiting for the debugger when the page is
+// new.
+func (fc *fakeConn) attach(info json.RawMessage, waiting bool) {
+	fb := fc.fb
+	t, _, ok := readTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info))
+	if !ok || t.Type != "page" {
+		return
+	}
+	fb.mu.Lock()
+	if fc.sessions == nil {
+		fc.sessions = map[string]*fakeSess{}
+	}
+	if fc.sessionLocked(t.TargetID) != nil || fc.replay != nil {
+		fb.mu.Unlock()
+		return
+	}
+	fb.nextJob++
+	ss := &fakeSess{id: fmt.Sprintf("RELAY-%s-%d", t.TargetID, fb.nextJob), target: t.TargetID, seq: fb.nextJob, ran: !waiting}
+	fc.sessions[ss.id] = ss
+	fb.broadcast()
+	fb.mu.Unlock()
+	fc.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":%s,"waitingForDebugger":%v}}`, ss.id, info, waiting))
+}
+
+// send writes a text message to the relay; the fake learns the targets it
+// announces, and attaches the relay's pages connection to each new page.
 func (fc *fakeConn) send(data []byte) error {
+	var created json.RawMessage
 	if m, ok := decodeWire(data); ok && (m.Method == "Target.targetCreated" || m.Method == "Target.targetInfoChanged") {
 		if info, raw, ok := readTargetInfo(data); ok {
 			fc.fb.announce(info.TargetID, raw)
+			if m.Method == "Target.targetCreated" {
+				created = raw
+			}
 		}
 	}
-	return fc.write(websocket.TextMessage, data)
+	err := fc.write(websocket.TextMessage, data)
+	if created != nil {
+		for _, pc := range fc.fb.pagesConns() {
+			pc.attach(created, true)
+		}
+	}
+	return err
+}
+
+// pagesConns returns the live connections that auto-attach to pages.
+func (fb *fakeBrowser) pagesConns() []*fakeConn {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	var out []*fakeConn
+	for _, c := range fb.conns {
+		if c.pagesConn && !c.ended_() {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (fc *fakeConn) write(typ int, data []byte) error {
@@ -924,6 +1148,7 @@ type hopTimes struct {
 	requestID string
 	paused    time.Time
 	continued time.Time
+	pauses    int // how many interceptors paused it (navigate)
 }
 
 // play replays a recorded chain of paused requests the way Chromium
@@ -1056,4 +1281,345 @@ func equalMsg(got, want []byte) string {
 		}
 	}
 	return ""
+}
+
+// pages returns the relay's pages connection: the next live one that
+// auto-attached to pages.
+func (fb *fakeBrowser) pages(t testing.TB) *fakeConn {
+	t.Helper()
+	var got *fakeConn
+	fb.await(t, "relay connection attached to pages", func() bool {
+		for _, c := range fb.conns {
+			if c.pagesConn && !fb.returned[c] && !c.ended_() {
+				got, fb.returned[c] = c, true
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// session returns fc's session on page target (the armed one, if any),
+// nil when it has none.
+func (fc *fakeConn) session(target string) *fakeSess {
+	fc.fb.mu.Lock()
+	defer fc.fb.mu.Unlock()
+	return fc.sessionLocked(target)
+}
+
+// sessionLocked is session. Callers hold fb.mu.
+func (fc *fakeConn) sessionLocked(target string) *fakeSess {
+	var got *fakeSess
+	for _, ss := range fc.sessions {
+		if ss.target == target && (got == nil || ss.fetch && !got.fetch) {
+			got = ss
+		}
+	}
+	return got
+}
+
+// armed waits until the relay enabled Fetch and Network in fc's session on
+// target.
+func (fb *fakeBrowser) armed(t testing.TB, fc *fakeConn, target string) {
+	t.Helper()
+	fb.await(t, "the relay's interception on page "+target, func() bool {
+		ss := fc.sessionLocked(target)
+		return ss != nil && ss.fetch && ss.network && !fc.ended_()
+	})
+}
+
+// matchPattern reports whether a Fetch urlPattern matches url: * is any
+// run of characters, ? any one, and a backslash escapes the next.
+func matchPattern(pattern, url string) bool {
+	if pattern == "" {
+		return true
+	}
+	var match func(p, s string) bool
+	match = func(p, s string) bool {
+		for len(p) > 0 {
+			switch p[0] {
+			case '*':
+				for i := len(s); i >= 0; i-- {
+					if match(p[1:], s[i:]) {
+						return true
+					}
+				}
+				return false
+			case '?':
+				if s == "" {
+					return false
+				}
+				p, s = p[1:], s[1:]
+				continue
+			case '\\':
+				if len(p) > 1 {
+					p = p[1:]
+				}
+			}
+			if s == "" || s[0] != p[0] {
+				return false
+			}
+			p, s = p[1:], s[1:]
+		}
+		return s == ""
+	}
+	return match(pattern, url)
+}
+
+// interceptor is one place Chromium pauses a request at: a session of a
+// connection, or a connection at the browser level.
+type interceptor struct {
+	fc      *fakeConn
+	session string // "" at the browser level
+	network bool   // the session has Network enabled
+	rank    int    // its place in Chromium's order: lower pauses first
+}
+
+// interceptors returns where a document request of frame to url pauses,
+// in Chromium's order: the page's sessions with Fetch on, newest first,
+// then the browser-level interceptors whose patterns match, in the order
+// they enabled Fetch.
+func (fb *fakeBrowser) interceptors(frame, url string) []interceptor {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	var sess []*fakeSess
+	owner := map[*fakeSess]*fakeConn{}
+	for _, c := range fb.conns {
+		if c.ended_() {
+			continue
+		}
+		for _, ss := range c.sessions {
+			if ss.target == frame && ss.fetch {
+				sess = append(sess, ss)
+				owner[ss] = c
+			}
+		}
+	}
+	slices.SortFunc(sess, func(a, b *fakeSess) int { return b.seq - a.seq })
+	var out []interceptor
+	for _, ss := range sess {
+		out = append(out, interceptor{fc: owner[ss], session: ss.id, network: ss.network, rank: -ss.seq})
+	}
+	for i, c := range fb.conns {
+		if !c.holder || c.ended_() {
+			continue
+		}
+		if slices.ContainsFunc(c.patterns, func(p string) bool { return matchPattern(p, url) }) {
+			out = append(out, interceptor{fc: c, rank: i})
+		}
+	}
+	return out
+}
+
+// nextInterceptor returns the interceptor a request of frame to url goes
+// to after the one of rank after (math.MinInt: the first), as things are
+// now: a pattern set changed meanwhile counts.
+func (fb *fakeBrowser) nextInterceptor(frame, url string, after int) (interceptor, bool) {
+	for _, ic := range fb.interceptors(frame, url) {
+		if ic.rank > after {
+			return ic, true
+		}
+	}
+	return interceptor{}, false
+}
+
+// networkSessions returns the live sessions with Network on for page frame.
+func (fb *fakeBrowser) networkSessions(frame string) []interceptor {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	var out []interceptor
+	for _, c := range fb.conns {
+		for _, ss := range c.sessions {
+			if ss.target == frame && ss.network && !c.ended_() {
+				out = append(out, interceptor{fc: c, session: ss.id, network: true})
+			}
+		}
+	}
+	return out
+}
+
+// mono is the fake browser's monotonic clock, in seconds, as its Network
+// events stamp them.
+func (fb *fakeBrowser) mono(at time.Time) float64 {
+	return 1000 + at.Sub(fakeEpoch).Seconds()
+}
+
+var fakeEpoch = time.Now()
+
+// asPause rewrites a recorded browser-level pause for ic: its own
+// interception job, and for a session its sessionId and the request's
+// networkId.
+func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
+	msg = renumberJob(msg, job)
+	if ic.session == "" {
+		return msg
+	}
+	var m map[string]json.RawMessage
+	json.Unmarshal(msg, &m)
+	var params map[string]json.RawMessage
+	json.Unmarshal(m["params"], &params)
+	params["networkId"], _ = json.Marshal(networkID)
+	m["params"], _ = json.Marshal(params)
+	m["sessionId"], _ = json.Marshal(ic.session)
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// navigate plays a recorded chain of a document request the way Chromium
+// drives it through every interceptor of the browser (fb.interceptors): a
+// Request-stage hop pauses at each in turn, each with an interception id
+// of its own, and goes on once the last one let it go; one that ends while
+// holding it hands it to the next. A Response-stage hop pauses, in the
+// reverse order, only at the browser-level interceptors that asked for it.
+// Sessions with Network on get the request's Network events: that it is
+// being sent, and how each hop was answered (timed as it left). It
+// returns, per Request-stage hop, when the first interceptor got it and
+// when it left.
+func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
+	t.Helper()
+	networkID := fmt.Sprintf("NET-%d", fb.newJob())
+	var out []hopTimes
+	var frame string
+	var sent time.Time
+	answered := true
+	jobs := map[*fakeConn]int{} // each browser-level interceptor's job of the hop under way
+	for i, msg := range chain {
+		p, _ := readPause(msg)
+		frame = p.FrameID
+		if p.requestStage() {
+			if !answered {
+				fb.networkEnd(frame, networkID, pause{ResponseStatusCode: 200}, sent, false)
+			}
+			var ht hopTimes
+			for at := math.MinInt; ; {
+				ic, ok := fb.nextInterceptor(frame, p.Request.URL, at)
+				if !ok {
+					break
+				}
+				at = ic.rank
+				job := fb.newJob()
+				if ic.session == "" {
+					jobs[ic.fc] = job
+				}
+				m := asPause(msg, job, ic, networkID)
+				mp, _ := readPause(m)
+				at := time.Now()
+				if err := ic.fc.send(m); err != nil {
+					continue // gone already: the next one gets it
+				}
+				cont, err := ic.fc.continuedAt(mp.RequestID)
+				if err != nil {
+					continue // ended while holding: the next one gets it
+				}
+				ic.fc.mu.Lock()
+				delete(ic.fc.continued, mp.RequestID)
+				ic.fc.mu.Unlock()
+				if ht.paused.IsZero() {
+					ht.paused, ht.requestID = at, mp.RequestID
+				}
+				ht.continued = cont
+				ht.pauses++
+			}
+			sent = time.Now()
+			if ht.paused.IsZero() {
+				ht.paused, ht.continued = sent, sent
+			}
+			for _, ns := range fb.networkSessions(frame) {
+				ns.fc.send(fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"associatedCookies":[],"headers":{}},"sessionId":%q}`, networkID, ns.session))
+			}
+			out = append(out, ht)
+			answered = false
+			continue
+		}
+		// The answer: paused where it was asked for, then told in Network
+		// events.
+		hs := fb.holders()
+		slices.Reverse(hs)
+		for _, hc := range hs {
+			job, ok := jobs[hc]
+			if !ok {
+				continue
+			}
+			m := renumberJob(msg, job)
+			mp, _ := readPause(m)
+			if !hc.pausesAnswer(mp.RequestID) {
+				continue
+			}
+			if err := hc.send(m); err != nil {
+				continue
+			}
+			hc.continuedAt(mp.RequestID)
+			hc.mu.Lock()
+			delete(hc.continued, mp.RequestID)
+			hc.mu.Unlock()
+		}
+		more := i+1 < len(chain)
+		fb.networkEnd(frame, networkID, p, sent, more && isRedirect(p.ResponseStatusCode))
+		answered = true
+	}
+	if !answered {
+		fb.networkEnd(frame, networkID, pause{ResponseStatusCode: 200}, sent, false)
+	}
+	return out
+}
+
+// networkEnd tells the sessions with Network on for frame how a hop sent
+// at sent was answered: p's status or failure, a redirect when redirect is
+// set (the request goes on).
+func (fb *fakeBrowser) networkEnd(frame, networkID string, p pause, sent time.Time, redirect bool) {
+	now := fb.mono(time.Now())
+	timing := fmt.Sprintf(`{"requestTime":%.6f,"sendStart":0,"sendEnd":0.1}`, fb.mono(sent))
+	for _, ns := range fb.networkSessions(frame) {
+		var ev string
+		switch {
+		case p.ResponseErrorReason != "":
+			ev = fmt.Sprintf(`{"method":"Network.loadingFailed","params":{"requestId":%q,"timestamp":%.6f,"type":"Document","errorText":"net::ERR_%s","canceled":false},"sessionId":%q}`,
+				networkID, now, netError(p.ResponseErrorReason), ns.session)
+		case redirect:
+			ev = fmt.Sprintf(`{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"wallTime":%.6f,"type":"Document","frameId":%q,"request":{"url":"http://next.test/"},"redirectResponse":{"status":%d,"headers":%s,"timing":%s}},"sessionId":%q}`,
+				networkID, networkID, now, now, frame, p.ResponseStatusCode, headersOf(p), timing, ns.session)
+		default:
+			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"timing":%s},"frameId":%q},"sessionId":%q}`,
+				networkID, networkID, now, p.ResponseStatusCode, headersOf(p), timing, frame, ns.session)
+		}
+		ns.fc.send([]byte(ev))
+	}
+}
+
+// headersOf returns a paused answer's headers as Network events carry them.
+func headersOf(p pause) string {
+	h := map[string]string{}
+	for _, e := range p.ResponseHeaders {
+		h[e.Name] = e.Value
+	}
+	b, _ := json.Marshal(h)
+	return string(b)
+}
+
+// netError turns a Fetch ErrorReason into the net error Network events name.
+func netError(reason string) string {
+	switch reason {
+	case "ConnectionRefused":
+		return "CONNECTION_REFUSED"
+	case "NameNotResolved":
+		return "NAME_NOT_RESOLVED"
+	case "TimedOut":
+		return "TIMED_OUT"
+	case "Aborted":
+		return "ABORTED"
+	}
+	return "FAILED"
+}
+
+// navigateTo plays a navigation of page to url (one Request-stage hop,
+// answered 200) on a goroutine of its own, and returns where its times
+// arrive.
+func (fb *fakeBrowser) navigateTo(t testing.TB, page, url string) <-chan []hopTimes {
+	ch := make(chan []hopTimes, 1)
+	job := fb.newJob()
+	go func() {
+		ch <- fb.navigate(t, [][]byte{pausedDoc(fmt.Sprintf("interception-job-%d.0", job), page, url)})
+	}()
+	return ch
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // via is how the navigations of one browser are held.
@@ -59,6 +60,35 @@ type holder struct {
 
 	ansMu     sync.Mutex
 	answering map[string]*answering // guarded by ansMu; by host
+
+	// attachedClients counts the sessions the relay's clients have on each
+	// target, to tell a client whether a target is attached as it would be
+	// without the relay.
+	attachedClients counts
+}
+
+// counts is a number per key, safe for concurrent use; a key counted down
+// to zero is forgotten.
+type counts struct {
+	mu sync.Mutex
+	n  map[string]int // guarded by mu
+}
+
+func (c *counts) add(key string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[string]int)
+	}
+	if c.n[key] += d; c.n[key] <= 0 {
+		delete(c.n, key)
+	}
+}
+
+func (c *counts) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
 }
 
 func newHolder(p *Proxy, up *upstream, v version) *holder {
@@ -301,20 +331,42 @@ func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Log
 // does), then it books; booked (when set) is told the start of the slot
 // once it is booked.
 func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
+	var b func(time.Time, *pace.Nav)
+	if booked != nil {
+		b = func(start time.Time, _ *pace.Nav) { booked(start) }
+	}
+	h.holdFor(ctx, fl, host, rawURL, log, false, b, nil, release, done)
+}
+
+// holdNav is holdFlight for a navigation whose departure the caller
+// follows (depart): the slot's navigation is handed to booked, the caller
+// tells it when the request left, and fl's end ends it; the release waits,
+// past the slot, for what late departures before it in its bucket ask
+// (package pace). Without depart, it is booked's nil. waits, when set, is
+// called once, when the navigation may have to wait at all.
+func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release func()) {
+	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, release, nil)
+}
+
+func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release, done func()) {
 	h.waiting.Add(1)
 	h.p.limiting.Add(1)
 	go func() {
 		defer h.p.limiting.Done()
+		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
+		if h.p.capper != nil && h.p.capper.Caps() {
+			hw.waiting() // a place in flight may take long to come
+		}
 		if !h.enter(fl, host, log) {
 			h.end(nil, done)
 			return
 		}
-		release := fl.releasing(release)
-		if !h.wait(ctx, host, rawURL, log, booked, release, done) {
+		hw.release = fl.releasing(release)
+		if !hw.book() {
 			if ctx.Err() != nil {
-				release = nil
+				hw.release = nil
 			}
-			h.end(release, done)
+			hw.end()
 		}
 	}()
 }
@@ -389,24 +441,117 @@ func (h *holder) end(release, done func()) {
 	}
 }
 
-// wait books and, when the navigation must wait, arms a timer and reports
-// true: the timer calls release (or done alone, when ctx ends first).
-// Callers count themselves in waiting.
-func (h *holder) wait(ctx context.Context, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) bool {
-	d, retry := h.book(ctx, host, rawURL, log)
-	if !retry && booked != nil {
-		booked(time.Now().Add(max(d, 0)))
-	}
-	if d <= 0 && !retry {
-		return false
-	}
-	after(ctx, d, func() {
-		if retry && h.wait(ctx, host, rawURL, log, booked, release, done) {
-			return
+// holdWait is one navigation on its way from its booking to its release.
+type holdWait struct {
+	h            *holder
+	ctx          context.Context
+	host, rawURL string
+	log          *zerolog.Logger
+	depart       bool
+	booked       func(time.Time, *pace.Nav)
+	waits        func() // called once the navigation has to wait, then set to nil
+	release      func()
+	done         func()
+	start        time.Time // when its slot comes
+	nav          *pace.Nav // followed to its departure; nil when not
+}
+
+// book books and, when the navigation must wait, arms a timer and reports
+// true: the timer releases it (or ends the hold alone, when ctx ends
+// first). Callers count themselves in waiting.
+func (w *holdWait) book() bool {
+	h := w.h
+	r, d, retry := h.book(w.ctx, w.host, w.rawURL, w.log)
+	if !retry {
+		w.start = time.Now().Add(max(d, 0))
+		if w.depart && r.Tracked {
+			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
 		}
-		h.end(release, done)
-	}, func() { h.end(nil, done) })
-	return true
+		if w.booked != nil {
+			w.booked(w.start, w.nav)
+		}
+	}
+	if retry {
+		w.waiting()
+		after(w.ctx, d, func() {
+			if !w.book() {
+				w.end()
+			}
+		}, w.cancelled)
+		return true
+	}
+	return w.due()
+}
+
+// waiting tells waits, once, that the navigation waits.
+func (w *holdWait) waiting() {
+	if w.waits != nil {
+		w.waits()
+		w.waits = nil
+	}
+}
+
+// due waits, past the slot, for what late departures before this
+// navigation in its bucket ask, and reports whether it must wait; when it
+// need not, the caller ends the hold.
+func (w *holdWait) due() bool {
+	now := time.Now()
+	at, left, until := w.start, (<-chan struct{})(nil), time.Time{}
+	if w.nav != nil {
+		at, left, until = w.nav.Due(now)
+	}
+	if d := at.Sub(now); d > 0 {
+		w.waiting()
+		after(w.ctx, d, func() {
+			if !w.due() {
+				w.end()
+			}
+		}, w.cancelled)
+		return true
+	}
+	if left != nil {
+		// One let go before it has not left the browser yet: going now
+		// could overtake it.
+		w.log.Debug().Str("host", w.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
+		w.waiting()
+		w.h.p.limiting.Add(1)
+		go func() {
+			defer w.h.p.limiting.Done()
+			t := time.NewTimer(time.Until(until))
+			defer t.Stop()
+			select {
+			case <-left:
+			case <-t.C:
+			case <-w.ctx.Done():
+				w.cancelled()
+				return
+			}
+			if !w.due() {
+				w.end()
+			}
+		}()
+		return true
+	}
+	w.nav.Released(now, at)
+	return false
+}
+
+// end releases the navigation and ends the hold.
+func (w *holdWait) end() { w.h.end(w.release, w.done) }
+
+// cancelled ends a hold given up before its release.
+func (w *holdWait) cancelled() {
+	w.h.ended(w.nav)
+	w.h.end(nil, w.done)
+}
+
+// ended ends navigations whose departure was followed: answered, failed,
+// aborted or their page gone. It is every followed navigation's last
+// step, once each.
+func (h *holder) ended(navs ...*pace.Nav) {
+	for _, n := range navs {
+		n.End()
+	}
 }
 
 // holdUntil holds a navigation already booked until start, as when the
@@ -423,24 +568,24 @@ func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, rel
 // holds navigations while it is unreachable): the navigation waits d and
 // then books again. Booking may block for the site's robots.txt, never
 // past ctx.
-func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (d time.Duration, retry bool) {
+func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
 	now := time.Now()
-	r := h.p.Limiter.Reserve(ctx, host, rawURL, now)
+	r = h.p.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
-		return max(d, time.Millisecond), true
+		return r, max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
 		h.p.Metrics.navigation(navExempt, 0)
-		return 0, false
+		return r, 0, false
 	}
 	h.p.Metrics.navigation(navBooked, d)
 	h.p.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
-		return 0, false
+		return r, 0, false
 	}
 	if h.p.warned.first(host) {
 		// Adaptive spacing surprises; a fixed one was asked for.
@@ -462,7 +607,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	}
 	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
 		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
-	return d, false
+	return r, d, false
 }
 
 // observe feeds the answer to a navigation of host, which fl followed (nil
@@ -584,7 +729,10 @@ func after(ctx context.Context, d time.Duration, fire, cancelled func()) {
 // relay's connections see every page's requests, and hold only these.
 // Methods are safe for concurrent use.
 type claims struct {
-	all     bool // set once: every page counts as a client's (tests of the holding itself)
+	all bool // set once: every page counts as a client's (tests of the holding itself)
+	// onClaim, set once before use, is told of each page claimed, outside
+	// the lock: the Fetch strategy arms it.
+	onClaim func(target string)
 	mu      sync.Mutex
 	pages   map[string]struct{} // guarded by mu; target ids
 	pending int                 // guarded by mu; pages being created by clients, ids not known yet
@@ -611,12 +759,16 @@ func (c *claims) claim(target string) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, ok := c.pages[target]; ok {
+		c.mu.Unlock()
 		return
 	}
 	c.addLocked(target)
 	c.broadcast()
+	c.mu.Unlock()
+	if c.onClaim != nil {
+		c.onClaim(target)
+	}
 }
 
 // addLocked adds a page, within maxClaims. Callers hold mu.
@@ -662,6 +814,9 @@ func (c *claims) created(target string) {
 	}
 	c.broadcast()
 	c.mu.Unlock()
+	if target != "" && c.onClaim != nil {
+		c.onClaim(target)
+	}
 }
 
 // decide reports whether target is a client's page, waiting while a
@@ -669,6 +824,9 @@ func (c *claims) created(target string) {
 // first request can pause before the client learns its id), but no longer
 // than ctx. Unsure when ctx ends, it says yes: politeness fails closed.
 func (c *claims) decide(ctx context.Context, target string) bool {
+	if c.all {
+		return true
+	}
 	for {
 		c.mu.Lock()
 		_, ok := c.pages[target]

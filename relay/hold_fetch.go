@@ -2,9 +2,8 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,41 +11,58 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/target"
-	"github.com/gorilla/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
-// fetchHold holds a Chromium's navigations through the relay's own
-// connections to its browser endpoint. Each connection discovers targets,
-// to tell a page's main frame (whose id is the page's target id) from an
-// iframe, and enables Fetch for every document request of the browser, at
-// the Request stage: a navigation of the relay's own clients is held until
-// its slot, then let go asking for its answer (interceptResponse), which
-// pauses once more to be read. Navigations of pages that are not its
-// clients' are let go at once, answer unasked.
+// fetchHold holds a Chromium's navigations through two connections of the
+// relay's own to its browser endpoint, with a role each:
 //
-// There are two connections, so that losing one never lets a held request
-// through. Chromium passes a document request from one interceptor to the
-// next, and when an interceptor goes away, what it held goes on to the
-// next one instead of to the network: the other connection then holds it
-// until the slot already booked. With both connections up, each request
-// pauses at both, one after the other; the first books and holds, the
-// second recognises it (same frame, method and URL, let go by the other
-// connection a moment ago) and lets it go.
+//   - pages (hold_fetch_pages.go) attaches to every page and intercepts the
+//     document requests of the relay's clients' pages only, in sessions of
+//     its own, where it also reads their Network events: when each request
+//     really left, which keeps what the site sees exact (package pace),
+//     and its answer. A page no client drives is never paused.
+//   - net intercepts at the browser level, where Chromium pauses a request
+//     after every session has let it go. Its patterns name only what pages
+//     holds, so that a request pages lets go leaves at once, and one pages
+//     holds when pages is lost is handed to net by Chromium, which holds it
+//     on. While pages cannot hold (not up yet, reconnecting, a client page
+//     it could not arm) or a client creates a page with a URL, whose first
+//     request leaves before any session can attach, net pauses every
+//     document of the browser instead (wide), and holds those of the
+//     relay's clients itself.
+//
+// Losing either connection never lets a held request through: Chromium
+// hands what pages held to net, and net holds nothing pages does not hold
+// too unless it is wide.
 type fetchHold struct {
 	h     *holder
-	conns [2]atomic.Pointer[fetchConn]
+	pages atomic.Pointer[fetchConn]
+	net   atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
 	wasUp atomic.Bool        // a connection has been up
 	gone  atomic.Bool        // both connections dropped, which was logged; until one is back
 
-	mu     sync.Mutex
-	held   map[navKey]*heldNav  // guarded by mu; documents of clients being held
-	passed map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
-	paused map[string]time.Time // guarded by mu; page target → when its document request last paused
+	netMu sync.Mutex // serialises the net connection's pattern updates: each is written in order
+
+	mu        sync.Mutex
+	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
+	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
+	paused    map[string]time.Time // guarded by mu; page target → when its document request last paused
+	urls      map[string]int       // guarded by mu; net's patterns: held URLs → how many held
+	creating  int                  // guarded by mu; clients' page creations with a URL under way
+	holes     int                  // guarded by mu; client pages pages could not arm
+	wideAsked bool                 // guarded by mu; the last patterns written to net were wide
+	wideSince int64                // guarded by mu; the pattern update that made net wide
+	wideAcked int64                // guarded by mu; the last pattern update net answered (named for the wide one it may be)
+	netSeq    int64                // guarded by mu; pattern updates written to net
+	netAcked  chan struct{}        // guarded by mu; closed and replaced when net takes an update
+	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
+	netDirty  bool                 // guarded by mu; what net should pause changed since that update
+	confirmed bool                 // guarded by mu; no connection dropped since the others last answered
 	// life ends every navigation followed (flight) when the browser is
 	// lost: then none of their answers can come. Guarded by mu.
 	life    context.Context
@@ -59,6 +75,9 @@ type navKey struct{ frame, method, url string }
 // heldNav is a document request held for its slot.
 type heldNav struct {
 	by       *fetchConn    // guarded by fetchHold.mu; the connection holding it
+	session  string        // guarded by fetchHold.mu; of by, "" at the browser level
+	url      string        // its URL, as net's pattern for it
+	named    bool          // guarded by fetchHold.mu; net's patterns name it
 	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
@@ -69,7 +88,6 @@ type heldNav struct {
 type passedNav struct {
 	by *fetchConn
 	at time.Time
-	fl *flight // the navigation it held, if any: it leaves when the other connection lets it go
 }
 
 // echoWindow is how long after one connection let a request go the other
@@ -87,13 +105,25 @@ const handOverLate = 10 * time.Millisecond
 // by the browser to the network.
 const orphanWait = 2 * time.Second
 
+// maxNetPatterns bounds the URLs net's patterns name; with more held at
+// once, net pauses every document instead.
+const maxNetPatterns = 256
+
+// maxPatternURL bounds the part of a URL a pattern names; the rest is a
+// wildcard.
+const maxPatternURL = 512
+
 func newFetchHold(h *holder) *fetchHold {
 	f := &fetchHold{
 		h:      h,
 		held:   make(map[navKey]*heldNav),
 		passed: make(map[navKey]passedNav),
 		paused: make(map[string]time.Time),
+		urls:   make(map[string]int),
+
+		netAcked: make(chan struct{}),
 	}
+	h.claims.onClaim = f.claimed
 	f.life, f.endLife = context.WithCancel(context.Background())
 	return f
 }
@@ -124,84 +154,139 @@ const maxSilent = 3
 var errSilent = errors.New("the browser took the connection but did not answer")
 
 // errRefused marks a browser that answered but refuses what the relay
-// needs (browser-level Fetch, target discovery): no retry will change it.
+// needs (browser-level Fetch, target discovery, auto-attaching): no retry
+// will change it.
 type errRefused struct{ err error }
 
 func (e errRefused) Error() string { return e.err.Error() }
 func (e errRefused) Unwrap() error { return e.err }
 
-// start opens the first connection within ctx, when the browser is up,
-// and then keeps both connections up until bg ends or stop is called. It
-// returns an errRefused when the browser refuses Fetch; any other failure
-// is retried in the background, navigations waiting meanwhile.
+// start opens the connections within ctx, when the browser is up, and then
+// keeps them up until bg ends or stop is called. It returns an errRefused
+// when the browser refuses what the relay needs; any other failure is
+// retried in the background, navigations waiting meanwhile.
 func (f *fetchHold) start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) error {
-	var first *fetchConn
+	var first [2]*fetchConn
 	if up {
-		fc, err := f.connect(ctx, 0)
-		var refused errRefused
-		if errors.As(err, &refused) {
-			return err
+		for _, role := range []connRole{roleNet, rolePages} {
+			fc, err := f.connect(ctx, role)
+			var refused errRefused
+			if errors.As(err, &refused) {
+				for _, c := range first {
+					if c != nil {
+						c.close()
+					}
+				}
+				return err
+			}
+			if err != nil {
+				f.h.p.log.Warn().Str("upstream", f.h.up.name).Str("conn", role.String()).Err(err).
+					Msg("the relay's own browser connection is not up: navigations wait until it is")
+				continue
+			}
+			first[role] = fc
+			f.attach(role, fc)
 		}
-		if err != nil {
-			f.h.p.log.Warn().Str("upstream", f.h.up.name).Err(err).
-				Msg("the relay's own browser connection is not up: navigations wait until it is")
-		} else {
-			f.conns[0].Store(fc)
-			f.wasUp.Store(true)
-			f.h.setArmed(true)
-		}
-		first = fc
 	}
 	bg, f.stop = context.WithCancel(bg)
-	for i := range f.conns {
-		fc := first
-		if i > 0 {
-			fc = nil
-		}
+	for _, role := range []connRole{rolePages, roleNet} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.supervise(bg, i, fc)
+			f.supervise(bg, role, first[role])
 		}()
 	}
 	return nil
 }
 
-// up reports how many of the relay's connections are up.
-func (f *fetchHold) up() int {
-	n := 0
-	for i := range f.conns {
-		if f.conns[i].Load() != nil {
-			n++
-		}
+// conn returns the connection of role, nil while it is down.
+func (f *fetchHold) conn(role connRole) *fetchConn {
+	if role == rolePages {
+		return f.pages.Load()
 	}
-	return n
+	return f.net.Load()
 }
 
-// upSince reports whether one of the relay's connections has been up since
-// before t, and still is.
-func (f *fetchHold) upSince(t time.Time) bool {
-	for i := range f.conns {
-		if fc := f.conns[i].Load(); fc != nil && fc.since.Before(t) {
-			return true
-		}
+// connect dials a connection of role and sets it up.
+func (f *fetchHold) connect(ctx context.Context, role connRole) (*fetchConn, error) {
+	if role == rolePages {
+		return f.connectPages(ctx)
 	}
-	return false
+	return f.connectNet(ctx)
 }
 
-// supervise keeps connection i up until ctx ends; fc nil starts by
-// connecting.
-func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
+// connectNet dials the net connection: it discovers targets, to tell a
+// page's main frame (whose id is the page's target id) from an iframe, and
+// enables browser-level Fetch with the patterns in force.
+func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
+	fc, err := f.dial(ctx, roleNet)
+	if err != nil {
+		return nil, err
+	}
+	mode := f.h.p.Intercept
+	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
+		fc.close()
+		return nil, refusal("browser refused target discovery", r, err, mode)
+	}
+	f.netMu.Lock()
+	f.mu.Lock()
+	patterns, wide := f.patternsLocked()
+	f.netSeq++
+	seq := f.netSeq
+	f.mu.Unlock()
+	r, err := fc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: patterns})
+	if err == nil {
+		f.acked(seq, wide)
+	}
+	f.netMu.Unlock()
+	if err != nil {
+		fc.close()
+		return nil, refusal("browser refused browser-level Fetch", r, err, mode)
+	}
+	return fc, nil
+}
+
+// attach makes fc the connection of role and says whether holding is
+// possible now.
+func (f *fetchHold) attach(role connRole, fc *fetchConn) {
+	f.mu.Lock() // with dropped's count of those up
+	if role == rolePages {
+		f.pages.Store(fc)
+	} else {
+		f.net.Store(fc)
+	}
+	f.gone.Store(false)
+	f.mu.Unlock()
+	f.wasUp.Store(true)
+	if role == rolePages {
+		// Pages claimed while it was connecting were not armed by their
+		// claim: arm them now, then it holds every client page.
+		fc.armClaimed(fc.held)
+		fc.mu.Lock()
+		fc.ready = true
+		fc.mu.Unlock()
+	}
+	f.mu.Lock()
+	f.confirmed = true
+	f.mu.Unlock()
+	f.updateNet() // with pages ready, net needs only what it holds
+	f.rearm()
+}
+
+// supervise keeps the connection of role up until ctx ends; fc nil starts
+// by connecting.
+func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn) {
 	for {
 		if fc != nil {
-			f.mu.Lock() // with dropped's count of those up
-			f.conns[i].Store(fc)
-			f.gone.Store(false)
-			f.mu.Unlock()
-			f.wasUp.Store(true)
-			f.h.setArmed(true)
+			if f.conn(role) != fc {
+				f.attach(role, fc)
+			}
 			fc.keepalive(ctx, f.h.p.PingInterval, f.h.p.WriteTimeout)
-			f.conns[i].Store(nil)
+			if role == rolePages {
+				f.pages.Store(nil)
+			} else {
+				f.net.Store(nil)
+			}
 			f.dropped(fc)
 			if ctx.Err() != nil {
 				return
@@ -216,7 +301,7 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 			case <-time.After(backoff):
 			}
 			cctx, cancel := context.WithTimeout(ctx, min(f.h.p.StartTimeout, 10*time.Second))
-			next, err := f.connect(cctx, i)
+			next, err := f.connect(cctx, role)
 			cancel()
 			var refused errRefused
 			switch {
@@ -230,10 +315,10 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 					f.h.fallOver(err.Error())
 					return
 				}
-				f.h.p.log.Debug().Err(err).Int("conn", i).Msg("browser did not answer the relay's own connection")
+				f.h.p.log.Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
 			default:
 				silent = 0
-				f.h.p.log.Debug().Err(err).Int("conn", i).Msg("browser still unreachable")
+				f.h.p.log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
 			}
 		}
 		if f.up() == 0 {
@@ -246,17 +331,275 @@ func (f *fetchHold) supervise(ctx context.Context, i int, fc *fetchConn) {
 	}
 }
 
-// dropped handles a connection that ended: the browser hands what it held
-// to the other connection; what the other one does not get within
-// orphanWait went to the network unheld.
+// up reports how many of the relay's connections are up.
+func (f *fetchHold) up() int {
+	n := 0
+	if f.pages.Load() != nil {
+		n++
+	}
+	if f.net.Load() != nil {
+		n++
+	}
+	return n
+}
+
+// upSince reports whether one of the relay's connections has been up since
+// before t, and still is.
+func (f *fetchHold) upSince(t time.Time) bool {
+	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
+		if fc != nil && fc.since.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// isUp reports whether fc is one of the relay's connections that are up.
+func (f *fetchHold) isUp(fc *fetchConn) bool {
+	return fc != nil && (f.pages.Load() == fc || f.net.Load() == fc)
+}
+
+// pagesReady reports whether the pages connection holds the documents of
+// every client page.
+func (f *fetchHold) pagesReady() bool {
+	fc := f.pages.Load()
+	if fc == nil {
+		return false
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.ready && !fc.closed
+}
+
+// wideLocked reports whether net must pause every document. Callers hold
+// mu.
+func (f *fetchHold) wideLocked() bool {
+	return f.creating > 0 || f.holes > 0 || len(f.urls) > maxNetPatterns || !f.pagesReady()
+}
+
+// patternsLocked returns net's patterns: every document, or the URLs held.
+// Callers hold mu.
+func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
+	if f.wideLocked() {
+		return documentPattern, true
+	}
+	if len(f.urls) == 0 {
+		// One that no request matches: Fetch stays enabled, so that what
+		// is held later can be added.
+		return []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}, false
+	}
+	out := make([]*fetch.RequestPattern, 0, len(f.urls))
+	for u := range f.urls {
+		out = append(out, &fetch.RequestPattern{URLPattern: u, ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest})
+	}
+	return out, false
+}
+
+// urlPattern is the Fetch pattern that matches rawURL: wildcards and the
+// escape character escaped, and a wildcard for what is past maxPatternURL.
+func urlPattern(rawURL string) string {
+	tail := ""
+	if len(rawURL) > maxPatternURL {
+		rawURL, tail = rawURL[:maxPatternURL], "*"
+	}
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`).Replace(rawURL) + tail
+}
+
+// updateNet writes net's patterns as they should be now, and returns the
+// number of the update that carries them (0 when net is down). One update
+// is under way at a time: while one is, the next waits for its answer and
+// then carries the patterns of that moment, so that a crawl of many held
+// navigations writes what changed, not every change. They reach the
+// browser in order.
+func (f *fetchHold) updateNet() int64 {
+	f.netMu.Lock()
+	defer f.netMu.Unlock()
+	nc := f.net.Load()
+	if nc == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.netBusy == nc {
+		f.netDirty = true
+		return f.netSeq + 1
+	}
+	return f.writeNetLocked(nc)
+}
+
+// writeNetLocked writes net's patterns to nc. Callers hold netMu and mu.
+func (f *fetchHold) writeNetLocked(nc *fetchConn) int64 {
+	patterns, wide := f.patternsLocked()
+	f.wideAsked = wide
+	f.netSeq++
+	seq := f.netSeq
+	if wide && f.wideSince == 0 {
+		f.wideSince = seq
+	}
+	if !wide {
+		f.wideSince = 0
+	}
+	f.netBusy, f.netDirty = nc, false
+	_, err := nc.send("", "Fetch.enable", &fetch.EnableParams{Patterns: patterns}, func(r reply) {
+		if r.err == nil && r.result != nil {
+			f.acked(seq, wide)
+		}
+		f.netMu.Lock()
+		f.mu.Lock()
+		if f.netBusy == nc {
+			f.netBusy = nil
+			if f.netDirty && f.net.Load() == nc {
+				f.writeNetLocked(nc)
+			}
+		}
+		f.mu.Unlock()
+		f.netMu.Unlock()
+	})
+	if err != nil {
+		f.netBusy = nil
+		if !errors.Is(err, errConnClosed) {
+			nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
+		}
+	}
+	return seq
+}
+
+// acked notes that net took pattern update seq.
+func (f *fetchHold) acked(seq int64, wide bool) {
+	f.mu.Lock()
+	f.wideAcked = max(f.wideAcked, seq)
+	if wide && f.wideSince == 0 {
+		f.wideSince = seq
+	}
+	close(f.netAcked)
+	f.netAcked = make(chan struct{})
+	f.mu.Unlock()
+	if wide {
+		f.rearm()
+	}
+}
+
+// netWide reports whether net pauses every document now: it took the
+// update that made it wide, and no narrower one was written since.
+func (f *fetchHold) netWideLocked() bool {
+	return f.net.Load() != nil && f.wideAsked && f.wideSince > 0 && f.wideAcked >= f.wideSince
+}
+
+// rearm says whether navigations can be held now: pages holds every client
+// page, or net pauses every document; and no connection dropped since the
+// other one last answered.
+func (f *fetchHold) rearm() {
+	f.mu.Lock()
+	ok := f.confirmed && (f.pagesReady() || f.netWideLocked())
+	f.mu.Unlock()
+	f.h.setArmed(ok)
+}
+
+// uncovered notes n more (or, negative, fewer) client pages that the
+// pages connection could not arm: net covers them by pausing everything.
+func (f *fetchHold) uncovered(n int) {
+	f.mu.Lock()
+	f.holes = max(f.holes+n, 0)
+	f.mu.Unlock()
+	f.updateNet()
+	f.rearm()
+}
+
+// relayAttached reports whether the relay's pages connection is attached
+// to target (to every client page, and to other pages only while deciding).
+func (f *fetchHold) relayAttached(target string) bool {
+	fc := f.pages.Load()
+	if fc == nil {
+		return false
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	_, ok := fc.byTarget[target]
+	return ok
+}
+
+// claimed arms a page a client has just claimed, in the pages connection.
+func (f *fetchHold) claimed(target string) {
+	if fc := f.pages.Load(); fc != nil {
+		fc.cover(target)
+	}
+}
+
+// cover returns a channel closed once a page a client drives is held
+// wherever it navigates: the pages connection armed it, or net pauses
+// every document. Nil means there is nothing to wait for.
+func (f *fetchHold) cover(target string) <-chan struct{} {
+	if fc := f.pages.Load(); fc != nil {
+		if ch := fc.cover(target); ch != nil {
+			return ch
+		}
+	}
+	if f.h.isArmed() {
+		return nil
+	}
+	return f.h.whenArmed()
+}
+
+// creatingWithURL notes a client creating a page with a URL: its first
+// request leaves before any session can attach to it, so net pauses every
+// document until done is called. It returns a channel closed once net
+// does.
+func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
+	f.mu.Lock()
+	f.creating++
+	f.mu.Unlock()
+	f.updateNet()
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.creating--
+			f.mu.Unlock()
+			f.updateNet()
+		})
+	}
+	ch := make(chan struct{})
+	f.h.p.limiting.Add(1)
+	go func() {
+		defer f.h.p.limiting.Done()
+		defer close(ch)
+		t := time.NewTimer(claimWait)
+		defer t.Stop()
+		for {
+			// Without net, navigations wait for a connection anyway (armed).
+			f.mu.Lock()
+			ok, changed := f.netWideLocked() || f.net.Load() == nil, f.netAcked
+			f.mu.Unlock()
+			if ok {
+				return
+			}
+			select {
+			case <-t.C:
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return ch, done
+}
+
+// dropped handles a connection that ended: what pages held the browser
+// hands to net; what net does not get within orphanWait went to the
+// network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	if f.h.via() != viaFetch {
+	if f.h.via() != viaFetch || f.h.p.ctxDone() {
 		f.endFlights() // no answer of a navigation followed here will come
-		return         // stopped on purpose: navigations are held another way now
+		return         // stopped on purpose: navigations are held another way now, or not at all
 	}
 	// What cut one connection may have cut the other, unnoticed yet:
 	// navigations wait until the other one answers.
+	f.mu.Lock()
+	f.confirmed = false
+	f.mu.Unlock()
 	f.h.setArmed(false)
+	if fc.role == rolePages {
+		f.updateNet() // net holds everything while pages is away
+	}
 	now := time.Now()
 	f.mu.Lock()
 	others := f.up()
@@ -264,12 +607,23 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	// the wire as a crash), restarts, or was cut off. Said once, though
 	// each connection may find itself the last.
 	gone := others == 0 && f.gone.CompareAndSwap(false, true)
+	// What fc let go can no longer reach the other connection as an echo
+	// (but for a request under way this very moment): a request with the
+	// same frame and URL that reaches net from now on is a new one.
+	for k, p := range f.passed {
+		if p.by == fc {
+			delete(f.passed, k)
+		}
+	}
 	held := 0
 	var lost []string // with no connection left, what any of them held is gone
 	for k, hn := range f.held {
 		switch {
 		case others == 0 && !f.isUp(hn.by):
 			delete(f.held, k)
+			if hn.named {
+				f.dropURLLocked(hn.url)
+			}
 			lost = append(lost, k.frame)
 		case hn.by == fc:
 			hn.orphaned = now
@@ -281,9 +635,6 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		f.endFlights() // the browser is out of reach: no answer will come
 	} else {
 		fc.endReleased() // the answers fc was to read are lost with it
-	}
-	if f.h.p.ctxDone() {
-		return // shutting down: the browser releases them, on purpose
 	}
 	if others == 0 {
 		if gone {
@@ -300,7 +651,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	// still answers.
 	go func() {
 		if f.confirm() && !f.h.p.ctxDone() {
-			f.h.p.log.Info().Str("upstream", f.h.up.name).Int("held", held).
+			f.h.p.log.Info().Str("upstream", f.h.up.name).Str("conn", fc.role.String()).Int("held", held).
 				Msg("lost one of the relay's browser connections: the other one holds on")
 		}
 	}()
@@ -313,19 +664,36 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 		for k, hn := range f.held {
 			if hn.by == fc {
 				delete(f.held, k)
+				if hn.named {
+					f.dropURLLocked(hn.url)
+				}
 				lost = append(lost, k.frame)
 				hn.fl.end()
 			}
 		}
 		f.mu.Unlock()
+		f.updateNet()
 		f.countLost(lost)
 	})
 }
 
-// endReleased ends the navigations whose answer fc was to read: those it
-// let go. Those it still held go on to the relay's other connection.
+// endReleased ends the navigations whose answer net connection fc was to
+// read: those it let go. Those it still held go on to the relay's other
+// connection. (The pages connection's are ended as it ends: endAllTracks.)
 func (fc *fetchConn) endReleased() {
-	f := fc.f
+	fc.mu.Lock()
+	var fls []*flight
+	for _, hp := range fc.hops {
+		fls = append(fls, hp.fl)
+	}
+	fc.mu.Unlock()
+	fc.f.endUnheld(fc, fls)
+}
+
+// endUnheld ends the navigations of fls that fc does not hold: fc is
+// gone, and with it what it was to read of them. Those it held go on to
+// the relay's other connection.
+func (f *fetchHold) endUnheld(fc *fetchConn, fls []*flight) {
 	f.mu.Lock()
 	held := make(map[*flight]bool)
 	for _, hn := range f.held {
@@ -334,23 +702,11 @@ func (fc *fetchConn) endReleased() {
 		}
 	}
 	f.mu.Unlock()
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	for _, hp := range fc.hops {
-		if hp.fl != nil && !held[hp.fl] {
-			hp.fl.end()
+	for _, fl := range fls {
+		if !held[fl] {
+			fl.end()
 		}
 	}
-}
-
-// isUp reports whether fc is one of the relay's connections that are up.
-func (f *fetchHold) isUp(fc *fetchConn) bool {
-	for i := range f.conns {
-		if f.conns[i].Load() == fc {
-			return true
-		}
-	}
-	return false
 }
 
 // countLost counts, as unheld, the navigations of pages that are still
@@ -370,13 +726,12 @@ func (f *fetchHold) countLost(frames []string) {
 // relay can tell: yes unless a connection of the relay's is up and the
 // browser says there is no such target.
 func (f *fetchHold) pageAlive(target string) bool {
-	for i := range f.conns {
-		fc := f.conns[i].Load()
+	for _, fc := range []*fetchConn{f.net.Load(), f.pages.Load()} {
 		if fc == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(fc.held, orphanWait)
-		r, err := fc.call(ctx, "Target.getTargetInfo", map[string]string{"targetId": target})
+		r, err := fc.call(ctx, "", "Target.getTargetInfo", map[string]string{"targetId": target})
 		cancel()
 		return err == nil || r == nil
 	}
@@ -385,16 +740,18 @@ func (f *fetchHold) pageAlive(target string) bool {
 
 // confirm arms holding again once one of the relay's connections answers.
 func (f *fetchHold) confirm() bool {
-	for i := range f.conns {
-		fc := f.conns[i].Load()
+	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
 		if fc == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(fc.held, time.Second)
-		_, err := fc.call(ctx, "Target.getTargets", struct{}{})
+		_, err := fc.call(ctx, "", "Target.getTargets", struct{}{})
 		cancel()
-		if err == nil && f.conns[i].Load() == fc {
-			f.h.setArmed(true)
+		if err == nil && f.isUp(fc) {
+			f.mu.Lock()
+			f.confirmed = true
+			f.mu.Unlock()
+			f.rearm()
 			return true
 		}
 	}
@@ -410,104 +767,130 @@ func (f *fetchHold) stopAll() {
 	}
 }
 
-// hold decides what to do with a document request of one of the relay's
-// clients' pages, paused at fc's Request stage, and does it. It runs on
-// fc's reader and never blocks.
-func (f *fetchHold) hold(fc *fetchConn, ev *cdp.RequestPaused, host string) {
+// addURLLocked adds a held URL to net's patterns. Callers hold mu.
+func (f *fetchHold) addURLLocked(rawURL string) {
+	f.urls[urlPattern(rawURL)]++
+}
+
+// dropURLLocked takes a held URL out of net's patterns. Callers hold mu.
+func (f *fetchHold) dropURLLocked(rawURL string) {
+	p := urlPattern(rawURL)
+	if f.urls[p]--; f.urls[p] <= 0 {
+		delete(f.urls, p)
+	}
+}
+
+// holdPage holds a client page's document request paused in the pages
+// connection's session: net's patterns name it while it waits, so that
+// losing pages hands it to net.
+func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPaused, host string, th *trackHop) {
 	id := ev.RequestID
 	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
-	now := time.Now()
-	prev, redirected := fc.hopFor(ev)
-
-	f.mu.Lock()
-	if p, ok := f.passed[key]; ok && p.by != fc && fc.since.Before(p.at) && now.Sub(p.at) < echoWindow {
-		// The other connection held it already, and reads its answer. It
-		// leaves for the network now: its answer time counts from here.
-		delete(f.passed, key)
-		f.mu.Unlock()
-		p.fl.leftAt(now)
-		fc.setHop(id, hop{host: host, frame: ev.FrameID})
-		fc.release(id)
-		return
-	}
-	hn, ok := f.held[key]
-	if ok && hn.by != fc && (hn.orphaned.IsZero() || fc.since.Before(hn.orphaned)) {
-		// The connection that held it dropped (the relay may not have
-		// noticed yet), and the browser handed it on. One that came up
-		// since cannot be handed anything: the request is one of a
-		// browser that died, and this one is new.
-		hn.by = fc
-		hn.orphaned = time.Time{}
-		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
-		go func() {
-			select {
-			case <-hn.booked:
-			case <-fc.held.Done():
-				return
-			case <-hn.fl.ctx.Done(): // its page went while it waited
-				return
-			}
-			if late := time.Since(hn.start); late > handOverLate {
-				// Its slot went by while the browser handed it over: going
-				// now would come too close to the navigation after it. It
-				// takes the next slot instead.
-				log := pageLog(&fc.log, ev.FrameID, "")
-				log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-				f.h.holdFlight(fc.held, hn.fl, host, ev.Request.URL, log, nil, func() { f.let(key, hn, id) }, nil)
-				return
-			}
-			f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(key, hn, id) }, nil)
-		}()
-		return
-	}
-	if redirected && prev.host == host {
-		// A hop within the host of the hop before it books nothing, and
-		// keeps that hop's place in flight.
-		f.passLocked(key, fc, now, nil)
-		f.mu.Unlock()
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		fc.continueRequest(id, prev.booked) // the answer is read where the hop before it was booked
-		return
-	}
-	f.mu.Unlock()
-	if redirected {
-		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
-	}
 	fl := f.newFlight()
+	fc.fly(th, fl)
+	hn := &heldNav{by: fc, session: session, url: ev.Request.URL, booked: make(chan struct{}), fl: fl}
 	f.mu.Lock()
-	hn = &heldNav{by: fc, booked: make(chan struct{}), fl: fl}
-	f.held[key] = hn // a stale one, of a browser that died, is forgotten
+	if old := f.held[key]; old != nil && old.named {
+		f.dropURLLocked(old.url) // one of a browser that died: forgotten
+	}
+	f.held[key] = hn
 	f.mu.Unlock()
-	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
-	booked := func(start time.Time) {
+	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
+	booked := func(start time.Time, nav *pace.Nav) {
 		hn.start = start
 		close(hn.booked)
+		fc.booked(th, nav)
+	}
+	waits := func() {
+		// Net's patterns name it while it waits, so that losing pages
+		// hands it to net. (One that goes at once is let go before an
+		// update could reach the browser: pages lost while it is being
+		// booked lets it out, counted unheld.)
+		f.mu.Lock()
+		if f.held[key] == hn && !hn.named {
+			hn.named = true
+			f.addURLLocked(hn.url)
+		}
+		f.mu.Unlock()
+		f.updateNet()
 	}
 	// The wait for a place in flight lasts as long as the navigation, the
-	// one for its slot as long as this connection: when it drops, the
-	// other connection gets the request and holds it on hn.
-	f.h.holdFlight(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), booked, func() { f.let(key, hn, id) }, nil)
+	// one for its slot as long as this connection: when it drops, net gets
+	// the request and holds it on hn.
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
+}
+
+// forget drops a held request whose navigation ended before its release
+// (its page went, a later navigation replaced it, the browser was lost
+// while it waited for a place in flight): net's patterns stop naming it.
+// After a release it finds nothing to do.
+func (f *fetchHold) forget(key navKey, hn *heldNav) {
+	f.mu.Lock()
+	if f.held[key] != hn {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.held, key)
+	named := hn.named
+	if named {
+		f.dropURLLocked(hn.url)
+		hn.named = false
+	}
+	f.mu.Unlock()
+	if named {
+		f.updateNet()
+	}
 }
 
 // let releases a held document request from the connection that holds it
-// now, and notes it for the other connection.
-func (f *fetchHold) let(key navKey, hn *heldNav, id string) {
+// now. Released from pages, it is taken out of net's patterns first, so
+// that it goes straight to the network (noted for net when net may pause
+// it all the same); released from net, its answer is asked for.
+func (f *fetchHold) let(fc *fetchConn, key navKey, hn *heldNav, session, id string) {
 	f.mu.Lock()
-	fc := hn.by
+	if hn.by != fc || !hn.orphaned.IsZero() {
+		// Handed on by the browser, and the connection that has it now
+		// lets it go; or fc dropped, and the browser let it go unless it
+		// hands it on: dropped counts it then.
+		f.mu.Unlock()
+		return
+	}
+	named := hn.named
 	if f.held[key] == hn {
 		delete(f.held, key)
+		if named {
+			f.dropURLLocked(hn.url)
+			hn.named = false
+		}
 	}
-	f.passLocked(key, fc, time.Now(), hn.fl)
+	// Net may pause it all the same (the browser applies the update that
+	// drops it after the release, or net pauses every document): it then
+	// lets it go at once.
+	f.passLocked(key, fc, time.Now())
 	f.mu.Unlock()
-	fc.releaseWatching(id)
+	if fc.role == roleNet {
+		fc.continueRequest("", id, true)
+		return
+	}
+	if named {
+		f.updateNet()
+	}
+	fc.release(session, id)
+}
+
+// pass notes a document request fc let go at once, for the other
+// connection, when the other may pause it.
+func (f *fetchHold) pass(key navKey, fc *fetchConn) {
+	f.mu.Lock()
+	f.passLocked(key, fc, time.Now())
+	f.mu.Unlock()
 }
 
 // maxPassed bounds the documents remembered as let go; they matter for
 // echoWindow only.
 const maxPassed = 4096
 
-func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, fl *flight) {
+func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 	if len(f.passed) >= maxPassed {
 		for k, p := range f.passed {
 			if now.Sub(p.at) >= echoWindow {
@@ -518,7 +901,7 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time, fl *fli
 			clear(f.passed)
 		}
 	}
-	f.passed[key] = passedNav{by: fc, at: now, fl: fl}
+	f.passed[key] = passedNav{by: fc, at: now}
 }
 
 // sawPause notes that a page's document request paused at the relay.
@@ -548,299 +931,9 @@ func (f *fetchHold) forgetPage(frame string) {
 	f.h.claims.forget(frame)
 }
 
-// fetchConn is one of the relay's own connections to the browser endpoint.
-type fetchConn struct {
-	f     *fetchHold
-	h     *holder
-	c     *websocket.Conn
-	log   zerolog.Logger
-	since time.Time // set once, before its Fetch was enabled
+// The net connection: browser-level pauses.
 
-	wmu    sync.Mutex // serialises writes
-	nextID int64      // guarded by wmu
-
-	mu       sync.Mutex
-	closed   bool                 // guarded by mu
-	calls    map[int64]chan reply // guarded by mu; commands whose reply someone waits for
-	pages    map[string]struct{}  // guarded by mu; target ids of pages
-	notPages map[string]struct{}  // guarded by mu; frame ids known not to be pages
-	hops     map[string]hop       // guarded by mu; interception id → document request under way
-	readDone chan struct{}        // closed when the reader ends
-	// held ends when the connection is closed: the navigations it holds
-	// are given up (the browser hands their requests on).
-	held    context.Context
-	dropAll context.CancelFunc
-}
-
-// hop is a document request of a page under way.
-type hop struct {
-	host   string
-	frame  string
-	booked bool    // its answer is fed back: this connection booked it
-	fl     *flight // the navigation, when this connection holds it or reads its answer
-}
-
-// reply is the answer to one of the relay's own commands.
-type reply struct {
-	result json.RawMessage
-	err    *cdp.Error
-}
-
-// documentPattern pauses every document request of the browser at each of
-// the relay's connections before it goes out: a navigation of a page that
-// is not a client's costs two pauses. Only the connection that held a
-// navigation asks for its answer.
-var documentPattern = []*fetch.RequestPattern{
-	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
-}
-
-// connect dials the browser endpoint and enables discovery and Fetch.
-func (f *fetchHold) connect(ctx context.Context, i int) (*fetchConn, error) {
-	h := f.h
-	wsURL, err := h.up.browserWS(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c, _, err := h.p.dialer.DialContext(ctx, wsURL, nil)
-	if err != nil {
-		h.up.forget(wsURL) // it may have restarted under a new endpoint
-		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
-	}
-	c.SetReadLimit(h.p.MaxMessageSize)
-	fc := &fetchConn{
-		f:        f,
-		h:        h,
-		c:        c,
-		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
-		log:      h.p.log.With().Str("conn", fmt.Sprintf("relay-%d", i)).Str("upstream", h.up.name).Logger(),
-		calls:    make(map[int64]chan reply),
-		pages:    make(map[string]struct{}),
-		notPages: make(map[string]struct{}),
-		hops:     make(map[string]hop),
-		readDone: make(chan struct{}),
-	}
-	fc.held, fc.dropAll = context.WithCancel(context.Background())
-	go fc.read()
-	if r, err := fc.call(ctx, "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
-		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, h.p.Intercept)
-	}
-	if r, err := fc.call(ctx, "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}); err != nil {
-		fc.close()
-		return nil, refusal("browser refused browser-level Fetch", r, err, h.p.Intercept)
-	}
-	return fc, nil
-}
-
-// refusal says why a command of the relay's own connection failed: an
-// error answer is a refusal; no answer in time is silence (a refusal when
-// Fetch is required: Start then fails with it).
-func refusal(what string, r *reply, err error, mode Intercept) error {
-	err = fmt.Errorf("relay: %s: %w", what, err)
-	switch {
-	case r != nil:
-		return errRefused{err}
-	case errors.Is(err, context.DeadlineExceeded) && mode == InterceptFetch:
-		return errRefused{err}
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", errSilent, err)
-	}
-	return err
-}
-
-// keepalive pings the browser until the connection ends or ctx does, and
-// then closes it.
-func (fc *fetchConn) keepalive(ctx context.Context, every, timeout time.Duration) {
-	pongWait := 2*every + 10*time.Second
-	fc.c.SetReadDeadline(time.Now().Add(pongWait))
-	fc.c.SetPongHandler(func(string) error { return fc.c.SetReadDeadline(time.Now().Add(pongWait)) })
-	t := time.NewTicker(every)
-	defer t.Stop()
-	defer fc.close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-fc.readDone:
-			return
-		case <-t.C:
-			if err := fc.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(timeout)); err != nil {
-				return
-			}
-		}
-	}
-}
-
-// close ends the connection; the browser then hands every request the
-// connection held on, to the relay's other connection when it is up.
-func (fc *fetchConn) close() {
-	fc.mu.Lock()
-	if fc.closed {
-		fc.mu.Unlock()
-		return
-	}
-	fc.closed = true
-	fc.mu.Unlock()
-	fc.dropAll()
-	fc.c.Close()
-	<-fc.readDone
-}
-
-var errConnClosed = errors.New("relay: browser connection closed")
-
-// send writes a command and returns its id; its reply goes to answer, or
-// is only logged when answer is nil.
-func (fc *fetchConn) send(method string, params any, answer chan reply) (int64, error) {
-	fc.wmu.Lock()
-	defer fc.wmu.Unlock()
-	fc.nextID++
-	id := fc.nextID
-	msg, err := cdp.Command(id, method, "", params)
-	if err != nil {
-		return 0, fmt.Errorf("relay: %s: %w", method, err)
-	}
-	fc.mu.Lock()
-	if fc.closed {
-		fc.mu.Unlock()
-		return 0, errConnClosed
-	}
-	if answer != nil {
-		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
-	}
-	fc.mu.Unlock()
-	fc.c.SetWriteDeadline(time.Now().Add(fc.h.p.WriteTimeout))
-	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
-		fc.mu.Lock()
-		delete(fc.calls, id)
-		fc.mu.Unlock()
-		return 0, fmt.Errorf("relay: %s: %w", method, err)
-	}
-	return id, nil
-}
-
-// call sends a command and waits for its reply. The reply is nil when the
-// browser did not answer; with an error reply, both are set.
-func (fc *fetchConn) call(ctx context.Context, method string, params any) (*reply, error) {
-	answer := make(chan reply, 1)
-	id, err := fc.send(method, params, answer)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case r, ok := <-answer:
-		if !ok {
-			return nil, errConnClosed
-		}
-		if r.err != nil {
-			return &r, fmt.Errorf("relay: %s: %s (%d)", method, r.err.Message, r.err.Code)
-		}
-		return &r, nil
-	case <-ctx.Done():
-		fc.mu.Lock()
-		delete(fc.calls, id)
-		fc.mu.Unlock()
-		return nil, fmt.Errorf("relay: %s: %w", method, ctx.Err())
-	}
-}
-
-// release lets a paused request go on, at either stage.
-func (fc *fetchConn) release(id string) { fc.continueRequest(id, false) }
-
-// releaseWatching lets a held document request go on and asks for its
-// answer: it pauses again at this connection once it is in.
-func (fc *fetchConn) releaseWatching(id string) { fc.continueRequest(id, true) }
-
-// continueRequest lets a paused request go on, asking for its answer when
-// answer is set.
-func (fc *fetchConn) continueRequest(id string, answer bool) {
-	p := &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}
-	if answer {
-		p.InterceptResponse = &answer
-	}
-	if _, err := fc.send("Fetch.continueRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
-		fc.log.Debug().Err(err).Str("request", id).Msg("releasing a request failed")
-	}
-}
-
-// read dispatches what the browser sends until the connection ends.
-func (fc *fetchConn) read() {
-	defer func() {
-		fc.mu.Lock()
-		fc.closed = true
-		for id, ch := range fc.calls {
-			close(ch)
-			delete(fc.calls, id)
-		}
-		fc.mu.Unlock()
-		close(fc.readDone)
-	}()
-	for {
-		_, data, err := fc.c.ReadMessage()
-		if err != nil {
-			fc.log.Debug().Err(err).Msg("browser connection ended")
-			return
-		}
-		hd, err := cdp.Scan(data)
-		if err != nil {
-			fc.log.Warn().Err(err).Int("size", len(data)).Msg("unreadable message from the browser")
-			continue
-		}
-		if hd.HasID {
-			fc.reply(hd.ID, data)
-			continue
-		}
-		fc.event(string(hd.Method), hd.Params)
-	}
-}
-
-func (fc *fetchConn) reply(id int64, msg []byte) {
-	fc.mu.Lock()
-	ch, ok := fc.calls[id]
-	delete(fc.calls, id)
-	fc.mu.Unlock()
-	result, e, _ := cdp.ReadReply(msg)
-	switch {
-	case ok:
-		ch <- reply{result: result, err: e}
-	case e != nil:
-		// A request whose page went away meanwhile; nothing to do.
-		fc.log.Debug().Int64("id", id).Int64("code", e.Code).Msg("browser refused a release")
-	}
-}
-
-func (fc *fetchConn) event(method string, params []byte) {
-	switch method {
-	case "Fetch.requestPaused":
-		ev, ok := cdp.ReadRequestPaused(params)
-		if !ok {
-			fc.log.Warn().Msg("unreadable Fetch.requestPaused")
-			return
-		}
-		fc.paused(&ev)
-	case "Target.targetCreated", "Target.targetInfoChanged":
-		ti, ok := cdp.ReadTargetInfo(params)
-		if !ok || ti.Type != "page" {
-			return
-		}
-		fc.mu.Lock()
-		fc.pages[ti.TargetID] = struct{}{}
-		fc.mu.Unlock()
-		if ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
-			fc.h.claims.claim(ti.TargetID) // a popup of a client's page
-		}
-	case "Target.targetDestroyed":
-		if id, ok := cdp.ReadTargetID(params); ok {
-			fc.mu.Lock()
-			delete(fc.pages, id)
-			delete(fc.notPages, id)
-			fc.dropFrameHopsLocked(id)
-			fc.mu.Unlock()
-			fc.f.forgetPage(id)
-		}
-	}
-}
-
-// paused handles one paused document request.
+// paused handles one document request paused at the browser level (net).
 func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	id := ev.RequestID
 	if o, ok := ev.Outcome(); ok {
@@ -856,7 +949,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		if tracked && !isRedirect(o.Status) {
 			hp.fl.end() // answered or failed; a redirect's place goes on with its hop
 		}
-		fc.release(id)
+		fc.release("", id)
 		return
 	}
 	frame := ev.FrameID
@@ -868,7 +961,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	case page:
 		fc.decide(ev)
 	case notPage:
-		fc.release(id)
+		fc.release("", id)
 		fc.h.p.Metrics.navigation(navUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
@@ -883,7 +976,7 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	frame := ev.FrameID
-	r, err := fc.call(ctx, "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
+	r, err := fc.call(ctx, "", "Target.getTargetInfo", &target.GetTargetInfoParams{TargetID: target.ID(frame)})
 	isPage := false
 	var ti cdp.TargetInfo
 	if err == nil {
@@ -908,7 +1001,7 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 		fc.decide(ev)
 		return
 	}
-	fc.release(ev.RequestID)
+	fc.release("", ev.RequestID)
 	fc.h.p.Metrics.navigation(navUntracked, 0)
 }
 
@@ -920,6 +1013,12 @@ const claimWait = 3 * time.Second
 // lets it go at once otherwise.
 func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 	fc.f.sawPause(ev.FrameID)
+	// A request held by pages that reaches net was handed over: pages is
+	// gone, though the relay may not know yet (a frame's earlier request
+	// let go by pages, with the same URL, is cancelled by the held one).
+	if fc.f.handedOver(fc, ev) || fc.f.echo(fc, ev) {
+		return
+	}
 	if fc.h.claims.claimed(ev.FrameID) {
 		fc.ours(ev)
 		return
@@ -941,7 +1040,7 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 
 // foreign lets a document request of a page that is not a client's go.
 func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
-	fc.release(ev.RequestID)
+	fc.release("", ev.RequestID)
 	fc.h.p.Metrics.navigation(navForeign, 0)
 }
 
@@ -952,11 +1051,116 @@ func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 		if prev, redirected := fc.hopFor(ev); redirected {
 			prev.fl.end() // a redirect to a host that is not held: its place goes back
 		}
-		fc.release(ev.RequestID)
+		fc.release("", ev.RequestID)
 		fc.h.notBooked(ok)
 		return
 	}
-	fc.f.hold(fc, ev, host)
+	fc.f.holdNet(fc, ev, host)
+}
+
+// echo lets go at once a request the pages connection let go a moment ago,
+// which net pauses all the same: the browser applied the update that
+// dropped it from net's patterns after the release (net's pauses are
+// decided apart from its answers, so the order on its socket does not
+// tell), or net pauses every document. It reports whether it did. While
+// pages is up, a client page's request reaches net only past pages: one
+// with a frame and URL pages let go is that one. Pages' entries go when
+// it does.
+func (f *fetchHold) echo(fc *fetchConn, ev *cdp.RequestPaused) bool {
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	f.mu.Lock()
+	p, ok := f.passed[key]
+	if !ok || p.by == fc || !fc.since.Before(p.at) || time.Since(p.at) >= echoWindow {
+		f.mu.Unlock()
+		return false
+	}
+	delete(f.passed, key)
+	f.mu.Unlock()
+	fc.release("", ev.RequestID)
+	return true
+}
+
+// handedOver holds on a request that the connection holding it let go by
+// dropping (the relay may not have noticed yet), which the browser handed
+// to fc: until the slot already booked. It reports whether the request
+// was one. A connection that came up since cannot be handed anything: the
+// request is then one of a browser that died, and this one is new.
+func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
+	id := ev.RequestID
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	f.mu.Lock()
+	hn, ok := f.held[key]
+	if !ok || hn.by == fc || !hn.orphaned.IsZero() && !fc.since.Before(hn.orphaned) {
+		f.mu.Unlock()
+		return false
+	}
+	hn.by, hn.session = fc, ""
+	hn.orphaned = time.Time{}
+	f.mu.Unlock()
+	host, _ := limiter.Key(ev.Request.URL)
+	fc.hopFor(ev)
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
+	f.h.p.limiting.Add(1)
+	go func() {
+		defer f.h.p.limiting.Done()
+		select {
+		case <-hn.booked:
+		case <-fc.held.Done():
+			return
+		case <-hn.fl.ctx.Done(): // its page went while it waited
+			return
+		}
+		if late := time.Since(hn.start); late > handOverLate {
+			// Its slot went by while the browser handed it over: going now
+			// would come too close to the navigation after it. It takes
+			// the next slot instead.
+			log := pageLog(&fc.log, ev.FrameID, "")
+			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
+			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			return
+		}
+		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
+	}()
+	return true
+}
+
+// holdNet books and holds a client page's document request paused at the
+// browser level, while net pauses every document.
+func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
+	id := ev.RequestID
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	prev, redirected := fc.hopFor(ev)
+
+	f.mu.Lock()
+	if redirected && prev.host == host {
+		// A hop within the host of the hop before it books nothing, and
+		// keeps that hop's place in flight.
+		f.passLocked(key, fc, time.Now())
+		f.mu.Unlock()
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
+		fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		return
+	}
+	f.mu.Unlock()
+	if redirected {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+	}
+	fl := f.newFlight()
+	f.mu.Lock()
+	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{}), named: true, fl: fl}
+	if old := f.held[key]; old != nil && old.named {
+		f.dropURLLocked(old.url) // one of a browser that died: forgotten
+	}
+	f.held[key] = hn
+	f.addURLLocked(hn.url)
+	f.mu.Unlock()
+	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
+	booked := func(start time.Time, _ *pace.Nav) {
+		hn.start = start
+		close(hn.booked)
+	}
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets
@@ -979,18 +1183,6 @@ func (fc *fetchConn) setHop(id string, hp hop) {
 	fc.mu.Lock()
 	fc.hops[id] = hp
 	fc.mu.Unlock()
-}
-
-// dropFrameHopsLocked forgets the requests under way of a frame that
-// navigates anew or is gone, which ends their navigations. Callers hold
-// fc.mu.
-func (fc *fetchConn) dropFrameHopsLocked(frame string) {
-	for k, hp := range fc.hops {
-		if hp.frame == frame {
-			delete(fc.hops, k)
-			hp.fl.end()
-		}
-	}
 }
 
 func isRedirect(status int) bool {

@@ -2,6 +2,11 @@ package relay
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,9 +47,10 @@ func commands(hc *fakeConn, method string) []fakeMsg {
 	return out
 }
 
-// TestFetchHolderReplaysChromium replays the relay-side transcript
+// TestFetchHolderReplaysChromium replays the net connection's transcript
 // recorded from Chromium, in causal order, and checks that the relay sends
-// the very commands the recorder sent (ids aside) and books what it should.
+// the very commands the recorder sent (ids aside) and books what it should
+// when net holds as the whole browser's interceptor (pages away).
 func TestFetchHolderReplaysChromium(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
@@ -68,24 +74,52 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 	}
 }
 
-// TestFetchHolder plays recorded navigations against the relay's own
-// connection and checks what is held, what is booked and what the answers
+// armedPages waits until the relay's pages connection pc armed every page
+// the fake knows.
+func armedPages(t *testing.T, fb *fakeBrowser, pc *fakeConn) {
+	t.Helper()
+	fb.await(t, "every page armed", func() bool {
+		for id, info := range fb.targets {
+			if ti, _, ok := readTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); !ok || ti.Type != "page" {
+				continue
+			}
+			if ss := pc.sessionLocked(id); ss == nil || !ss.fetch || !ss.network || !ss.ran {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// relayConns starts the test of a relay's own connections to fb: its net
+// and pages connections, the recorded pages announced and armed.
+func relayConns(t *testing.T, fb *fakeBrowser, late bool) (net, pages *fakeConn) {
+	t.Helper()
+	net, pages = fb.holder(t), fb.pages(t)
+	announcePages(t, fb, net, late)
+	if !late {
+		armedPages(t, fb, pages)
+	}
+	return net, pages
+}
+
+// TestFetchHolder plays recorded navigations through the relay's own
+// connections and checks what is held, what is booked and what the answers
 // do to the limiter.
 func TestFetchHolder(t *testing.T) {
 	const hour = time.Hour // an interval no test waits for: a booked host shows
 	tests := []struct {
 		name string
 		cfg  limiter.Config
-		late bool // the pages are not announced before their requests
 		// prime prepares the limiter before the navigations play.
 		prime  func(*limiter.Limiter)
 		chains []string // recorded navigations played in turn, by URL
-		check  func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes)
+		check  func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time)
 	}{
 		{
-			name: "top-level request waits for its slot", cfg: fixed(300 * time.Millisecond),
+			name: "top-level request waits for its slot, in the page's session", cfg: fixed(300 * time.Millisecond),
 			chains: []string{"/page?first", "/page?first"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
 				// The limiter booked the first at its pause at the earliest.
 				if waited := hops[1][0].continued.Sub(hops[0][0].paused); waited < 300*time.Millisecond {
 					t.Errorf("second navigation released %v after the first was paused, want at least 300ms", waited)
@@ -93,6 +127,39 @@ func TestFetchHolder(t *testing.T) {
 				warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
 				if len(warned) != 1 || !strings.Contains(warned[0], `"level":"debug"`) {
 					t.Errorf("got %q, want one debug line naming a.test and the tip (fixed mode)", warned)
+				}
+				// One pause each, in the pages connection: net's patterns
+				// named the held request while it waited, and not once it
+				// was let go.
+				if n := len(commands(pages, "Fetch.continueRequest")); n != 2 {
+					t.Errorf("pages connection let %d requests go, want 2", n)
+				}
+				// Net, whose patterns name a held request until its release,
+				// may still pause it when the browser takes the release
+				// first: it then lets it go at once, booking nothing.
+				if n := len(commands(net, "Fetch.continueRequest")); n > 2 {
+					t.Errorf("net connection let %d requests go, want none (or the echo of a release)", n)
+				}
+				if n := len(tp.logs.lines(`"message":"navigation held"`)); n != 1 {
+					t.Errorf("%d navigations held, want 1", n)
+				}
+				named := false
+				for _, m := range commands(net, "Fetch.enable") {
+					named = named || strings.Contains(string(m.m.Params), `/page\\?first`)
+				}
+				if !named {
+					t.Errorf("net's patterns never named the held request")
+				}
+				deadline := time.Now().Add(waitFor)
+				for {
+					last := commands(net, "Fetch.enable")
+					if !strings.Contains(string(last[len(last)-1].m.Params), "page") {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("net's patterns still name a request let go: %s", last[len(last)-1].m.Params)
+					}
+					time.Sleep(time.Millisecond)
 				}
 			},
 		},
@@ -107,7 +174,7 @@ func TestFetchHolder(t *testing.T) {
 				}
 			},
 			chains: []string{"/page?first", "/page?first", "/page?first"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
 				if waited := hops[2][0].continued.Sub(hops[1][0].paused); waited <= 0 {
 					t.Errorf("third navigation not held")
 				}
@@ -123,34 +190,18 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "iframes are released at once and book nothing", cfg: fixed(hour),
 			chains: []string{"/child?same", "/child?cross", "/child?same"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
 				if n := tp.lim.Len(); n != 0 {
 					t.Errorf("limiter knows %d hosts, want none", n)
-				}
-				// Each frame is asked about once.
-				if got := len(commands(hc, "Target.getTargetInfo")); got != 2 {
-					t.Errorf("relay asked Target.getTargetInfo %d times, want 2", got)
-				}
-			},
-		},
-		{
-			name: "page announced late is asked about and held", cfg: fixed(hour), late: true,
-			chains: []string{"/page?first"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
-				if got := len(commands(hc, "Target.getTargetInfo")); got != 1 {
-					t.Errorf("relay asked Target.getTargetInfo %d times, want 1", got)
-				}
-				if r := tp.lim.Reserve("a.test", time.Now()); time.Until(r.Start) < hour/2 {
-					t.Errorf("a.test not booked: next slot in %v", time.Until(r.Start))
 				}
 			},
 		},
 		{
 			name: "redirect to another host books that host", cfg: fixed(hour),
 			chains: []string{"/r"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
-				if len(hops[0]) != 4 {
-					t.Fatalf("got %d pauses, want 4 (two hops, two stages)", len(hops[0]))
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+				if len(hops[0]) != 2 {
+					t.Fatalf("got %d pauses, want 2 (two hops, each once)", len(hops[0]))
 				}
 				for _, host := range []string{"a.test", "b.test"} {
 					if r := tp.lim.Reserve(host, time.Now()); time.Until(r.Start) < hour/2 {
@@ -162,29 +213,20 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "redirect within the host books once", cfg: fixed(hour),
 			chains: []string{"/r2"}, // a second booking would hold the hop for an hour
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
 				if r := tp.lim.Reserve("a.test", time.Now()); time.Until(r.Start) > hour+hour/2 {
 					t.Errorf("a.test booked twice: next slot in %v", time.Until(r.Start))
 				}
 			},
 		},
 		{
-			name: "new page with its URL is held", cfg: fixed(hour),
-			chains: []string{"/page?created"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
-				if r := tp.lim.Reserve("b.test", time.Now()); time.Until(r.Start) < hour/2 {
-					t.Errorf("b.test not booked: next slot in %v", time.Until(r.Start))
-				}
-			},
-		},
-		{
 			name: "429 with Retry-After pushes the next slot", cfg: limiter.Config{},
 			chains: []string{"/busy"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
-				answered := hops[0][1].paused
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+				waitFeedback(t, tp, 1)
 				r := tp.lim.Reserve("a.test", time.Now())
-				if r.Start.Sub(answered) < 3*time.Second {
-					t.Errorf("next slot %v after the 429, want at least Retry-After 3s", r.Start.Sub(answered))
+				if r.Start.Sub(began[0]) < 3*time.Second {
+					t.Errorf("next slot %v after the 429, want at least Retry-After 3s", r.Start.Sub(began[0]))
 				}
 				if r.Pressure < 50 {
 					t.Errorf("pressure %d after a 429, want at least 50", r.Pressure)
@@ -194,7 +236,8 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "refused connection adds pressure", cfg: limiter.Config{},
 			chains: []string{"http://c.test"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+				waitFeedback(t, tp, 1)
 				if r := tp.lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
 					t.Errorf("pressure %d after a refused connection, want it raised by 10", r.Pressure)
 				}
@@ -203,7 +246,8 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "200 adds nothing", cfg: limiter.Config{},
 			chains: []string{"/page?first"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+				waitFeedback(t, tp, 1)
 				now := time.Now()
 				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
 					t.Errorf("after a 200: pressure %d, start in %v; want 2 at most, now", r.Pressure, r.Start.Sub(now))
@@ -213,7 +257,8 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "fixed mode ignores the 429", cfg: fixed(time.Millisecond),
 			chains: []string{"/busy"},
-			check: func(t *testing.T, tp *testProxy, hc *fakeConn, hops [][]hopTimes) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+				waitFeedback(t, tp, 1)
 				now := time.Now()
 				if r := tp.lim.Reserve("a.test", now); r.Start.Sub(now) > time.Second {
 					t.Errorf("next slot in %v, want Retry-After ignored", r.Start.Sub(now))
@@ -229,43 +274,74 @@ func TestFetchHolder(t *testing.T) {
 			if tt.prime != nil {
 				tt.prime(tp.lim)
 			}
-			hc := fb.holder(t)
-			announcePages(t, fb, hc, tt.late)
+			net, pages := relayConns(t, fb, false)
 			var hops [][]hopTimes
+			var began []time.Time
 			for _, url := range tt.chains {
-				hops = append(hops, hc.mustPlay(t, fb.fetch.chain(t, url)))
+				began = append(began, time.Now())
+				hops = append(hops, fb.navigate(t, fb.fetch.chain(t, url)))
 			}
-			tt.check(t, tp, hc, hops)
+			tt.check(t, tp, net, pages, hops, began)
 		})
 	}
 }
 
+// waitFeedback waits until the relay fed n answers back to the limiter.
+func waitFeedback(t *testing.T, tp *testProxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		body := metricsBody(t, tp)
+		got := 0
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "cdp_throttle_feedback_total{") {
+				var v float64
+				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+				got += int(v)
+			}
+		}
+		if got >= n {
+			tp.p.limiting.Wait() // Observe runs on a goroutine of its own
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay fed %d answers back, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestFetchHolderExemptHost checks that a navigation to an exempt host is
-// never held nor booked.
+// never held nor booked, and pauses once only.
 func TestFetchHolderExemptHost(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
 	tp := relayTo(t, fb, fixed(time.Hour))
-	hc := fb.holder(t)
+	net, pages := relayConns(t, fb, false)
 	chain := fb.fetch.chain(t, "/page?first")
-	announcePages(t, fb, hc, false)
 	for _, host := range []string{"localhost", "127.0.0.1", "LocalHost"} {
 		var local [][]byte
 		for _, msg := range chain {
 			local = append(local, bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://"+host+":")))
 		}
-		hc.mustPlay(t, local)
-		hc.mustPlay(t, local)
+		fb.navigate(t, local)
+		fb.navigate(t, local)
 	}
 	if n := tp.lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts, want none", n)
 	}
+	if got := len(commands(pages, "Fetch.continueRequest")); got != 6 {
+		t.Errorf("pages connection let %d requests go, want 6: each paused there once", got)
+	}
+	if got := len(commands(net, "Fetch.continueRequest")); got != 0 {
+		t.Errorf("net connection let %d requests go, want none: no exempt navigation pauses twice", got)
+	}
 }
 
 // TestFetchHolderReconnects drops the relay's own connections: with one
-// gone the other holds on, the relay reconnects, and with both gone the
-// relay says so and holds again once one is back; navigations stay spaced
-// throughout.
+// gone the other holds on (net pausing every document while pages is
+// away), the relay reconnects, and with both gone the relay says so and
+// holds again once one is back; navigations stay spaced throughout.
 func TestFetchHolderReconnects(t *testing.T) {
 	for _, how := range []string{"dropped", "closed"} {
 		t.Run(how, func(t *testing.T) {
@@ -280,12 +356,14 @@ func TestFetchHolderReconnects(t *testing.T) {
 				}
 				hc.ended(t)
 			}
-			hc1, hc2 := fb.holder(t), fb.holder(t)
+			net, pages := relayConns(t, fb, false)
 			chain := fb.fetch.chain(t, "/page?first")
-			announcePages(t, fb, hc1, false)
-			first := fb.playAll(t, chain)
-			lose(hc1)
-			second := fb.playAll(t, chain) // the other connection alone
+			first := fb.navigate(t, chain)
+			lose(pages)
+			// Net pauses every document until pages is back.
+			fb.await(t, "net pausing every document", func() bool { return slices.Contains(net.patterns, "*") })
+			awaitArmed(t, tp)
+			second := fb.navigate(t, chain) // net alone
 			if waited := second[0].continued.Sub(first[0].paused); waited < 300*time.Millisecond {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
@@ -296,12 +374,21 @@ func TestFetchHolderReconnects(t *testing.T) {
 			if n := len(tp.logs.lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
-			again := fb.holder(t) // the relay reconnected
-			third := fb.playAll(t, chain)
+			again := fb.pages(t) // the relay reconnected
+			armedPages(t, fb, again)
+			fb.await(t, "net pausing only what pages holds", func() bool { return !slices.Contains(net.patterns, "*") })
+			third := fb.navigate(t, chain)
 			if waited := third[0].continued.Sub(second[0].paused); waited < 300*time.Millisecond {
 				t.Errorf("third navigation released %v after the second paused, want at least 300ms", waited)
 			}
-			lose(hc2)
+			lose(net)
+			awaitArmed(t, tp)
+			fourth := fb.navigate(t, chain) // pages alone
+			if waited := fourth[0].continued.Sub(third[0].paused); waited < 300*time.Millisecond {
+				t.Errorf("fourth navigation released %v after the third paused, want at least 300ms", waited)
+			}
+			net2 := fb.holder(t)
+			lose(net2)
 			lose(again)
 			fb.holder(t)
 			deadline := time.Now().Add(waitFor)
@@ -321,6 +408,16 @@ func TestFetchHolderReconnects(t *testing.T) {
 	}
 }
 
+// awaitArmed waits until the relay can hold navigations again.
+func awaitArmed(t *testing.T, tp *testProxy) {
+	t.Helper()
+	select {
+	case <-tp.p.ups[0].holder.whenArmed():
+	case <-time.After(waitFor):
+		t.Fatal("the relay never holds navigations again")
+	}
+}
+
 // TestFetchHolderBrowserGone: when the browser goes away (stopped, or
 // killed: on the wire they look the same), both of the relay's connections
 // drop at once; the relay says so once, and does not call it one lost
@@ -333,7 +430,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	// the relay's question in between, as a live browser would.
 	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Target.getTargets": true}})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
-	hc1, hc2 := fb.holder(t), fb.holder(t)
+	hc1, hc2 := fb.holder(t), fb.pages(t)
 	for f := tp.p.ups[0].holder.fetch; f.up() < 2; { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
@@ -360,37 +457,31 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	}
 }
 
-// TestFetchHolderHandsOver drops the relay's connection that holds a
-// navigation: Chromium hands the request to the relay's other connection,
-// which holds it until the slot already booked, books nothing more, and
-// counts nothing as unheld.
+// TestFetchHolderHandsOver drops the relay's pages connection while it
+// holds a navigation: Chromium hands the request to net, whose patterns
+// name it, which holds it until the slot already booked, books nothing
+// more, and counts nothing as unheld.
 func TestFetchHolderHandsOver(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(500*time.Millisecond), recordBookings(&rec))
-	hc1, _ := fb.holder(t), fb.holder(t)
+	net, pages := relayConns(t, fb, false)
 	chain := fb.fetch.chain(t, "/page?first")
-	announcePages(t, fb, hc1, false)
-	first := fb.playAll(t, chain)
+	first := fb.navigate(t, chain)
 	held := make(chan []hopTimes, 1)
-	go func() { held <- fb.playAll(t, chain) }()
-	deadline := time.Now().Add(waitFor)
-	for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("navigation not held")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	for _, hc := range fb.holders() {
-		if len(commands(hc, "Fetch.continueRequest")) < len(chain)+1 { // the one holding it
-			hc.drop()
-			break
-		}
-	}
+	go func() { held <- fb.navigate(t, chain) }()
+	eventually(t, "the second navigation booked", func() bool { return len(rec.bookings()) == 2 })
+	fb.await(t, "net's patterns naming the held request", func() bool {
+		return slices.ContainsFunc(net.patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
+	})
+	pages.drop()
 	second := <-held
 	if waited := second[0].continued.Sub(first[0].paused); waited < 500*time.Millisecond {
 		t.Errorf("held navigation went %v after the first, want at least its slot, 500ms", waited)
+	}
+	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
+		t.Errorf("net never let the handed-over request go")
 	}
 	if n := len(rec.bookings()); n != 2 {
 		t.Errorf("%d bookings, want 2: the handed-over navigation books nothing more", n)
@@ -401,23 +492,83 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	}
 }
 
+// gatedLimiter books nothing until gate is closed, and says on asked that
+// a booking waits.
+type gatedLimiter struct {
+	Limiter
+	asked chan struct{}
+	gate  chan struct{}
+}
+
+func (g gatedLimiter) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	select {
+	case g.asked <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Limiter.Reserve(ctx, host, rawURL, time.Now())
+}
+
+// TestFetchHolderLostWhileBooking drops the relay's pages connection while
+// a request it paused is being booked, before it waits (so before net's
+// patterns name it). Chromium either lets the request go, and the relay
+// counts it unheld, or, when net's patterns already pause every document
+// (the relay widens them as soon as it sees pages gone), hands it to net,
+// which holds it: never out uncounted.
+func TestFetchHolderLostWhileBooking(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
+	var open sync.Once
+	tp := relayTo(t, fb, fixed(time.Hour), func(p *Proxy) { g.Limiter = p.Limiter; p.Limiter = g })
+	defer open.Do(func() { close(g.gate) })
+	net, pages := relayConns(t, fb, false)
+	nav := make(chan []hopTimes, 1)
+	go func() { nav <- fb.navigate(t, fb.fetch.chain(t, "/page?first")) }()
+	select {
+	case <-g.asked:
+	case <-time.After(waitFor):
+		t.Fatal("the navigation was never booked")
+	}
+	pages.drop()
+	f := tp.p.ups[0].holder.fetch
+	eventually(t, "the relay seeing its pages connection gone", func() bool { return f.pages.Load() == nil })
+	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
+	var hops []hopTimes
+	select {
+	case hops = <-nav:
+	case <-time.After(waitFor):
+		t.Fatal("the request was never let go")
+	}
+	if hops[0].pauses == 0 {
+		// The browser let it go: counted.
+		eventually(t, "the request counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
+		if n := len(tp.logs.lines("the browser released what the relay's lost connections held")); n != 1 {
+			t.Errorf("logged %d times that the browser released what the relay held, want once", n)
+		}
+		return
+	}
+	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
+		t.Error("net never let the handed-over request go")
+	}
+	time.Sleep(orphanWait + 200*time.Millisecond)
+	if n := tp.p.Metrics.Unheld(); n != 0 {
+		t.Errorf("unheld navigations: %d, want 0: net held it", n)
+	}
+}
+
 // TestFetchHolderCloseReleases checks that closing the relay while a
-// navigation is held ends its connection (Chromium then lets the request
+// navigation is held ends its connections (Chromium then lets the request
 // go) and leaves nothing running.
 func TestFetchHolderCloseReleases(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
 	tp := relayTo(t, fb, fixed(time.Hour))
-	hc := fb.holder(t)
+	net, pages := relayConns(t, fb, false)
 	chain := fb.fetch.chain(t, "/page?first")
-	announcePages(t, fb, hc, false)
-	hc.mustPlay(t, chain)
-	held := make(chan error, 1)
-	go func() {
-		_, err := hc.play(chain)
-		held <- err
-	}()
-	// Wait until the relay has booked the held navigation.
+	fb.navigate(t, chain)
+	held := make(chan []hopTimes, 1)
+	go func() { held <- fb.navigate(t, chain) }()
 	deadline := time.Now().Add(waitFor)
 	for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
@@ -426,49 +577,42 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	tp.p.Close()
-	if err := <-held; err == nil {
-		t.Error("held request was continued, want the connection closed instead")
+	<-held
+	pages.ended(t)
+	net.ended(t)
+	if n := len(commands(pages, "Fetch.continueRequest")); n != 1 {
+		t.Errorf("pages let %d requests go, want only the first: the held one went with its connection", n)
 	}
-	hc.ended(t)
 }
 
-// TestFetchHolderConcurrent plays navigations to many hosts at once and
-// checks each host's navigations are spaced.
+// TestFetchHolderConcurrent plays navigations to many hosts at once, each
+// on a page of its own, and checks each host's navigations are spaced.
 func TestFetchHolderConcurrent(t *testing.T) {
 	checkLeaks(t)
 	const interval = 50 * time.Millisecond
 	fb := newFakeBrowser(t, fakeConfig{})
 	tp := relayTo(t, fb, fixed(interval))
-	hc := fb.holder(t)
+	net, pages := relayConns(t, fb, false)
 	chain := fb.fetch.chain(t, "/r") // a.test → b.test
-	announcePages(t, fb, hc, false)
+	p, _ := readPause(chain[0])
 	const hosts, navs = 8, 4
 	var wg sync.WaitGroup
 	times := make([][]hopTimes, hosts*navs)
-	errs := make(chan error, hosts*navs)
 	for h := range hosts {
-		var mine [][]byte
-		for _, msg := range chain {
-			msg = bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://a"+string(rune('a'+h))+".test:"))
-			mine = append(mine, bytes.ReplaceAll(msg, []byte("http://b.test:"), []byte("http://b"+string(rune('a'+h))+".test:")))
-		}
 		for n := range navs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				hops, err := hc.play(mine)
-				times[h*navs+n] = hops
-				if err != nil {
-					errs <- err
-				}
-			}()
+			page := fmt.Sprintf("PAGE-%d-%d", h, n)
+			net.send(pageCreated(page, ""))
+			var mine [][]byte
+			for _, msg := range chain {
+				msg = bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://a"+string(rune('a'+h))+".test:"))
+				msg = bytes.ReplaceAll(msg, []byte("http://b.test:"), []byte("http://b"+string(rune('a'+h))+".test:"))
+				mine = append(mine, bytes.ReplaceAll(msg, []byte(`"frameId":"`+p.FrameID+`"`), []byte(`"frameId":"`+page+`"`)))
+			}
+			fb.armed(t, pages, page)
+			wg.Go(func() { times[h*navs+n] = fb.navigate(t, mine) })
 		}
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	// Per host, each navigation's first hop booked a slot: the last one
 	// went at least (navs-1) intervals after the earliest pause.
 	for h := range hosts {
@@ -489,43 +633,70 @@ func TestFetchHolderConcurrent(t *testing.T) {
 	if got, want := tp.lim.Len(), 2*hosts; got != want {
 		t.Errorf("limiter knows %d hosts, want %d", got, want)
 	}
-	var cont int
-	for _, m := range hc.received() {
-		if m.m.Method == "Fetch.continueRequest" {
-			cont++
-		}
-	}
-	if want := hosts * navs * len(chain); cont != want {
-		t.Errorf("relay continued %d pauses, want %d", cont, want)
+	if got, want := len(commands(pages, "Fetch.continueRequest")), hosts*navs*2; got != want {
+		t.Errorf("relay continued %d pauses, want %d", got, want)
 	}
 }
 
-// replayChromium plays the relay-side transcript recorded from Chromium
-// against the relay's own connection hc, in causal order, checks that the
-// relay sends the very commands the recorder sent (ids aside), and returns
+// replayChromium plays the net connection's transcript recorded from
+// Chromium (browser-level Fetch pausing every document) against the
+// relay's net connection hc, in causal order, checks that the relay sends
+// the very commands the recorder sent (ids aside; net's pattern updates
+// aside, which the relay makes as pages holds and lets go), and returns
 // when the recorded 429 was answered.
 func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
 	t.Helper()
-	// The fake answered discovery and Fetch.enable by itself; from then on
-	// the browser's events are sent once the relay has sent what the
-	// recorder sent before them.
-	auto := fb.fetch.replyIndex(t, "Fetch.enable")
+	// The fake answered discovery and Fetch.enable by itself.
+	busy := replayTranscript(t, fb.fetch, fb.fetch.replyIndex(t, "Fetch.enable"), hc, func(m fakeMsg) bool { return m.m.Method == "Fetch.enable" })
+	if busy.IsZero() {
+		t.Fatal("the recording has no 429")
+	}
+	return busy
+}
+
+// replayTranscript plays rec against the relay's connection hc, in causal order:
+// from index auto on (what comes before, the fake sent by itself), each
+// browser event once the relay has sent what the recorder sent before
+// it. It checks that the relay sends the very commands the recorder sent,
+// ids aside and but for those ignore is true of, and returns when the
+// recorded 429 was answered, if it was.
+func replayTranscript(t *testing.T, rec *recording, auto int, hc *fakeConn, ignore func(fakeMsg) bool) time.Time {
+	t.Helper()
 	var pending []fakeMsg // relay commands not matched yet
 	var busyAnswered time.Time
-	for i, rm := range fb.fetch.msgs {
+	var waitingFor string
+	defer func() {
+		if t.Failed() {
+			t.Logf("waiting for the relay to send %s; it sent, unmatched:", waitingFor)
+			for _, m := range pending {
+				t.Logf("  %s %s %s", m.m.Method, m.m.SessionID, m.m.Params)
+			}
+		}
+	}()
+	next := func() fakeMsg {
+		for {
+			m := hc.next(t)
+			if !ignore(m) {
+				return m
+			}
+		}
+	}
+	for i, rm := range rec.msgs {
 		switch {
+		case rm.From == "client" && ignore(fakeMsg{m: rm.m, data: rm.Msg}):
 		case rm.From == "client":
 			want := rm.m
+			waitingFor = want.Method + " " + want.SessionID + " " + string(want.Params)
 			found := -1
 			for found < 0 {
 				for j, got := range pending {
-					if got.m.Method == want.Method && bytes.Equal(got.m.Params, want.Params) && got.m.SessionID == "" {
+					if got.m.Method == want.Method && sameJSON(got.m.Params, want.Params) && got.m.SessionID == want.SessionID {
 						found = j
 						break
 					}
 				}
 				if found < 0 {
-					pending = append(pending, hc.next(t))
+					pending = append(pending, next())
 				}
 			}
 			pending = append(pending[:found], pending[found+1:]...)
@@ -535,19 +706,60 @@ func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
 			if p, ok := readPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
 				busyAnswered = time.Now()
 			}
+			if strings.Contains(string(rm.Msg), `"status":429`) {
+				busyAnswered = time.Now()
+			}
 			if err := hc.send(rm.Msg); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	for _, m := range pending {
-		t.Errorf("relay sent %s %s, which the recorder did not", m.m.Method, m.m.Params)
-	}
-	if busyAnswered.IsZero() {
-		t.Fatal("the recording has no 429")
+		t.Errorf("relay sent %s %s %s, which the recorder did not", m.m.Method, m.m.SessionID, m.m.Params)
 	}
 	return busyAnswered
+}
 
+// sameJSON reports whether a and b hold the same JSON value.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	for _, p := range []*[]byte{&a, &b} {
+		if len(*p) == 0 || string(*p) == "null" {
+			*p = []byte("{}") // no params, or none to speak of
+		}
+	}
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// TestFetchPagesReplaysChromium replays the pages connection's transcript
+// recorded from Chromium: auto-attached to every page, Network and Fetch
+// in each page's session, the document requests paused there and the
+// Network events that say when each left and how it was answered. The
+// relay sends the very commands the recorder sent, lets every target that
+// is no page go, and books and feeds back what it should.
+func TestFetchPagesReplaysChromium(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
+	fb.pages(t).drop()
+	fb.replayNext(fb.pagesRec)
+	pc := fb.pages(t) // reconnected, and answered from the recording
+	auto := fb.pagesRec.replyIndex(t, "Target.setAutoAttach")
+	busyAnswered := replayTranscript(t, fb.pagesRec, auto, pc, func(fakeMsg) bool { return false })
+	waitFeedback(t, tp, 8)
+	if got := tp.lim.Len(); got != 3 {
+		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
+	}
+	now := time.Now()
+	if r := tp.lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second-100*time.Millisecond {
+		t.Errorf("next a.test slot at %v after the 429, want its Retry-After 3s", r.Start.Sub(busyAnswered))
+	}
+	if r := tp.lim.Reserve("c.test", now); r.Pressure < 5 {
+		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
+	}
 }
 
 // TestNavigationLinesNameThePage: a held navigation's debug lines say

@@ -57,7 +57,7 @@ func awaitInFlight(t *testing.T, tp *testProxy, host string, want int) {
 }
 
 const (
-	recordedPage = "EC1317AEC4B5D877A84DC19C0E8248E7" // the page the recording navigates
+	recordedPage = "790930CD9B2465672A55F9C74C38BAEC" // the page the recording navigates
 	otherPage    = "0THER0PAGE0000000000000000000000"
 )
 
@@ -198,7 +198,7 @@ func TestCapFetch(t *testing.T) {
 		{name: "browser lost", host: "a.test", dropped: true, end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
 			hc.mustPlay(t, fb.fetch.chain(t, "/page?first")[:1])
 			awaitInFlight(t, tp, "a.test", 1)
-			for _, h := range fb.holders() {
+			for _, h := range append(fb.holders(), fb.pagesConns()...) {
 				h.drop()
 			}
 		}},
@@ -214,7 +214,7 @@ func TestCapFetch(t *testing.T) {
 			fb := newFakeBrowser(t, fakeConfig{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(tt.bound))
 			hc := fb.holder(t)
-			fb.holder(t) // both of the relay's connections are up
+			fb.pages(t) // both of the relay's connections are up; net holds what pauses there
 			announcePages(t, fb, hc, false)
 			tt.end(t, fb, hc, tp)
 			awaitInFlight(t, tp, tt.host, 0)

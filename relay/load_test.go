@@ -22,12 +22,15 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// loadBrowser is a fake Chromium for the load test. Like Chromium with the
-// relay's browser-level Fetch, it pauses the document request of every
-// Page.navigate on the connection that enabled Fetch, at the Request stage
-// and then at the Response stage, and answers the navigation only once
-// both pauses were continued. Runtime.evaluate is answered with its own
-// expression, so a client can tell its replies from anyone else's.
+// loadBrowser is a fake Chromium for the load test, with one page, PAGE.
+// Like Chromium with the relay's pages connection, it attaches that
+// connection to PAGE, pauses the document request of every Page.navigate
+// in its session once the relay enabled Fetch there, tells it in Network
+// events when the request left and that it was answered, and answers the
+// navigation only then. (Without that session, it pauses at a connection
+// whose browser-level Fetch pauses every document, at both stages.)
+// Runtime.evaluate is answered with its own expression, so a client can
+// tell its replies from anyone else's.
 type loadBrowser struct {
 	srv     *httptest.Server
 	up      websocket.Upgrader
@@ -38,7 +41,8 @@ type loadBrowser struct {
 	readers sync.WaitGroup
 
 	mu       sync.Mutex
-	holder   *loadConn                 // guarded by mu; the relay's own connection
+	holder   *loadConn                 // guarded by mu; the relay's connection pausing every document
+	pages    *loadConn                 // guarded by mu; the relay's connection with Fetch on in PAGE's session
 	conns    []*loadConn               // guarded by mu
 	pending  map[string]chan time.Time // guarded by mu; paused requests by id
 	paused   int                       // guarded by mu; Request-stage pauses sent
@@ -107,20 +111,40 @@ func (lb *loadBrowser) read(lc *loadConn) {
 			return
 		}
 		var m struct {
-			ID     int64
-			Method string
-			Params json.RawMessage
+			ID        int64
+			Method    string
+			Params    json.RawMessage
+			SessionID string
 		}
 		if json.Unmarshal(data, &m) != nil {
 			continue
 		}
 		reply := fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)
+		if m.SessionID != "" {
+			reply = fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, m.ID, m.SessionID)
+		}
 		switch m.Method {
 		case "Target.setDiscoverTargets":
 			lc.send([]byte(`{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":"PAGE","type":"page","title":"","url":"about:blank","attached":false,"canAccessOpener":false,"browserContextId":"CTX"}}}`))
+		case "Target.setAutoAttach", "Target.attachToTarget":
+			lc.send([]byte(`{"method":"Target.attachedToTarget","params":{"sessionId":"S-PAGE","targetInfo":{"targetId":"PAGE","type":"page","title":"","url":"about:blank","attached":true,"canAccessOpener":false,"browserContextId":"CTX"},"waitingForDebugger":false}}`))
+			if m.Method == "Target.attachToTarget" {
+				reply = fmt.Appendf(nil, `{"id":%d,"result":{"sessionId":"S-PAGE"}}`, m.ID)
+			}
+		case "Target.detachFromTarget":
+			lc.send([]byte(`{"method":"Target.detachedFromTarget","params":{"sessionId":"S-PAGE"}}`))
 		case "Fetch.enable":
+			var p struct{ Patterns []struct{ URLPattern string } }
+			json.Unmarshal(m.Params, &p)
 			lb.mu.Lock()
-			lb.holder = lc
+			switch {
+			case m.SessionID != "":
+				lb.pages = lc
+			case len(p.Patterns) == 1 && p.Patterns[0].URLPattern == "*":
+				lb.holder = lc
+			case lb.holder == lc:
+				lb.holder = nil // it pauses only what the other holds
+			}
 			lb.mu.Unlock()
 		case "Fetch.continueRequest":
 			var p struct{ RequestID string }
@@ -153,35 +177,50 @@ func (lb *loadBrowser) read(lc *loadConn) {
 	}
 }
 
-// navigate pauses a navigation's document request twice on the relay's
-// connection and then answers the client's command.
+// navigate pauses a navigation's document request in the relay's page
+// session (or, without one, twice at the connection pausing every
+// document) and then answers the client's command.
 func (lb *loadBrowser) navigate(lc *loadConn, id int64, url string) {
 	host, _ := limiter.Key(url)
-	reqID := fmt.Sprintf("interception-job-%d.0", lb.jobs.Add(1))
+	job := lb.jobs.Add(1)
+	reqID := fmt.Sprintf("interception-job-%d.0", job)
+	netID := fmt.Sprintf("NET-%d", job)
 	lb.mu.Lock()
-	hc := lb.holder // both stages pause on one connection, as in Chromium
+	pc, hc := lb.pages, lb.holder
 	lb.mu.Unlock()
-	fetch := hc != nil
 	at := time.Now() // with no Fetch, the relay held the command itself
-	if fetch {
-		var ok bool
-		if at, ok = lb.pause(hc, reqID, url, 0); !ok {
+	var ok bool
+	switch {
+	case pc != nil:
+		if at, ok = lb.pause(pc, "S-PAGE", netID, reqID, url, 0); !ok {
+			return
+		}
+	case hc != nil:
+		if at, ok = lb.pause(hc, "", "", reqID, url, 0); !ok {
 			return
 		}
 	}
 	lb.mu.Lock()
 	lb.released[host] = append(lb.released[host], at)
 	lb.mu.Unlock()
-	if fetch {
-		if _, ok := lb.pause(hc, reqID, url, 200); !ok {
+	switch {
+	case pc != nil:
+		mono := time.Since(loadEpoch).Seconds() + 1000
+		pc.send(fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"headers":{}},"sessionId":"S-PAGE"}`, netID))
+		pc.send(fmt.Appendf(nil, `{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":200,"headers":{},"timing":{"requestTime":%.6f,"sendStart":0}},"frameId":"PAGE"},"sessionId":"S-PAGE"}`, netID, netID, mono, mono))
+	case hc != nil:
+		if _, ok := lb.pause(hc, "", "", reqID, url, 200); !ok {
 			return
 		}
 	}
 	lc.send(fmt.Appendf(nil, `{"id":%d,"result":{"frameId":"PAGE","loaderId":"%s"}}`, id, reqID))
 }
 
-// pause sends a Fetch.requestPaused and waits for its Fetch.continueRequest.
-func (lb *loadBrowser) pause(hc *loadConn, reqID, url string, status int) (time.Time, bool) {
+var loadEpoch = time.Now()
+
+// pause sends a Fetch.requestPaused, in session when set, and waits for
+// its Fetch.continueRequest.
+func (lb *loadBrowser) pause(hc *loadConn, session, netID, reqID, url string, status int) (time.Time, bool) {
 	ch := make(chan time.Time, 1)
 	lb.mu.Lock()
 	lb.pending[reqID] = ch
@@ -197,7 +236,12 @@ func (lb *loadBrowser) pause(hc *loadConn, reqID, url string, status int) (time.
 		params["responseStatusCode"] = status
 		params["responseHeaders"] = []map[string]string{{"name": "Content-Type", "value": "text/html"}}
 	}
-	ev, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": params})
+	msg := map[string]any{"method": "Fetch.requestPaused", "params": params}
+	if session != "" {
+		params["networkId"] = netID
+		msg["sessionId"] = session
+	}
+	ev, _ := json.Marshal(msg)
 	if hc == nil || hc.send(ev) != nil {
 		return time.Time{}, false
 	}
@@ -359,13 +403,12 @@ func testLoad(t *testing.T, mode string) {
 	}
 	// The relay holds nothing any more.
 	if h := tp.p.ups[0].holder; mode == "fetch" {
-		for i := range h.fetch.conns {
-			fc := h.fetch.conns[i].Load()
+		for i, fc := range []*fetchConn{h.fetch.pages.Load(), h.fetch.net.Load()} {
 			if fc == nil {
 				continue
 			}
 			fc.mu.Lock()
-			calls, hops, timers := len(fc.calls), len(fc.hops), int(h.waiting.Load())
+			calls, hops, timers := len(fc.calls), len(fc.hops)+len(fc.tracks), int(h.waiting.Load())
 			fc.mu.Unlock()
 			if calls+hops+timers != 0 {
 				fc.mu.Lock()

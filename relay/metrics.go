@@ -23,6 +23,8 @@ type Metrics struct {
 	navForeign, navUnheld                          prometheus.Counter
 	delay, concurrency                             prometheus.Histogram
 	overload, failure, slow, answered              prometheus.Counter
+	late                                           prometheus.Counter
+	pushedBy                                       prometheus.Counter
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
@@ -67,6 +69,14 @@ func NewMetrics(ls ...any) *Metrics {
 	}, []string{"class"})
 	m.overload, m.failure, m.answered = fb.WithLabelValues("overload"), fb.WithLabelValues("failure"), fb.WithLabelValues("ok")
 	m.slow = fb.WithLabelValues("slow")
+	m.late = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_late_departures_total",
+		Help: "Held navigations that left the browser later than usual after their release, moving the rest of their schedule.",
+	})
+	m.pushedBy = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_schedule_pushed_seconds_total",
+		Help: "How far, in all, late departures moved their schedules.",
+	})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cdp_throttle_connections",
 		Help: "Client connections being relayed.",
@@ -98,7 +108,7 @@ func NewMetrics(ls ...any) *Metrics {
 		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	})
-	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
+	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
 	if lenner, ok := first[interface{ Len() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -252,6 +262,14 @@ func (m *Metrics) feedback(e limiter.Effect) {
 		m.slow.Inc()
 	default:
 		m.answered.Inc()
+	}
+}
+
+// pushed counts a late departure that moved its schedule by by.
+func (m *Metrics) pushed(by time.Duration) {
+	if m != nil {
+		m.late.Inc()
+		m.pushedBy.Add(by.Seconds())
 	}
 }
 

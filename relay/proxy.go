@@ -49,6 +49,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // Intercept chooses how the relay catches navigations.
@@ -226,6 +227,7 @@ type Proxy struct {
 	dialer   *websocket.Dialer
 	upgrader *websocket.Upgrader
 	warned   warnOnce
+	pace     pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
 	gate     *admission.Gate    // set once by Start: places in the browsers for clients
 	stop     context.CancelFunc // set once by Start; ends the background goroutines
 	done     sync.WaitGroup     // background goroutines
@@ -238,6 +240,12 @@ type Proxy struct {
 	pairs   map[*pair]struct{}   // guarded by mu
 	targets map[string]*upstream // guarded by mu; which browser a target is in, with several
 	closed  bool                 // guarded by mu
+}
+
+// pushed counts and logs a late departure that moved bucket's schedule.
+func (p *Proxy) pushed(bucket string, by time.Duration) {
+	p.Metrics.pushed(by)
+	p.log.Debug().Str("bucket", bucket).Float64("by_ms", limiter.ShownMillis(by)).Msg("a navigation left the browser late: its schedule moves")
 }
 
 // Start checks the upstream browser, waiting up to StartTimeout for it to
@@ -369,6 +377,21 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
+	}
+	// A navigation that left the browser late moves its bucket's schedule,
+	// in the limiter too when it can (a shared store: every relay's).
+	if pusher, ok := p.Limiter.(interface {
+		Push(bucket string, by time.Duration, now time.Time)
+	}); ok {
+		p.pace.Push = func(bucket string, by time.Duration) {
+			p.pushed(bucket, by)
+			pusher.Push(bucket, by, time.Now())
+		}
+	} else {
+		p.pace.Push = p.pushed
+	}
+	p.pace.Left = func(bucket string, lag, usual time.Duration) {
+		p.log.Debug().Str("bucket", bucket).Float64("lag_ms", limiter.ShownMillis(lag)).Float64("usual_ms", limiter.ShownMillis(usual)).Msg("a navigation left the browser")
 	}
 	for i, u := range p.ups {
 		if err := p.arm(waitCtx, bg, u, versions[i], errs[i]); err != nil {

@@ -6,8 +6,10 @@ package relay
 // sends into the transcripts the fake browser of the unit tests replays:
 //
 //	testdata/chromium-http.jsonl     /json/* answers
-//	testdata/chromium-fetch.jsonl    the relay's own browser connection:
-//	                                 discovery and browser-level Fetch while a page navigates
+//	testdata/chromium-fetch.jsonl    the relay's net connection (browser-level Fetch, pausing
+//	                                 every document, as it does while it holds alone)
+//	testdata/chromium-pages.jsonl    the relay's pages connection: auto-attached to every page,
+//	                                 Fetch and Network in each page's session
 //	testdata/chromium-session.jsonl  a puppeteer-like client on a flat session
 //	                                 of the same browser, with Page and Network enabled
 //
@@ -71,6 +73,7 @@ func TestRecord(t *testing.T) {
 
 	start := time.Now()
 	fetchLog := newTranscript(t, "testdata/chromium-fetch.jsonl", meta, start)
+	pagesLog := newTranscript(t, "testdata/chromium-pages.jsonl", meta, start)
 	sessionLog := newTranscript(t, "testdata/chromium-session.jsonl", meta, start)
 
 	// The relay's side: exactly what fetchConn sends, and the same choices,
@@ -84,6 +87,17 @@ func TestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := rc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}); err != nil {
+		t.Fatal(err)
+	}
+	// The pages connection: exactly what fetchConn sends in that role,
+	// arming every page and releasing every request at once.
+	pc := dialRecorded(t, wsURL, pagesLog)
+	pager := &recordPager{c: pc}
+	pc.onEvent = pager.event
+	if _, err := pc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		t.Fatal(err)
 	}
 
@@ -162,15 +176,22 @@ func TestRecord(t *testing.T) {
 	mustCall("", "Target.closeTarget", map[string]any{"targetId": popup.TargetID})
 	time.Sleep(300 * time.Millisecond)
 	holder.wait()
+	pager.wait()
 	cc.close()
 	rc.close()
+	pc.close()
 	sessionLog.close()
 	fetchLog.close()
+	pagesLog.close()
 
 	checkRecorded(t, "testdata/chromium-fetch.jsonl",
 		`"method":"Fetch.requestPaused"`, `"responseStatusCode":429`, `"Retry-After"`,
 		`"redirectedRequestId"`, `"responseErrorReason":"ConnectionRefused"`, `/child?same`, `/child?cross`,
 		`"method":"Target.getTargetInfo"`, `"type":"page"`)
+	checkRecorded(t, "testdata/chromium-pages.jsonl",
+		`"method":"Target.attachedToTarget"`, `"waitingForDebugger":true`, `"method":"Fetch.requestPaused"`, `"networkId"`,
+		`"method":"Network.requestWillBeSentExtraInfo"`, `"method":"Network.responseReceived"`, `"sendStart"`,
+		`"redirectResponse"`, `"status":429`, `"method":"Network.loadingFailed"`, `/child?same`)
 	checkRecorded(t, "testdata/chromium-session.jsonl",
 		`"method":"Target.attachedToTarget"`, `"method":"Network.requestWillBeSent"`, `"redirectResponse"`,
 		`"method":"Network.responseReceived"`, `"status":429`, `"method":"Network.loadingFailed"`,
@@ -243,6 +264,51 @@ func (h *recordHolder) event(m *cdproto.Message) {
 			h.mu.Unlock()
 			h.release(ev.RequestID, page)
 		}()
+	}
+}
+
+// recordPager makes the relay's choices on the recorded pages connection:
+// every page is a client's, armed before it runs, and every request goes
+// on at once.
+type recordPager struct {
+	c  *recordedConn
+	wg sync.WaitGroup
+}
+
+func (p *recordPager) wait() { p.wg.Wait() }
+
+func (p *recordPager) event(m *cdproto.Message) {
+	switch m.Method {
+	case "Target.attachedToTarget":
+		var ev target.EventAttachedToTarget
+		if jsonv2.Unmarshal(m.Params, &ev) != nil || ev.TargetInfo == nil {
+			return
+		}
+		session := string(ev.SessionID)
+		if ev.TargetInfo.Type != "page" {
+			if ev.WaitingForDebugger {
+				p.c.send(session, "Runtime.runIfWaitingForDebugger", nil, nil)
+			}
+			p.c.send("", "Target.detachFromTarget", map[string]string{"sessionId": session}, nil)
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			p.c.call(ctx, session, "Network.enable", networkParams)
+			p.c.call(ctx, session, "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern})
+			if ev.WaitingForDebugger {
+				p.c.send(session, "Runtime.runIfWaitingForDebugger", nil, nil)
+			}
+		}()
+	case "Fetch.requestPaused":
+		var ev fetch.EventRequestPaused
+		if jsonv2.Unmarshal(m.Params, &ev) != nil {
+			return
+		}
+		p.c.send(string(m.SessionID), "Fetch.continueRequest", &fetch.ContinueRequestParams{RequestID: ev.RequestID}, nil)
 	}
 }
 

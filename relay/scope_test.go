@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,9 @@ func continuedWithin(hc *fakeConn, requestID string, d time.Duration) bool {
 }
 
 // TestScope checks that in Fetch mode the relay holds the navigations of
-// the pages its clients drive, create or open as popups, and lets every
-// other page's go at once, counted as foreign.
+// the pages its clients drive, create or open as popups, and that every
+// other page's navigations pause nowhere: the relay lets such a page run
+// as soon as it appears and lets go of it.
 func TestScope(t *testing.T) {
 	checkLeaks(t)
 	fb := newFakeBrowser(t, fakeConfig{})
@@ -73,14 +75,22 @@ func TestScope(t *testing.T) {
 	for _, host := range []string{"a.test", "b.test", "c.test", "d.test", "e.test"} {
 		tp.lim.Reserve(host, time.Now()) // each host's next slot is an hour away
 	}
-	hc := fb.holder(t)
+	net, pages := fb.holder(t), fb.pages(t)
 	c := tp.dial(t, "/", nil)
 	fc := fb.accept(t)
-	for _, page := range []string{"MINE", "OTHERS", "POPUP", "NEW"} {
-		hc.send(pageCreated(page, ""))
+	for _, page := range []string{"MINE", "OTHERS"} {
+		net.send(pageCreated(page, ""))
+	}
+	// New pages no client drives: let run and let go.
+	fb.await(t, "the relay letting go of pages no client drives", func() bool {
+		return pages.sessionLocked("MINE") == nil && pages.sessionLocked("OTHERS") == nil
+	})
+	if n := len(commands(pages, "Runtime.runIfWaitingForDebugger")); n != 2 {
+		t.Errorf("the relay let %d new pages run, want 2", n)
 	}
 	// The client is attached to both pages, as Puppeteer and Playwright
-	// are to every page there is, and drives one of them.
+	// are to every page there is, and drives one of them: the relay arms
+	// that page before the client's command goes on.
 	fc.send(attachedTo("S-MINE", "MINE", "page"))
 	fc.send(attachedTo("S-OTHERS", "OTHERS", "page"))
 	readClient(t, c)
@@ -89,40 +99,55 @@ func TestScope(t *testing.T) {
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"document.querySelector('a').click()"}}`))
 	fc.next(t)
 	fc.next(t)
+	if ss := pages.session("MINE"); ss == nil || !ss.fetch || !ss.network {
+		t.Fatalf("the client's command reached the browser before the relay's interception of its page was on: %+v", ss)
+	}
 
-	hc.send(pausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
-	hc.send(pausedDoc("interception-job-2.0", "MINE", "http://b.test/"))
-	if !continuedWithin(hc, "interception-job-1.0", waitFor) {
-		t.Error("another client's page was held")
+	others := <-fb.navigateTo(t, "OTHERS", "http://a.test/")
+	if others[0].pauses != 0 {
+		t.Errorf("another client's navigation paused %d times, want never", others[0].pauses)
 	}
-	if hc.pausesAnswer("interception-job-1.0") {
-		// Two pauses for another client's navigation, one at each of the
-		// relay's connections; not a third for its answer.
-		t.Error("the relay asked for the answer to another client's navigation")
-	}
-	if continuedWithin(hc, "interception-job-2.0", 200*time.Millisecond) {
+	mine := fb.navigateTo(t, "MINE", "http://b.test/")
+	select {
+	case <-mine:
 		t.Error("the client's page was not held")
+	case <-time.After(200 * time.Millisecond):
 	}
 
 	// A popup of the client's page is the client's.
-	hc.send(pageCreated("POPUP2", "MINE"))
-	hc.send(pausedDoc("interception-job-3.0", "POPUP2", "http://c.test/"))
-	if continuedWithin(hc, "interception-job-3.0", 200*time.Millisecond) {
+	net.send(pageCreated("POPUP2", "MINE"))
+	fb.armed(t, pages, "POPUP2")
+	popup := fb.navigateTo(t, "POPUP2", "http://c.test/")
+	select {
+	case <-popup:
 		t.Error("a popup of the client's page was not held")
+	case <-time.After(200 * time.Millisecond):
 	}
 
-	// A page the client creates pauses before the client learns its id:
-	// the relay waits for the answer, then holds it.
+	// A page the client creates with its URL pauses before the client
+	// learns its id, and before the relay can attach to it: the relay
+	// pauses every document at the browser level from before the command
+	// goes on, waits for the answer, then holds the request.
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Target.createTarget","params":{"url":"http://d.test/"}}`))
 	create := fc.next(t)
-	hc.send(pausedDoc("interception-job-4.0", "NEW", "http://d.test/"))
-	if continuedWithin(hc, "interception-job-4.0", 200*time.Millisecond) {
+	if !slices.Contains(net.patterns, "*") {
+		t.Errorf("net's patterns %q when the creation went on, want every document", net.patterns)
+	}
+	net.send(pageCreated("NEW", ""))
+	created := fb.navigateTo(t, "NEW", "http://d.test/")
+	select {
+	case <-created:
 		t.Error("a page being created went before the relay knew whose it is")
+	case <-time.After(200 * time.Millisecond):
 	}
 	fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.m.ID))
 	readClient(t, c)
-	if continuedWithin(hc, "interception-job-4.0", 200*time.Millisecond) {
+	fb.armed(t, pages, "NEW")
+	fb.await(t, "net pausing only what is held once the new page is armed", func() bool { return !slices.Contains(net.patterns, "*") })
+	select {
+	case <-created:
 		t.Error("the page the client created was not held")
+	case <-time.After(200 * time.Millisecond):
 	}
 	var hosts []string
 	for _, b := range rec.bookings() {
@@ -131,8 +156,46 @@ func TestScope(t *testing.T) {
 	if got, want := strings.Join(hosts, " "), "b.test c.test d.test"; got != want {
 		t.Errorf("booked %s, want %s", got, want)
 	}
-	if body := metricsBody(t, tp); !strings.Contains(body, `cdp_throttle_navigations_total{outcome="foreign"} 1`) {
-		t.Errorf("metrics do not count one foreign navigation:\n%s", body)
+}
+
+// TestScopeAttached: a page the relay's own connection is attached to, and
+// none of its clients, is announced to its clients as not attached, as it
+// would be without the relay (chromedp takes only an unattached target for
+// a new one); once a client attaches, as attached.
+func TestScopeAttached(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	net, pages := fb.holder(t), fb.pages(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	readClient(t, c)
+	net.send(pageCreated("MINE", ""))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
+	fc.next(t)
+	fb.armed(t, pages, "MINE")
+	net.send(pageCreated("POPUP", "MINE"))
+	fb.armed(t, pages, "POPUP")
+	info := func(id string) []byte {
+		b, _ := json.Marshal(map[string]any{"method": "Target.targetInfoChanged", "params": map[string]any{"targetInfo": map[string]any{
+			"targetId": id, "type": "page", "title": "", "url": "http://a.test/", "attached": true, "openerId": "MINE", "canAccessOpener": true, "browserContextId": "CTX"}}})
+		return b
+	}
+	fc.send(info("POPUP"))
+	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":false`) {
+		t.Errorf("the client got %s, want the popup not attached: only the relay is", got)
+	}
+	fc.send(attachedTo("S-POPUP", "POPUP", "page"))
+	readClient(t, c)
+	fc.send(info("POPUP"))
+	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
+		t.Errorf("the client got %s, want the popup attached: the client is", got)
+	}
+	// A page the relay is not attached to is as the browser says.
+	fc.send(info("ELSEWHERE"))
+	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
+		t.Errorf("the client got %s, want it as the browser sent it", got)
 	}
 }
 
@@ -261,5 +324,52 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 	hc.send(pausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
 	if !continuedWithin(hc, "interception-job-1.0", time.Second) {
 		t.Error("another client's page waited for a page creation its client left")
+	}
+}
+
+// TestScopeAttachedTwice: the relay's pages connection attached to one page
+// twice (its own Target.attachToTarget crossing the browser's auto-attach)
+// keeps one session on it and lets the other go: two would each pause and
+// book the page's requests.
+func TestScopeAttachedTwice(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	var rec *recorder
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
+	net, pages := fb.holder(t), fb.pages(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	readClient(t, c)
+	net.send(pageCreated("MINE", ""))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
+	fc.next(t)
+	fb.armed(t, pages, "MINE")
+	kept := pages.session("MINE").id
+
+	seq := fb.newJob()
+	fb.mu.Lock()
+	info := fb.targets["MINE"]
+	pages.sessions["AGAIN"] = &fakeSess{id: "AGAIN", target: "MINE", seq: seq}
+	fb.mu.Unlock()
+	pages.write(websocket.TextMessage, fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":"AGAIN","targetInfo":%s,"waitingForDebugger":false}}`, info))
+	fb.await(t, "the relay letting its second session on the page go", func() bool { return pages.sessions["AGAIN"] == nil })
+	for _, m := range pages.received() {
+		if m.m.SessionID == "AGAIN" && m.m.Method != "Runtime.runIfWaitingForDebugger" {
+			t.Errorf("the relay sent %s in its second session on the page, want nothing", m.m.Method)
+		}
+	}
+	if ss := pages.session("MINE"); ss == nil || ss.id != kept || !ss.fetch {
+		t.Errorf("the relay's session on the page is %+v, want %s, armed", ss, kept)
+	}
+	tp.lim.Reserve("a.test", time.Now()) // the next slot is an hour away
+	nav := fb.navigateTo(t, "MINE", "http://a.test/")
+	select {
+	case <-nav:
+		t.Error("the page's navigation was not held")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := len(rec.bookings()); n != 1 {
+		t.Errorf("booked %d times, want once", n)
 	}
 }

@@ -71,7 +71,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 			tp := relayTo(t, fb, mode.cfg, ownPagesOnly)
 			if mode.cfg.Mode != limiter.Off {
 				fb.holder(t)
-				fb.holder(t)
+				fb.pages(t)
 			}
 			a := tp.dial(t, "/", nil)
 			fa := fb.accept(t)

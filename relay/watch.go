@@ -34,7 +34,7 @@ type watch struct {
 	mu       sync.Mutex
 	way      via                    // guarded by mu; how navigations are held in this connection
 	sessions map[string]sessionInfo // guarded by mu; "" is the connection's own session
-	creates  map[cmdKey]struct{}    // guarded by mu; Target.createTarget commands not answered yet
+	creates  map[cmdKey]func()      // guarded by mu; Target.createTarget commands not answered yet → what ends them (nil: nothing)
 	own      map[int64]chan reply   // guarded by mu; the relay's own commands on this connection
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
 	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
@@ -78,7 +78,7 @@ func newWatch(pr *pair, h *holder) *watch {
 		pr:       pr,
 		h:        h,
 		sessions: make(map[string]sessionInfo),
-		creates:  make(map[cmdKey]struct{}),
+		creates:  make(map[cmdKey]func()),
 		own:      make(map[int64]chan reply),
 		checks:   make(map[cmdKey]navCheck),
 		fetching: make(map[string]bool),
@@ -101,11 +101,15 @@ func (w *watch) start() {
 // creating, whose ids will never come.
 func (w *watch) ended() {
 	w.mu.Lock()
-	n := len(w.creates)
-	clear(w.creates)
+	creates := w.creates
+	w.creates = make(map[cmdKey]func())
+	w.detachAllLocked()
 	w.mu.Unlock()
-	for range n {
+	for _, done := range creates {
 		w.h.claims.created("")
+		if done != nil {
+			done()
+		}
 	}
 	if w.sess != nil {
 		w.sess.ended()
@@ -161,15 +165,28 @@ func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
 	key := cmdKey{session, hd.ID}
 	w.mu.Lock()
 	way := w.way
+	var cover <-chan struct{}
 	switch {
 	case hd.IsMethod("Target.createTarget"):
 		if len(w.creates) < maxTracked {
-			w.creates[key] = struct{}{}
+			var done func()
+			if f := w.h.fetch; way == viaFetch && f != nil && createsWithURL(hd.Params) {
+				// Its first request leaves before any session can attach to
+				// the new page: the relay's browser-level interception
+				// pauses every document until the page is armed.
+				cover, done = f.creatingWithURL()
+			}
+			w.creates[key] = done
 			w.h.claims.creating()
 		}
 	case cdp.Drives(hd.Method):
 		if si, ok := w.sessions[session]; ok && si.typ == "page" {
 			w.h.claims.claim(si.target)
+			if f := w.h.fetch; way == viaFetch && f != nil {
+				// The page's interception is on before what the client
+				// does there can navigate it.
+				cover = f.cover(si.target)
+			}
 		}
 	}
 	switch {
@@ -191,6 +208,9 @@ func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
 		w.gated = append(w.gated, gatedCmd{msg: bytes.Clone(msg)})
 	}
 	w.mu.Unlock()
+	if cover != nil {
+		w.awaitCover(cover)
+	}
 	if gate {
 		w.awaitArmed()
 		return true
@@ -202,6 +222,36 @@ func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
 		return w.sess.fromClient(hd, msg)
 	}
 	return false
+}
+
+// coverWait bounds how long a client's command waits for the relay's
+// interception of its page to be on.
+const coverWait = 5 * time.Second
+
+// awaitCover waits, on the client's reader (so that the client's commands
+// keep their order), until the relay's interception covers a page, within
+// coverWait and the life of the connection.
+func (w *watch) awaitCover(cover <-chan struct{}) {
+	select {
+	case <-cover:
+		return
+	default:
+	}
+	t := time.NewTimer(coverWait)
+	defer t.Stop()
+	select {
+	case <-cover:
+	case <-t.C:
+		w.pr.log.Warn().Msg("the relay's interception of a page was not on in time: the client's command goes on")
+	case <-w.pr.ctx.Done():
+	}
+}
+
+// createsWithURL reports whether Target.createTarget params open the new
+// page on a URL that may reach the network.
+func createsWithURL(params []byte) bool {
+	p, ok := cdp.NavigateParams(params)
+	return ok && p.URL != "" && p.URL != "about:blank"
 }
 
 // awaitArmed writes the gated navigation commands once navigations can be
@@ -291,7 +341,10 @@ func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			if sid, _, ok := cdp.AttachedTarget(hd.Params); ok {
 				w.mu.Lock()
 				if len(w.sessions) >= maxTracked {
-					clear(w.sessions)
+					w.detachAllLocked()
+				}
+				if _, known := w.sessions[sid]; !known {
+					w.h.attachedClients.add(ti.TargetID, 1)
 				}
 				w.sessions[sid] = sessionInfo{target: ti.TargetID, typ: ti.Type}
 				w.mu.Unlock()
@@ -300,9 +353,17 @@ func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	case "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
 			w.mu.Lock()
+			if si, ok := w.sessions[sid]; ok {
+				w.h.attachedClients.add(si.target, -1)
+			}
 			delete(w.sessions, sid)
 			delete(w.fetching, sid)
 			w.mu.Unlock()
+		}
+	case "Target.targetCreated", "Target.targetInfoChanged":
+		if out, ok := w.unattached(hd, msg); ok {
+			w.toClient(out)
+			return true
 		}
 	}
 	switch w.via() {
@@ -314,6 +375,33 @@ func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	return false
 }
 
+// unattached rewrites a target's info that says it is attached only
+// because the relay's own connection is (Fetch mode attaches the relay to
+// its clients' pages): a client sees it attached as it would without the
+// relay, by none of the relay's clients; chromedp, for one, takes only an
+// unattached target for a new one. It reports false when msg is as it
+// should be.
+func (w *watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
+	f := w.h.fetch
+	attached := []byte(`"attached":true`)
+	if f == nil || !bytes.Contains(msg, attached) {
+		return nil, false
+	}
+	ti, ok := cdp.ReadTargetInfo(hd.Params)
+	if !ok || ti.Type != "page" || !f.relayAttached(ti.TargetID) || w.h.attachedClients.count(ti.TargetID) > 0 {
+		return nil, false
+	}
+	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true
+}
+
+// detachAllLocked forgets every session of the connection. Callers hold mu.
+func (w *watch) detachAllLocked() {
+	for _, si := range w.sessions {
+		w.h.attachedClients.add(si.target, -1)
+	}
+	clear(w.sessions)
+}
+
 // answered follows the answer to a command; it reports true for the
 // answer to one of the relay's own, which the client never sees.
 func (w *watch) answered(key cmdKey, msg []byte) bool {
@@ -322,7 +410,7 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 	if own && key.id < 0 {
 		delete(w.own, key.id)
 	}
-	_, create := w.creates[key]
+	done, create := w.creates[key]
 	delete(w.creates, key)
 	check, checking := w.checks[key]
 	delete(w.checks, key)
@@ -341,11 +429,40 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 		result, _, _ := cdp.ReadReply(msg)
 		json.Unmarshal(result, &r)
 		w.h.claims.created(r.TargetID)
+		if done != nil {
+			w.coveredThen(r.TargetID, done)
+		}
 	}
 	if checking {
 		w.checkFetch(check, msg)
 	}
 	return false
+}
+
+// coveredThen calls done once the relay's interception covers a page the
+// client created (at once when the creation failed), within coverWait.
+func (w *watch) coveredThen(target string, done func()) {
+	f := w.h.fetch
+	if target == "" || f == nil {
+		done()
+		return
+	}
+	cover := f.cover(target)
+	if cover == nil {
+		done()
+		return
+	}
+	w.h.p.limiting.Add(1)
+	go func() {
+		defer w.h.p.limiting.Done()
+		defer done()
+		t := time.NewTimer(coverWait)
+		defer t.Stop()
+		select {
+		case <-cover:
+		case <-t.C:
+		}
+	}()
 }
 
 // checkFetch confirms that the relay's own connection saw the document

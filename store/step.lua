@@ -8,11 +8,12 @@
 -- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, and the
 --          setting of its last booking: m = '1' adaptive or '0' fixed,
 --          b = base, u = tau, f = floor.
--- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing).
+-- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
+--          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
 -- ARGV[3]  base interval.
 -- ARGV[4]  tau, the burst allowance.
--- ARGV[5]  observe: the pressure the answer adds.
+-- ARGV[5]  observe: the pressure the answer adds; late: how far to push.
 -- ARGV[6]  observe: the Retry-After wait, or -1 when there is none.
 -- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
 --          replay the rule on a simulated clock.
@@ -21,9 +22,11 @@
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
 -- reads the setting of the host's last booking.
--- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor}; peek
--- writes nothing, returns the start a navigation would get and the spacing
--- it would add, and pressure -1 for a host it does not know.
+-- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor, slack,
+-- headroom}; slack and headroom are those of limiter.Reservation (reserve
+-- only, 0 otherwise). Peek writes nothing, returns the start a navigation
+-- would get and the spacing it would add, and pressure -1 for a host it
+-- does not know.
 
 local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
 local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
@@ -89,20 +92,22 @@ local function flag()
 end
 
 if op == 'r' then
-  local start, s
+  local start, s, slack, headroom
   if not known then
     start, s = now, spacing(0)
+    slack, headroom = 0, tau
     tat, clock = now + s, now
     if adaptive then p = 1 else p = 0 end
   else
     drain()
     s = spacing(p)
     start = math.max(now, tat - tau)
+    slack, headroom = math.max(0, tat - start), start - (tat - tau)
     tat = math.max(tat, start) + s
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
   end
   save()
-  return {start, s, p, now, flag(), floor}
+  return {start, s, p, now, flag(), floor, slack, headroom}
 end
 
 if op == 'o' then
@@ -120,11 +125,24 @@ if op == 'o' then
     tat = math.max(tat, now + wait + tau)
   end
   save()
-  return {0, 0, p, now, flag(), floor}
+  return {0, 0, p, now, flag(), floor, 0, 0}
+end
+
+if op == 'l' then
+  -- A navigation left the browser late: the slots booked after this move
+  -- by as much. A host Redis does not know has no schedule to move, and
+  -- the setting of its last booking stays as it is.
+  if known then
+    tat = tat + tonumber(ARGV[5])
+    redis.call('HSET', key, 't', string.format('%d', tat))
+    local idle = math.max(tat, clock + p * COOLDOWN) - now
+    redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
+  end
+  return {0, 0, p or 0, now, flag(), floor, 0, 0}
 end
 
 if op == 'p' then
-  if not known then return {0, 0, -1, now, flag(), floor} end
+  if not known then return {0, 0, -1, now, flag(), floor, 0, 0} end
   if h[4] then
     -- The setting of the host's last booking, whichever relay made it.
     adaptive = h[4] == '1'
@@ -132,7 +150,7 @@ if op == 'p' then
   end
   drain()
   -- The earliest a navigation would go: max(now, tat - tau).
-  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor}
+  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor, 0, 0}
 end
 
 return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

@@ -320,6 +320,8 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Start:    at.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
 				Spacing:  time.Duration(v[1]) * time.Microsecond,
 				Pressure: int(v[2]),
+				Slack:    time.Duration(v[6]) * time.Microsecond,
+				Headroom: time.Duration(v[7]) * time.Microsecond,
 				Tracked:  true,
 				Mode:     set.mode,
 				Bucket:   host,
@@ -396,6 +398,28 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 	}
 }
 
+// Push moves host's schedule later by by, as limiter.Limiter's Push does,
+// in Redis: every relay's navigations booked after it start that much
+// later. While Redis does not answer, the local fallback is pushed instead
+// (FallbackClosed books nothing meanwhile, so nothing is pushed).
+func (s *Redis) Push(host string, by time.Duration, now time.Time) {
+	if by <= 0 || limiter.Exempt(host) {
+		return
+	}
+	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
+		_, err := s.run(host, now, "l", settingOf(s.cfg), int(max(by.Microseconds(), 1)), -1)
+		if err == nil {
+			s.answered(o)
+			return
+		}
+		s.failed(o, err)
+	}
+	s.fallbacks.Add(1)
+	if !s.holds {
+		s.local.Push(host, by, now)
+	}
+}
+
 // Wait books a slot for host at time.Now, waiting out holds, and blocks
 // until the slot starts or ctx is done, returning ctx's error in that case.
 // A cancelled wait keeps its slot booked, as limiter.Limiter's Wait does.
@@ -419,8 +443,9 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 }
 
 // stepValues is how many values the script returns: {start, spacing,
-// pressure, now, adaptive, floor}, times in microseconds.
-const stepValues = 6
+// pressure, now, adaptive, floor, slack, headroom}, times in
+// microseconds.
+const stepValues = 8
 
 // run runs one step of the script for host with the setting set and
 // returns its values.

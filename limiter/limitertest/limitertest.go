@@ -178,6 +178,8 @@ func Run(t *testing.T, newL New) {
 		{"IdleHostStartsFromZero", IdleHostStartsFromZero},
 		{"Golden", Golden},
 		{"Settings", Settings},
+		{"Push", Push},
+		{"SlackAndHeadroom", SlackAndHeadroom},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
@@ -581,5 +583,72 @@ func Settings(t *testing.T, newL New) {
 				}
 			}
 		})
+	}
+}
+
+// Pusher is what an implementation that follows late departures adds to
+// Limiter (package pace tells it).
+type Pusher interface {
+	Push(host string, by time.Duration, now time.Time)
+}
+
+// Push checks that a push moves the slots booked after it, and only those:
+// a host not known, or an exempt one, has nothing to move.
+func Push(t *testing.T, newL New) {
+	l := newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 1})
+	p, ok := l.Limiter.(Pusher)
+	if !ok {
+		t.Fatalf("%T does not implement Pusher", l.Limiter)
+	}
+	RunSteps(t, l, []Step{{0, "", nil, 0}, {0, "", nil, 100}})
+	p.Push("example.com", 30*time.Millisecond, At(10))
+	RunSteps(t, l, []Step{{20, "", nil, 230}, {20, "", nil, 330}})
+	// Pushes add up.
+	p.Push("example.com", 5*time.Millisecond, At(30))
+	p.Push("example.com", 5*time.Millisecond, At(30))
+	RunSteps(t, l, []Step{{40, "", nil, 440}})
+	// An idle host's schedule ran out long ago: what it is pushed by from
+	// there does not reach now.
+	p.Push("example.com", 200*time.Millisecond, At(2000))
+	RunSteps(t, l, []Step{{2000, "", nil, 2000}})
+	// A host never booked has no schedule to move; neither does a
+	// loopback one.
+	p.Push("other.example", 50*time.Millisecond, At(3000))
+	p.Push("127.0.0.1", 50*time.Millisecond, At(3000))
+	RunSteps(t, l, []Step{{3000, "other.example", nil, 3000}, {3000, "127.0.0.1", nil, 3000}})
+}
+
+// SlackAndHeadroom checks what a booking says of its place in the rule:
+// how much sooner than the steady schedule a burst let it start (Slack),
+// and how much later than the earliest the rule allowed it starts
+// (Headroom).
+func SlackAndHeadroom(t *testing.T, newL New) {
+	l := newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 3})
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for i, s := range []struct {
+		at, start, slack, headroom float64
+	}{
+		{0, 0, 0, 200},   // unknown host: at once, tau to spare
+		{0, 0, 100, 100}, // the burst: 100 ms before its steady slot
+		{0, 0, 200, 0},
+		{0, 100, 200, 0},     // the burst spent: one interval later
+		{1000, 1000, 0, 800}, // idle: asked 800 ms after the earliest allowed
+	} {
+		r := l.Reserve("example.com", At(s.at))
+		if r.Start != At(s.start) || r.Slack != ms(s.slack) || r.Headroom != ms(s.headroom) {
+			t.Errorf("booking %d at %vms: start %v slack %v headroom %v, want %vms %vms %vms",
+				i, s.at, r.Start.Sub(T0), r.Slack, r.Headroom, s.start, s.slack, s.headroom)
+		}
+	}
+	// With a burst of 1 nothing goes before its steady slot.
+	l = newL(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 1})
+	for i, s := range []struct {
+		at, start, headroom float64
+	}{{0, 0, 0}, {0, 100, 0}, {150, 200, 0}, {450, 450, 150}} {
+		r := l.Reserve("example.com", At(s.at))
+		if r.Start != At(s.start) || r.Slack != 0 || r.Headroom != ms(s.headroom) {
+			t.Errorf("burst 1, booking %d at %vms: start %v slack %v headroom %v, want %vms 0 %vms",
+				i, s.at, r.Start.Sub(T0), r.Slack, r.Headroom, s.start, s.headroom)
+		}
 	}
 }

@@ -1,0 +1,111 @@
+//go:build e2e
+
+package e2e
+
+// Issue 21: what a site sees is the schedule, however busy the browser.
+// Eight pages load at once through one relay, each page with six images
+// and scripts, so that Chromium is busy when a held request is let go; no
+// two navigations of the site may reach it closer than the spacing, less
+// a few milliseconds.
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
+)
+
+// exactSlack is how much closer than the spacing two navigations may reach
+// the site: the few milliseconds of the network stack the relay cannot see.
+const exactSlack = 5 * time.Millisecond
+
+// sixSubresources serves pages with three images and three scripts each,
+// all of the page's own host.
+func sixSubresources(s *site) {
+	s.handle("/six", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, "<!doctype html><title>%s</title><body>", r.URL.RawQuery)
+		for i := range 3 {
+			fmt.Fprintf(w, `<img src="/img?%[1]s&i=%[2]d"><script src="/script?%[1]s&i=%[2]d"></script>`, r.URL.RawQuery, i)
+		}
+		fmt.Fprint(w, "</body>")
+	})
+}
+
+// exactRun makes n navigations to host over eight pages at once with
+// Puppeteer, through r, and returns the gaps the site saw between them, in
+// the order they arrived.
+func exactRun(t *testing.T, r *relayed, s *site, host string, n int) []time.Duration {
+	t.Helper()
+	start := time.Now()
+	loopPuppeteer(t, r.url, s.url(host, "/six?x=1"), n, 8, false)
+	docs := s.hitsOf(func(h hit) bool { return h.Host == host && h.Path == "/six" })
+	if len(docs) != n {
+		t.Fatalf("%s: the site saw %d navigations, want %d", host, len(docs), n)
+	}
+	subs := len(s.hitsOf(func(h hit) bool { return h.Host == host && (h.Path == "/img" || h.Path == "/script") }))
+	gaps := gapsAfter(docs, 1)
+	sorted := slices.Sorted(slices.Values(gaps))
+	t.Logf("%s: %d navigations over 8 pages in %v (%d images and scripts): gaps at the site lowest %.1f, %.1f, %.1f ms, p50 %.1f ms; the relay pushed its schedule %s",
+		host, n, time.Since(start).Round(time.Millisecond), subs, ms(sorted[0]), ms(sorted[1]), ms(sorted[2]), ms(p50(gaps)), pushedOf(t, r))
+	return gaps
+}
+
+// pushedOf says what the relay's metrics count of late departures.
+func pushedOf(t *testing.T, r *relayed) string {
+	body, err := httpGet(r.url + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	var late, by string
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, "cdp_throttle_late_departures_total "); ok {
+			late = v
+		}
+		if v, ok := strings.CutPrefix(l, "cdp_throttle_schedule_pushed_seconds_total "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				by = fmt.Sprintf("%.1f ms", f*1000)
+			}
+		}
+	}
+	return late + " times, by " + by + " in all"
+}
+
+// TestExactAtTheSite: fixed 200 ms, burst 1, 200 navigations over eight
+// busy pages at once: no two reach the site closer than 195 ms.
+func TestExactAtTheSite(t *testing.T) {
+	const spacing, n = 200 * time.Millisecond, 200
+	s := newSite(t)
+	sixSubresources(s)
+	gaps := exactRun(t, startRelay(t, fixed(spacing, 1)), s, "exact.test", n)
+	for i, g := range gaps {
+		if g < spacing-exactSlack {
+			t.Errorf("navigations %d and %d reached the site %.1f ms apart, want at least %v", i+1, i+2, ms(g), spacing-exactSlack)
+		}
+	}
+}
+
+// TestExactAtTheSiteCrawlDelay: the same for a site whose robots.txt asks
+// for Crawl-delay: 0.5, through --robots crawl-delay: 200 navigations,
+// none closer than 495 ms.
+func TestExactAtTheSiteCrawlDelay(t *testing.T) {
+	const spacing, n = 500 * time.Millisecond, 200
+	s := newSite(t)
+	sixSubresources(s)
+	s.handle("/robots.txt", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "User-agent: *\nCrawl-delay: 0.5\n")
+	})
+	r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
+	gaps := exactRun(t, r, s, "delay.test", n)
+	for i, g := range gaps {
+		if g < spacing-exactSlack {
+			t.Errorf("navigations %d and %d reached the site %.1f ms apart, want at least %v", i+1, i+2, ms(g), spacing-exactSlack)
+		}
+	}
+}

@@ -1,0 +1,393 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+)
+
+// connRole is what one of the relay's own connections to a Chromium does.
+type connRole int
+
+const (
+	// rolePages attaches to every page and intercepts the documents of
+	// the relay's clients' pages in their sessions (hold_fetch_pages.go).
+	rolePages connRole = iota
+	// roleNet intercepts at the browser level, behind every page session:
+	// only what pages holds, or every document while pages cannot hold.
+	roleNet
+)
+
+func (r connRole) String() string { return [...]string{"pages", "net"}[r] }
+
+// fetchConn is one of the relay's own connections to the browser endpoint.
+type fetchConn struct {
+	f     *fetchHold
+	h     *holder
+	role  connRole
+	c     *websocket.Conn
+	log   zerolog.Logger
+	since time.Time // set once, before its Fetch was enabled
+
+	wmu    sync.Mutex // serialises writes
+	nextID int64      // guarded by wmu
+
+	mu       sync.Mutex
+	closed   bool                  // guarded by mu
+	calls    map[int64]func(reply) // guarded by mu; commands whose reply someone waits for
+	pages    map[string]struct{}   // guarded by mu; target ids of pages
+	notPages map[string]struct{}   // guarded by mu; frame ids known not to be pages
+	hops     map[string]hop        // guarded by mu; net: interception id → document request under way
+	readDone chan struct{}         // closed when the reader ends
+	// held ends when the connection is closed or lost: the navigations
+	// it holds are given up (the browser hands their requests on).
+	held    context.Context
+	dropAll context.CancelFunc
+
+	// The pages connection's own state (hold_fetch_pages.go).
+	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
+	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
+	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
+	tracks    map[string]*track        // guarded by mu; document requests it follows, by network id
+	ready     bool                     // guarded by mu; it knows every page and has armed the clients'
+	clock     monoClock                // guarded by mu; the browser's monotonic clock on the relay's
+}
+
+// hop is a document request of a page under way, at the net connection.
+type hop struct {
+	host   string
+	frame  string
+	booked bool    // its answer is fed back: this connection booked it
+	fl     *flight // the navigation, when this connection holds it or reads its answer
+}
+
+// reply is the answer to one of the relay's own commands.
+type reply struct {
+	result json.RawMessage
+	err    *cdp.Error
+}
+
+// documentPattern pauses every document request where it is enabled: on a
+// client's page session, and at the browser level while the pages
+// connection cannot hold.
+var documentPattern = []*fetch.RequestPattern{
+	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
+}
+
+// dial dials the browser endpoint for one of the relay's connections.
+func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
+	h := f.h
+	wsURL, err := h.up.browserWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := h.p.dialer.DialContext(ctx, wsURL, nil)
+	if err != nil {
+		h.up.forget(wsURL) // it may have restarted under a new endpoint
+		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
+	}
+	c.SetReadLimit(h.p.MaxMessageSize)
+	fc := &fetchConn{
+		f:        f,
+		h:        h,
+		role:     role,
+		c:        c,
+		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
+		log:      h.p.log.With().Str("conn", "relay-"+role.String()).Str("upstream", h.up.name).Logger(),
+		calls:    make(map[int64]func(reply)),
+		pages:    make(map[string]struct{}),
+		notPages: make(map[string]struct{}),
+		hops:     make(map[string]hop),
+		sessions: make(map[string]*pageSess),
+		byTarget: make(map[string]*pageSess),
+		tracks:   make(map[string]*track),
+		readDone: make(chan struct{}),
+	}
+	fc.clock.ref = fc.since
+	fc.held, fc.dropAll = context.WithCancel(context.Background())
+	go fc.read()
+	return fc, nil
+}
+
+// refusal says why a command of the relay's own connection failed: an
+// error answer is a refusal; no answer in time is silence (a refusal when
+// Fetch is required: Start then fails with it).
+func refusal(what string, r *reply, err error, mode Intercept) error {
+	err = fmt.Errorf("relay: %s: %w", what, err)
+	switch {
+	case r != nil:
+		return errRefused{err}
+	case errors.Is(err, context.DeadlineExceeded) && mode == InterceptFetch:
+		return errRefused{err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", errSilent, err)
+	}
+	return err
+}
+
+// keepalive pings the browser until the connection ends or ctx does, and
+// then closes it.
+func (fc *fetchConn) keepalive(ctx context.Context, every, timeout time.Duration) {
+	pongWait := 2*every + 10*time.Second
+	fc.c.SetReadDeadline(time.Now().Add(pongWait))
+	fc.c.SetPongHandler(func(string) error { return fc.c.SetReadDeadline(time.Now().Add(pongWait)) })
+	t := time.NewTicker(every)
+	defer t.Stop()
+	defer fc.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fc.readDone:
+			return
+		case <-t.C:
+			if err := fc.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(timeout)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// close ends the connection; the browser then hands every request the
+// connection held on, to the relay's other connection when it is up.
+func (fc *fetchConn) close() {
+	fc.mu.Lock()
+	if fc.closed {
+		fc.mu.Unlock()
+		return
+	}
+	fc.closed = true
+	fc.mu.Unlock()
+	fc.dropAll()
+	fc.c.Close()
+	<-fc.readDone
+}
+
+var errConnClosed = errors.New("relay: browser connection closed")
+
+// send writes a command on session ("" for the browser's) and returns its
+// id; its reply goes to answer, or is only logged when answer is nil.
+// answer runs on the connection's reader and must not block; when the
+// connection ends first it gets the zero reply with a nil result.
+func (fc *fetchConn) send(session, method string, params any, answer func(reply)) (int64, error) {
+	fc.wmu.Lock()
+	defer fc.wmu.Unlock()
+	fc.nextID++
+	id := fc.nextID
+	msg, err := cdp.Command(id, method, session, params)
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", method, err)
+	}
+	fc.mu.Lock()
+	if fc.closed {
+		fc.mu.Unlock()
+		return 0, errConnClosed
+	}
+	if answer != nil {
+		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
+	}
+	fc.mu.Unlock()
+	fc.c.SetWriteDeadline(time.Now().Add(fc.h.p.WriteTimeout))
+	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
+		fc.mu.Lock()
+		delete(fc.calls, id)
+		fc.mu.Unlock()
+		return 0, fmt.Errorf("relay: %s: %w", method, err)
+	}
+	return id, nil
+}
+
+// call sends a command on session and waits for its reply. The reply is
+// nil when the browser did not answer; with an error reply, both are set.
+func (fc *fetchConn) call(ctx context.Context, session, method string, params any) (*reply, error) {
+	answer := make(chan reply, 1)
+	id, err := fc.send(session, method, params, func(r reply) { answer <- r })
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-answer:
+		if r.result == nil && r.err == nil {
+			return nil, errConnClosed
+		}
+		if r.err != nil {
+			return &r, fmt.Errorf("relay: %s: %s (%d)", method, r.err.Message, r.err.Code)
+		}
+		return &r, nil
+	case <-ctx.Done():
+		fc.mu.Lock()
+		delete(fc.calls, id)
+		fc.mu.Unlock()
+		return nil, fmt.Errorf("relay: %s: %w", method, ctx.Err())
+	}
+}
+
+// release lets a paused request go on, at either stage.
+func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, id, false) }
+
+// continueRequest lets a paused request go on, asking for its answer when
+// answer is set.
+func (fc *fetchConn) continueRequest(session, id string, answer bool) {
+	p := &fetch.ContinueRequestParams{RequestID: fetch.RequestID(id)}
+	if answer {
+		p.InterceptResponse = &answer
+	}
+	if _, err := fc.send(session, "Fetch.continueRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
+		fc.log.Debug().Err(err).Str("request", id).Msg("releasing a request failed")
+	}
+}
+
+// read dispatches what the browser sends until the connection ends.
+func (fc *fetchConn) read() {
+	defer func() {
+		// What the connection holds can no longer be let go through it:
+		// its holds end, and the browser hands their requests on.
+		fc.dropAll()
+		fc.mu.Lock()
+		fc.closed = true
+		calls := fc.calls
+		fc.calls = make(map[int64]func(reply))
+		fc.mu.Unlock()
+		for _, answer := range calls {
+			answer(reply{})
+		}
+		if fc.role == rolePages {
+			fc.endAllTracks()
+		}
+		close(fc.readDone)
+	}()
+	for {
+		_, data, err := fc.c.ReadMessage()
+		if err != nil {
+			fc.log.Debug().Err(err).Msg("browser connection ended")
+			return
+		}
+		at := time.Now()
+		hd, err := cdp.Scan(data)
+		if err != nil {
+			fc.log.Warn().Err(err).Int("size", len(data)).Msg("unreadable message from the browser")
+			continue
+		}
+		if hd.HasID {
+			fc.reply(hd.ID, data)
+			continue
+		}
+		if len(hd.SessionID) > 0 {
+			fc.sessionEvent(string(hd.SessionID), hd.Method, hd.Params, at)
+			continue
+		}
+		fc.event(string(hd.Method), hd.Params)
+	}
+}
+
+func (fc *fetchConn) reply(id int64, msg []byte) {
+	fc.mu.Lock()
+	answer, ok := fc.calls[id]
+	delete(fc.calls, id)
+	fc.mu.Unlock()
+	result, e, _ := cdp.ReadReply(msg)
+	switch {
+	case ok:
+		if result == nil && e == nil {
+			result = json.RawMessage("{}")
+		}
+		answer(reply{result: result, err: e})
+	case e != nil:
+		// A request whose page went away meanwhile; nothing to do.
+		fc.log.Debug().Int64("id", id).Int64("code", e.Code).Msg("browser refused a command of the relay's")
+	}
+}
+
+// event handles an event of the browser's own session.
+func (fc *fetchConn) event(method string, params []byte) {
+	switch method {
+	case "Fetch.requestPaused":
+		ev, ok := cdp.ReadRequestPaused(params)
+		if !ok {
+			fc.log.Warn().Msg("unreadable Fetch.requestPaused")
+			return
+		}
+		fc.paused(&ev)
+	case "Target.targetCreated", "Target.targetInfoChanged":
+		ti, ok := cdp.ReadTargetInfo(params)
+		if !ok || ti.Type != "page" {
+			return
+		}
+		fc.mu.Lock()
+		fc.pages[ti.TargetID] = struct{}{}
+		fc.mu.Unlock()
+		if ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
+			fc.h.claims.claim(ti.TargetID) // a popup of a client's page
+		}
+	case "Target.targetDestroyed":
+		if id, ok := cdp.ReadTargetID(params); ok {
+			fc.mu.Lock()
+			delete(fc.pages, id)
+			delete(fc.notPages, id)
+			fc.dropFrameHopsLocked(id)
+			fc.mu.Unlock()
+			fc.f.forgetPage(id)
+		}
+	case "Target.attachedToTarget":
+		if fc.role == rolePages {
+			fc.attached(params)
+		}
+	case "Target.detachedFromTarget":
+		if fc.role == rolePages {
+			if sid, ok := cdp.DetachedSession(params); ok {
+				fc.detached(sid)
+			}
+		}
+	}
+}
+
+// dropFrameHopsLocked forgets the requests under way of a frame that
+// navigates anew or is gone, which ends their navigations. Callers hold
+// fc.mu.
+func (fc *fetchConn) dropFrameHopsLocked(frame string) {
+	for k, hp := range fc.hops {
+		if hp.frame == frame {
+			delete(fc.hops, k)
+			hp.fl.end()
+		}
+	}
+}
+
+// monoClock maps the browser's monotonic clock (the timestamps of its
+// Network events, in seconds) onto the relay's.
+type monoClock struct {
+	ref time.Time     // a reading of the relay's clock
+	off time.Duration // relay time − ref − browser time, at least; the least seen
+	set bool
+}
+
+// saw notes an event of browser time mono received at at: the event
+// happened at or before at, so the offset is at most what this says.
+func (c *monoClock) saw(mono float64, at time.Time) {
+	if mono <= 0 {
+		return
+	}
+	off := at.Sub(c.ref) - time.Duration(mono*float64(time.Second))
+	if !c.set || off < c.off {
+		c.off, c.set = off, true
+	}
+}
+
+// at is browser time mono on the relay's clock: never earlier than it
+// happened, later at most by the quickest delivery of an event seen.
+func (c *monoClock) at(mono float64) (time.Time, bool) {
+	if !c.set || mono <= 0 {
+		return time.Time{}, false
+	}
+	return c.ref.Add(time.Duration(mono*float64(time.Second)) + c.off), true
+}

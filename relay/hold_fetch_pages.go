@@ -1,0 +1,626 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/target"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
+)
+
+// The pages connection attaches to every page of the browser
+// (Target.setAutoAttach, flat sessions of its own), waiting for the
+// debugger: a new page loads nothing until each client that asked for that
+// has let it run, so the relay decides whose page it is first. On a page of
+// its clients it enables Fetch for the page's document requests and
+// Network, whose events say when each request really left the browser and
+// how it was answered; every other page it lets run and never touches
+// again. A page that a client claims later (it drives a page it did not
+// create) is armed before the client's command goes on (watch.cover).
+//
+// A document request it holds is let go at its slot straight to the
+// network: the net connection behind it has patterns for what is held, and
+// drops the request's just before the release.
+
+// pageSess is the pages connection's session on one page.
+type pageSess struct {
+	id, target string
+	arming     bool          // guarded by fetchConn.mu: its Fetch and Network are being enabled, or are
+	armed      chan struct{} // closed once they are on, or arming failed, or the session is gone
+	ok         bool          // guarded by fetchConn.mu; set before armed is closed: they are on
+}
+
+// track is a document request of a client's page that the pages
+// connection follows through its Network events, hop by hop.
+type track struct {
+	session string
+	hops    []*trackHop // in order; the first not ended is the one under way
+}
+
+// trackHop is one hop of a followed document request.
+type trackHop struct {
+	host   string
+	booked bool      // its answer is fed back to the limiter
+	nav    *pace.Nav // its departure is followed; nil for a hop that booked nothing
+	fl     *flight   // the navigation it is a hop of; nil for one that books nothing
+	sent   bool      // the browser said it is sending it
+	ended  bool      // its answer or failure is in, or it was given up
+}
+
+// networkParams enables the Network events of a page session with no
+// buffer for bodies: the relay reads events only.
+var networkParams = struct {
+	MaxTotalBufferSize    int64 `json:"maxTotalBufferSize"`
+	MaxResourceBufferSize int64 `json:"maxResourceBufferSize"`
+	MaxPostDataSize       int64 `json:"maxPostDataSize"`
+}{}
+
+// autoAttach attaches the pages connection to every page, each waiting
+// until the relay lets it run, in flat sessions.
+var autoAttach = struct {
+	AutoAttach             bool `json:"autoAttach"`
+	WaitForDebuggerOnStart bool `json:"waitForDebuggerOnStart"`
+	Flatten                bool `json:"flatten"`
+}{true, true, true}
+
+// connectPages dials the pages connection: it discovers targets and
+// attaches to every page, arming those of the relay's clients. It is ready
+// (able to hold) once every client page it found is armed.
+func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
+	fc, err := f.dial(ctx, rolePages)
+	if err != nil {
+		return nil, err
+	}
+	mode := f.h.p.Intercept
+	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
+		fc.close()
+		return nil, refusal("browser refused target discovery", r, err, mode)
+	}
+	// Pages announced before the reply are all of them: arm the clients'.
+	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
+		fc.close()
+		return nil, refusal("browser refused auto-attaching to pages", r, err, mode)
+	}
+	if err := fc.armClaimed(ctx); err != nil {
+		fc.close()
+		return nil, refusal("browser did not enable Fetch on a page", nil, err, mode)
+	}
+	return fc, nil
+}
+
+// armClaimed arms every client page the connection knows, and waits for
+// them, within ctx.
+func (fc *fetchConn) armClaimed(ctx context.Context) error {
+	fc.mu.Lock()
+	var sessions []*pageSess
+	for _, ps := range fc.sessions {
+		sessions = append(sessions, ps)
+	}
+	fc.mu.Unlock()
+	for _, ps := range sessions {
+		if !fc.h.claims.claimed(ps.target) {
+			continue
+		}
+		select {
+		case <-fc.arm(ps):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// attached adopts a target the pages connection was attached to: a page
+// of a client is armed before it runs; any other target is let run and
+// let go, so that it looks to every client as it would without the relay
+// (not attached).
+func (fc *fetchConn) attached(params []byte) {
+	a, ok := cdp.ReadAttached(params)
+	if !ok {
+		return
+	}
+	if a.Target.Type != "page" {
+		fc.letGo(a.SessionID, a.Waiting)
+		return
+	}
+	ps := &pageSess{id: a.SessionID, target: a.Target.TargetID, armed: make(chan struct{})}
+	fc.mu.Lock()
+	if len(fc.sessions) >= maxClaims {
+		clear(fc.sessions)
+		clear(fc.byTarget)
+	}
+	if old := fc.byTarget[ps.target]; old != nil && old.id != ps.id {
+		// A session of the relay's on the page already: one is enough
+		// (two would each pause and book its requests).
+		fc.mu.Unlock()
+		fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Str("kept", old.id).Bool("waiting", a.Waiting).Msg("attached to a page twice: letting the new session go")
+		fc.letGo(ps.id, a.Waiting)
+		return
+	}
+	fc.sessions[ps.id] = ps
+	fc.byTarget[ps.target] = ps
+	fc.pages[ps.target] = struct{}{}
+	fc.mu.Unlock()
+	fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Bool("waiting", a.Waiting).Str("opener", a.Target.OpenerID).Msg("attached to a page")
+	claims := &fc.h.claims
+	if a.Target.OpenerID != "" && claims.claimed(a.Target.OpenerID) {
+		claims.claim(ps.target) // a popup of a client's page
+	}
+	switch {
+	case claims.claimed(ps.target):
+	case !claims.unsure():
+		fc.foreignPage(ps, a.Waiting)
+		return
+	}
+	// A client's page, or one a client may be creating: decide (waiting
+	// for the creation's answer), arm, then let it run; never on the reader.
+	fc.h.p.limiting.Add(1)
+	go func() {
+		defer fc.h.p.limiting.Done()
+		ctx, cancel := context.WithTimeout(fc.held, claimWait)
+		ours := claims.decide(ctx, ps.target)
+		cancel()
+		if !ours {
+			fc.foreignPage(ps, a.Waiting)
+			return
+		}
+		select {
+		case <-fc.arm(ps):
+		case <-fc.held.Done():
+			return
+		}
+		if a.Waiting {
+			fc.send(ps.id, "Runtime.runIfWaitingForDebugger", struct{}{}, nil)
+		}
+	}()
+}
+
+// foreignPage lets a page no client drives run, and lets go of it, unless
+// a client claimed it meanwhile.
+func (fc *fetchConn) foreignPage(ps *pageSess, waiting bool) {
+	fc.mu.Lock()
+	arming := ps.arming
+	if !arming && fc.byTarget[ps.target] == ps {
+		// Gone from here on: a claim from now on attaches anew.
+		delete(fc.byTarget, ps.target)
+	}
+	fc.mu.Unlock()
+	if arming {
+		if waiting {
+			fc.send(ps.id, "Runtime.runIfWaitingForDebugger", struct{}{}, nil)
+		}
+		return
+	}
+	fc.letGo(ps.id, waiting)
+}
+
+// letGo lets a target the connection was attached to run, and detaches
+// from it.
+func (fc *fetchConn) letGo(session string, waiting bool) {
+	if waiting {
+		fc.send(session, "Runtime.runIfWaitingForDebugger", struct{}{}, nil)
+	}
+	fc.send("", "Target.detachFromTarget", map[string]string{"sessionId": session}, nil)
+}
+
+// arm enables Fetch for the page's document requests and its Network
+// events in the relay's session on it, once, and returns a channel closed
+// once that is done (or failed, or the session is gone). A page whose
+// session is still there but cannot be armed is left to the net
+// connection, which then pauses every document (fail closed).
+func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
+	fc.mu.Lock()
+	if ps.arming {
+		fc.mu.Unlock()
+		return ps.armed
+	}
+	ps.arming = true
+	fc.mu.Unlock()
+	var mu sync.Mutex
+	left, failed := 2, false
+	done := func(r reply) {
+		mu.Lock()
+		left--
+		failed = failed || r.err != nil || r.result == nil
+		last, bad := left == 0, failed
+		mu.Unlock()
+		if !last {
+			return
+		}
+		fc.mu.Lock()
+		_, live := fc.sessions[ps.id]
+		ps.ok = !bad
+		closeOnce(ps.armed)
+		fc.mu.Unlock()
+		if bad && live && !fc.isClosed() {
+			fc.log.Warn().Str("target", ps.target).Msg("could not enable the relay's interception on a client's page: " +
+				"every document of the browser pauses at the relay's other connection instead")
+			fc.f.uncovered(1)
+		}
+	}
+	// Network first: Chromium does not answer a Network.enable while a
+	// navigation of the page is paused (until it goes on), and with Fetch
+	// on one could pause in between.
+	for _, c := range []struct {
+		method string
+		params any
+	}{
+		{"Network.enable", networkParams},
+		{"Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}},
+	} {
+		if _, err := fc.send(ps.id, c.method, c.params, done); err != nil {
+			done(reply{})
+		}
+	}
+	return ps.armed
+}
+
+// closeOnce closes ch unless it is closed already. Callers serialise.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (fc *fetchConn) isClosed() bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.closed
+}
+
+// cover arms target's session, attaching to the page first when the
+// connection let go of it, and returns a channel closed once it is armed
+// (or that failed, or the connection ended).
+func (fc *fetchConn) cover(target string) <-chan struct{} {
+	fc.mu.Lock()
+	ps := fc.byTarget[target]
+	attaching := fc.attaching[target]
+	done := make(chan struct{})
+	if ps == nil && attaching == nil {
+		if fc.attaching == nil {
+			fc.attaching = make(map[string]chan struct{})
+		}
+		fc.attaching[target] = done
+	}
+	fc.mu.Unlock()
+	switch {
+	case ps != nil:
+		return fc.arm(ps)
+	case attaching != nil:
+		return attaching // another claim of the page is attaching to it
+	}
+	fc.h.p.limiting.Add(1)
+	go func() {
+		defer fc.h.p.limiting.Done()
+		defer func() {
+			fc.mu.Lock()
+			delete(fc.attaching, target)
+			fc.mu.Unlock()
+			close(done)
+		}()
+		ctx, cancel := context.WithTimeout(fc.held, coverWait)
+		defer cancel()
+		r, err := fc.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": target, "flatten": true})
+		if err != nil {
+			return // the page is gone, or the connection
+		}
+		var res struct {
+			SessionID string `json:"sessionId"`
+		}
+		if json.Unmarshal(r.result, &res) != nil || res.SessionID == "" {
+			return
+		}
+		fc.mu.Lock()
+		ps := fc.byTarget[target]
+		if ps == nil {
+			ps = &pageSess{id: res.SessionID, target: target, armed: make(chan struct{})}
+			fc.sessions[ps.id] = ps
+			fc.byTarget[target] = ps
+		}
+		fc.mu.Unlock()
+		if ps.id != res.SessionID {
+			// Attached twice meanwhile: one session is enough.
+			fc.send("", "Target.detachFromTarget", map[string]string{"sessionId": res.SessionID}, nil)
+		}
+		select {
+		case <-fc.arm(ps):
+		case <-ctx.Done():
+		}
+	}()
+	return done
+}
+
+// detached forgets a page session that is gone: the requests it followed
+// are over.
+func (fc *fetchConn) detached(session string) {
+	fc.mu.Lock()
+	ps := fc.sessions[session]
+	delete(fc.sessions, session)
+	if ps != nil && fc.byTarget[ps.target] == ps {
+		delete(fc.byTarget, ps.target)
+	}
+	if ps != nil {
+		closeOnce(ps.armed)
+	}
+	var over []*trackHop
+	for id, tr := range fc.tracks {
+		if tr.session == session {
+			over = tr.endLocked(over)
+			delete(fc.tracks, id)
+		}
+	}
+	fc.mu.Unlock()
+	endHops(over)
+}
+
+// endAllTracks gives up every request followed, as the connection ends.
+// The navigations of those still held go on to net with their places in
+// flight.
+func (fc *fetchConn) endAllTracks() {
+	fc.mu.Lock()
+	var over []*trackHop
+	for id, tr := range fc.tracks {
+		over = tr.endLocked(over)
+		delete(fc.tracks, id)
+	}
+	for _, ps := range fc.sessions {
+		closeOnce(ps.armed)
+	}
+	fc.mu.Unlock()
+	var fls []*flight
+	for _, th := range over {
+		th.nav.End()
+		fls = append(fls, th.fl)
+	}
+	fc.f.endUnheld(fc, fls)
+}
+
+// endLocked marks every hop of tr ended and adds those it ended to over.
+// Callers hold fetchConn.mu.
+func (tr *track) endLocked(over []*trackHop) []*trackHop {
+	for _, th := range tr.hops {
+		if !th.ended {
+			th.ended = true
+			over = append(over, th)
+		}
+	}
+	return over
+}
+
+// endHops ends what hops that are over followed: their departures and
+// their navigations (places in flight). Every followed hop ends here, once.
+func endHops(over []*trackHop) {
+	for _, th := range over {
+		th.nav.End()
+		th.fl.end()
+	}
+}
+
+// fly makes fl the navigation th is a hop of, unless th is over already
+// (its page went away): then fl ends, and whatever holds it stops.
+func (fc *fetchConn) fly(th *trackHop, fl *flight) {
+	fc.mu.Lock()
+	over := th.ended
+	if !over {
+		th.fl = fl
+	}
+	fc.mu.Unlock()
+	if over {
+		fl.end()
+	}
+}
+
+// sessionEvent handles an event of one of the pages connection's sessions.
+func (fc *fetchConn) sessionEvent(session string, method, params []byte, at time.Time) {
+	switch string(method) {
+	case "Fetch.requestPaused":
+		ev, ok := cdp.ReadRequestPaused(params)
+		if !ok {
+			fc.log.Warn().Msg("unreadable Fetch.requestPaused")
+			return
+		}
+		fc.pagePaused(session, &ev)
+	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
+		fc.network(method, params, at)
+	}
+}
+
+// pagePaused handles a request paused in a client page's session: the
+// page's own document is held for its slot, anything else (a document of
+// an iframe in the page's process) goes on at once.
+func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
+	id := ev.RequestID
+	if _, ok := ev.Outcome(); ok {
+		fc.release(session, id) // an answer no one asked for here
+		return
+	}
+	fc.mu.Lock()
+	ps := fc.sessions[session]
+	fc.mu.Unlock()
+	if ps == nil || ev.FrameID != ps.target {
+		fc.release(session, id)
+		fc.h.p.Metrics.navigation(navUntracked, 0)
+		return
+	}
+	fc.f.sawPause(ps.target)
+	if !fc.h.claims.claimed(ps.target) {
+		fc.release(session, id)
+		fc.h.p.Metrics.navigation(navForeign, 0)
+		return
+	}
+	host, ok := limiter.Key(ev.Request.URL)
+	exempt := !ok || fc.h.exempt(host)
+	if exempt && !fc.following(ev) {
+		fc.release(session, id) // nothing to book, nothing to follow
+		fc.h.notBooked(ok)
+		return
+	}
+	th, prev := fc.follow(session, ev)
+	if exempt {
+		if prev != nil {
+			prev.fl.end() // a redirect to a host that is not held: its place goes back
+		}
+		fc.release(session, id)
+		fc.h.notBooked(ok)
+		return
+	}
+	th.host = host
+	if prev != nil && prev.host == host {
+		// A hop within the host of the hop before it books nothing, and
+		// keeps its place in flight; its answer is read where the hop
+		// before it was booked.
+		th.booked = prev.booked
+		fc.fly(th, prev.fl)
+		fc.f.pass(navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}, fc)
+		fc.release(session, id)
+		return
+	}
+	if prev != nil {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+	}
+	th.booked = true
+	fc.f.holdPage(fc, session, ev, host, th)
+}
+
+// following reports whether ev is a hop of a request the connection
+// follows.
+func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
+	if ev.RedirectedRequestID == "" {
+		return false
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	_, ok := fc.tracks[ev.NetworkID]
+	return ok
+}
+
+// follow starts following the hop of a document request paused at
+// session, and returns it with the hop before it (nil for a request that
+// is no redirect hop). A new request of a page ends whatever the page's
+// requests before it left unfollowed.
+func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *trackHop) {
+	th = &trackHop{}
+	var over []*trackHop
+	fc.mu.Lock()
+	tr := fc.tracks[ev.NetworkID]
+	if tr == nil || ev.RedirectedRequestID == "" {
+		for id, old := range fc.tracks {
+			if old.session == session {
+				over = old.endLocked(over)
+				delete(fc.tracks, id)
+			}
+		}
+		tr = &track{session: session}
+		if ev.NetworkID != "" && len(fc.tracks) < maxTracked {
+			fc.tracks[ev.NetworkID] = tr
+		}
+	} else if n := len(tr.hops); n > 0 {
+		prev = tr.hops[n-1]
+	}
+	tr.hops = append(tr.hops, th)
+	fc.mu.Unlock()
+	endHops(over)
+	return th, prev
+}
+
+// booked attaches the navigation a hop booked, unless the hop is over
+// already (its page went away while it was being booked).
+func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
+	fc.mu.Lock()
+	over := th.ended
+	if !over {
+		th.nav = nav
+	}
+	fc.mu.Unlock()
+	if over {
+		nav.End()
+	}
+}
+
+// network reads the Network events of the document requests the pages
+// connection follows: when each hop left, and how it was answered. Events
+// of every other request are dropped unread.
+func (fc *fetchConn) network(method, params []byte, at time.Time) {
+	id, ok := cdp.NetworkRequestID(params)
+	if ok {
+		fc.mu.Lock()
+		_, followed := fc.tracks[id]
+		fc.mu.Unlock()
+		if !followed {
+			return
+		}
+	}
+	ev, ok := cdp.ReadNetworkEvent(method, params)
+	if !ok {
+		return
+	}
+	var (
+		departed   *trackHop
+		departedAt time.Time
+		exact      bool
+		answered   *trackHop
+		page       string
+		over       []*trackHop
+	)
+	fc.mu.Lock()
+	tr := fc.tracks[ev.RequestID]
+	if tr == nil {
+		fc.mu.Unlock()
+		return
+	}
+	fc.clock.saw(ev.Timestamp, at)
+	if ps := fc.sessions[tr.session]; ps != nil {
+		page = ps.target
+	}
+	var cur *trackHop
+	for _, th := range tr.hops {
+		if !th.ended {
+			cur = th
+			break
+		}
+	}
+	switch {
+	case cur == nil:
+	case ev.Sending:
+		for _, th := range tr.hops {
+			if !th.ended && !th.sent {
+				th.sent = true
+				departed, departedAt = th, at
+				break
+			}
+		}
+	case ev.Ended:
+		cur.sent, cur.ended = true, true
+		if t, ok := fc.clock.at(ev.Sent); ok {
+			departed, departedAt, exact = cur, t, true
+		}
+		answered = cur
+		if !ev.Redirect {
+			over = tr.endLocked(over)
+			delete(fc.tracks, ev.RequestID)
+		}
+	}
+	fc.mu.Unlock()
+	if departed != nil {
+		departed.nav.Departed(departedAt, exact)
+		departed.fl.leftAt(departedAt) // its answer time counts from here
+	}
+	if answered != nil {
+		if answered.booked {
+			fc.h.observe(answered.fl, answered.host, ev.Outcome, pageLog(&fc.log, page, ""))
+		}
+		answered.nav.End() // a redirect's navigation goes on with its next hop, in flight
+		if !ev.Redirect {
+			answered.fl.end()
+		}
+	}
+	endHops(over)
+}
