@@ -137,7 +137,7 @@ EXAMPLES:
    cdp-throttle --rule '*.slow.example=fixed:1s' --browsers 4 -- lightpanda serve --port {port}
 
    # what the limiter does with 400 navigations 38 ms apart, on a simulated clock
-cdp-throttle simulate --load 38ms
+   cdp-throttle simulate --load 38ms
 `
 
 // Help names the environment variables once, in a sentence, rather than at

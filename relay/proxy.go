@@ -338,9 +338,12 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	p.gate = p.newGate()
 	p.Metrics.admission(p.gate)
-	if p.gate.Limited() {
+	switch {
+	case p.gate.Limited() && p.Queue > 0:
 		p.log.Info().Int("capacity", p.gate.Capacity()).Int("queue", p.Queue).Stringer("queue_timeout", p.queueTimeout()).
 			Msg("clients over capacity wait for a place")
+	case p.gate.Limited():
+		p.log.Info().Int("capacity", p.gate.Capacity()).Msg("clients over capacity are refused (--queue 0): 429 with Retry-After")
 	}
 
 	bg, stop := context.WithCancel(context.Background())
