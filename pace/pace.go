@@ -285,23 +285,50 @@ func (n *Nav) wantLocked(at time.Time, usual time.Duration) time.Duration {
 
 // End notes that n is over: answered, failed, aborted, or its page gone.
 // A navigation let go whose departure was never learned counts as left.
-// Every Nav booked must end, once its answer is in or it is given up: its
-// bucket is forgotten when none is left.
+// One whose exact departure never came (the page cancelled its request,
+// as a navigation that replaces it does, before any answer) but that was
+// known to have left by a time counts as having left then, judged against
+// the usual lag of such times (the browser's events reach the relay after
+// the send): one later than usual moves the rest of its bucket's schedule
+// as an exact departure would. Every Nav booked must end, once its answer
+// is in or it is given up: its bucket is forgotten when none is left.
 func (n *Nav) End() {
 	if n == nil {
 		return
 	}
 	t := n.t
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if n.ended {
+		t.mu.Unlock()
 		return
 	}
 	n.ended = true
+	var by, lag, usual time.Duration
+	if n.departed && !n.exact && !n.by.IsZero() && !n.released.IsZero() {
+		src := n.source + "\x00by"
+		l := t.lags[src]
+		if l == nil {
+			l = &lags{}
+			t.lags[src] = l
+		}
+		usual = l.least()
+		lag = n.by.Sub(n.released)
+		first := l.n == 0
+		l.add(lag)
+		if want := n.wantLocked(n.by, usual); want > n.b.shift && !first {
+			by = want - n.b.shift
+			n.b.shift = want
+		}
+	}
 	n.settleLocked()
 	delete(n.b.bound, n)
 	if n.b.live--; n.b.live == 0 && t.buckets[n.b.name] == n.b {
 		delete(t.buckets, n.b.name)
+	}
+	push, name := t.Push, n.b.name
+	t.mu.Unlock()
+	if by > 0 && push != nil {
+		push(name, by)
 	}
 }
 

@@ -265,3 +265,30 @@ func TestNilNav(t *testing.T) {
 	n.Departed(at(1), true)
 	n.End()
 }
+
+// TestTrackerCancelledDepartures: a navigation whose request the page
+// cancelled before any answer (the next navigation replaced it) never gets
+// its exact departure; it counts as having left when the relay learned it
+// had, judged against the usual lag of such times, and a late one moves
+// the schedule as an exact departure would.
+func TestTrackerCancelledDepartures(t *testing.T) {
+	var pushed time.Duration
+	tr := &Tracker{Config: Config{Tolerance: time.Millisecond, Push: func(_ string, by time.Duration) { pushed += by }}}
+	step := func(slot, left float64) {
+		n := tr.Book("a.test", "chromium", at(slot), 0, 0)
+		due, _, _ := n.Due(at(slot))
+		n.Released(at(slot), due)
+		n.Departed(at(left), false)
+		n.End()
+	}
+	step(0, 3)     // the first: nothing usual to judge it by yet
+	step(200, 203) // as usual
+	step(400, 404) // within the tolerance
+	if pushed != 0 {
+		t.Fatalf("on-time departures pushed the schedule by %v", pushed)
+	}
+	step(600, 660) // 57 ms later than usual
+	if want := 56 * time.Millisecond; pushed != want {
+		t.Errorf("a departure 57 ms later than usual pushed %v, want %v (less the tolerance)", pushed, want)
+	}
+}
