@@ -117,7 +117,12 @@ func TestFeedback503(t *testing.T) {
 		t.Errorf("after a 503, %d gaps took %v, want %d × %v (pressure over 50)", n, busy, n, least)
 	}
 
+	pushedBefore := metricOf(t, r.url, "cdp_throttle_schedule_pushed_seconds_total")
 	held, calm := after("calm.test", 200)
+	// A navigation that left the busy browser late moved the ones after
+	// it by as much (the site sees the spacing): that is the relay's to
+	// add, not a pressure.
+	pushed := time.Duration((metricOf(t, r.url, "cdp_throttle_schedule_pushed_seconds_total") - pushedBefore) * float64(time.Second))
 	for _, b := range held {
 		if b.spacing != 20*time.Millisecond {
 			t.Errorf("after a 200, a navigation spaced the host by %v (pressure %d), want 20ms (pressure under 10)", b.spacing, b.pressure)
@@ -125,8 +130,8 @@ func TestFeedback503(t *testing.T) {
 	}
 	// Spaced by 20 ms, this is mostly how closely together the browser
 	// started them.
-	if calm >= n*20*time.Millisecond+100*time.Millisecond {
-		t.Errorf("after a 200, %d gaps took %v, want about %d × 20ms (pressure under 10)", n, calm, n)
+	if calm >= n*20*time.Millisecond+100*time.Millisecond+pushed {
+		t.Errorf("after a 200, %d gaps took %v, want about %d × 20ms (pressure under 10), plus the %v late departures pushed", n, calm, n, pushed)
 	}
 }
 
