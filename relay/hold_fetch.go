@@ -215,19 +215,29 @@ func (f *fetchHold) connect(ctx context.Context, role connRole) (*fetchConn, err
 	return f.connectNet(ctx)
 }
 
+// dialDiscovering dials a connection of role with target discovery on,
+// which both roles need.
+func (f *fetchHold) dialDiscovering(ctx context.Context, role connRole) (*fetchConn, error) {
+	fc, err := f.dial(ctx, role)
+	if err != nil {
+		return nil, err
+	}
+	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
+		fc.close()
+		return nil, refusal("browser refused target discovery", r, err, f.h.p.Intercept)
+	}
+	return fc, nil
+}
+
 // connectNet dials the net connection: it discovers targets, to tell a
 // page's main frame (whose id is the page's target id) from an iframe, and
 // enables browser-level Fetch with the patterns in force.
 func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
-	fc, err := f.dial(ctx, roleNet)
+	fc, err := f.dialDiscovering(ctx, roleNet)
 	if err != nil {
 		return nil, err
 	}
 	mode := f.h.p.Intercept
-	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
-		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, mode)
-	}
 	f.netMu.Lock()
 	f.mu.Lock()
 	patterns, wide := f.patternsLocked()

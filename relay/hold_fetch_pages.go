@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
-	"github.com/chromedp/cdproto/target"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -73,15 +72,11 @@ var autoAttach = struct {
 // attaches to every page, arming those of the relay's clients. It is ready
 // (able to hold) once every client page it found is armed.
 func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
-	fc, err := f.dial(ctx, rolePages)
+	fc, err := f.dialDiscovering(ctx, rolePages)
 	if err != nil {
 		return nil, err
 	}
 	mode := f.h.p.Intercept
-	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
-		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, mode)
-	}
 	// Pages announced before the reply are all of them: arm the clients'.
 	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		fc.close()
