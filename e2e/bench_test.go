@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -295,10 +296,11 @@ func throughput(b *testing.B, url string, clients, window int, d time.Duration) 
 // browser costs a client that is not its own, connected to the browser
 // directly. Each Page.navigate of the client's page to a local page is
 // timed (it answers once the document's answer is in), 40 at a time on a
-// fresh page, with a holding relay's connections on the browser and
-// without, in 21 pairs whose order turns; the figures are the medians of
-// each run's p50 and of the differences within pairs (short pairs, so that
-// the machine's drift cancels in each).
+// fresh page: without a relay, beside a holding relay whose clients have
+// no page (its browser-level Fetch off), and beside one whose client has a
+// page open (on), in 21 rounds whose order turns; the figures are the
+// medians of each run's p50 and of the differences within rounds (short
+// rounds, so that the machine's drift cancels in each).
 func BenchmarkForeignNavigation(b *testing.B) {
 	s := newSite(b)
 	rc := dialRaw(b, browser.ws)
@@ -318,7 +320,7 @@ func BenchmarkForeignNavigation(b *testing.B) {
 		}
 		return median(took)
 	}
-	holding := func() (stop func()) {
+	holding := func(client bool) (stop func()) {
 		cfg := fixed(100*time.Millisecond, 1)
 		nop := zerolog.Nop()
 		p := &relay.Proxy{Upstream: browser.http, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: &nop}
@@ -328,32 +330,46 @@ func BenchmarkForeignNavigation(b *testing.B) {
 		if err := p.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
+		srv := httptest.NewServer(p)
+		if client {
+			// The relay's own client opens a page and leaves it open.
+			_, path, _ := strings.Cut(strings.TrimPrefix(browser.ws, "ws://"), "/")
+			own := dialRaw(b, "ws://"+srv.Listener.Addr().String()+"/"+path)
+			own.newPage()
+		}
 		time.Sleep(500 * time.Millisecond) // both connections up
-		return func() { p.Close() }
+		return func() { srv.CloseClientConnections(); srv.Close(); p.Close() }
 	}
 	for range b.N {
-		var without, with, added []float64
-		beside := func() float64 {
-			stop := holding()
-			defer stop()
-			return run()
-		}
+		names := []string{"alone", "beside", "beside-client"}
+		runs := map[string][]float64{}
 		for i := range 21 {
-			var d, h float64
-			if i%2 == 0 { // which goes first turns with the pair
-				d, h = run(), beside()
-			} else {
-				h, d = beside(), run()
+			for k := range names {
+				name := names[(i+k)%len(names)] // which goes first turns with the round
+				var took float64
+				switch name {
+				case "alone":
+					took = run()
+				default:
+					stop := holding(name == "beside-client")
+					took = run()
+					stop()
+				}
+				runs[name] = append(runs[name], took)
 			}
-			without, with, added = append(without, d), append(with, h), append(added, h-d)
 		}
+		var added, addedClient []float64
 		var ps []string
-		for i := range without {
-			ps = append(ps, fmt.Sprintf("%.2f/%.2f", without[i], with[i]))
+		for i := range runs["alone"] {
+			added = append(added, runs["beside"][i]-runs["alone"][i])
+			addedClient = append(addedClient, runs["beside-client"][i]-runs["alone"][i])
+			ps = append(ps, fmt.Sprintf("%.2f/%.2f/%.2f", runs["alone"][i], runs["beside"][i], runs["beside-client"][i]))
 		}
-		b.Logf("load average %s; Page.navigate p50 in ms, without / with a holding relay, in pairs: %s", loadAverage(), strings.Join(ps, ", "))
-		b.ReportMetric(median(without), "alone-ms/nav")
-		b.ReportMetric(median(with), "beside-relay-ms/nav")
+		b.Logf("load average %s; Page.navigate p50 in ms, without a relay / beside a holding relay / beside one whose client has a page, in rounds: %s", loadAverage(), strings.Join(ps, ", "))
+		b.ReportMetric(median(runs["alone"]), "alone-ms/nav")
+		b.ReportMetric(median(runs["beside"]), "beside-relay-ms/nav")
 		b.ReportMetric(median(added), "added-ms/nav")
+		b.ReportMetric(median(runs["beside-client"]), "beside-client-ms/nav")
+		b.ReportMetric(median(addedClient), "added-client-ms/nav")
 	}
 }

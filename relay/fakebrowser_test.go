@@ -680,6 +680,8 @@ type fakeConn struct {
 
 	mu        sync.Mutex
 	holder    bool                 // guarded by fb.mu: sent browser-level Fetch.enable
+	fetchOn   bool                 // guarded by fb.mu: its browser-level Fetch is on (not disabled since)
+	onEpoch   int                  // guarded by fb.mu: how many times its browser-level Fetch was turned on
 	own       bool                 // guarded by fb.mu: the relay's own (it discovers targets; clients here never do)
 	pagesConn bool                 // guarded by fb.mu: auto-attaches to pages (the relay's pages connection)
 	patterns  []string             // guarded by fb.mu: its browser-level Fetch patterns' URLs (Document, Request stage)
@@ -871,6 +873,10 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fc.mu.Unlock()
 			fb.mu.Lock()
 			fc.holder = true
+			if !fc.fetchOn {
+				fc.fetchOn = true
+				fc.onEpoch++
+			}
 			fc.patterns = fc.patterns[:0]
 			for _, pt := range p.Patterns {
 				fc.patterns = append(fc.patterns, pt.URLPattern)
@@ -879,6 +885,13 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fb.mu.Unlock()
 			send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		}
+	case "Fetch.disable":
+		fb.mu.Lock()
+		fc.fetchOn = false
+		fc.patterns = nil
+		fb.broadcast()
+		fb.mu.Unlock()
+		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
 	case "Fetch.continueRequest":
 		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		fc.continuedNow(m.Params, msg.at)
@@ -1197,7 +1210,7 @@ func (fb *fakeBrowser) holders() []*fakeConn {
 	defer fb.mu.Unlock()
 	var out []*fakeConn
 	for _, c := range fb.conns {
-		if c.holder && !c.ended_() {
+		if c.fetchOn && !c.ended_() {
 			out = append(out, c)
 		}
 	}
@@ -1379,8 +1392,10 @@ type interceptor struct {
 // interceptors returns where a document request of frame to url pauses,
 // in Chromium's order: the page's sessions with Fetch on, newest first,
 // then the browser-level interceptors whose patterns match, in the order
-// they enabled Fetch.
-func (fb *fakeBrowser) interceptors(frame, url string) []interceptor {
+// they enabled Fetch. As in Chromium, a browser-level interceptor is on a
+// request's way only if its Fetch was on when the request started (on,
+// from fetchOnNow), and stayed on; its patterns count as they are now.
+func (fb *fakeBrowser) interceptors(frame, url string, on map[*fakeConn]int) []interceptor {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	var sess []*fakeSess
@@ -1402,7 +1417,7 @@ func (fb *fakeBrowser) interceptors(frame, url string) []interceptor {
 		out = append(out, interceptor{fc: owner[ss], session: ss.id, network: ss.network, rank: -ss.seq})
 	}
 	for i, c := range fb.conns {
-		if !c.holder || c.ended_() {
+		if !c.fetchOn || on[c] != c.onEpoch || c.ended_() {
 			continue
 		}
 		if slices.ContainsFunc(c.patterns, func(p string) bool { return matchPattern(p, url) }) {
@@ -1415,13 +1430,27 @@ func (fb *fakeBrowser) interceptors(frame, url string) []interceptor {
 // nextInterceptor returns the interceptor a request of frame to url goes
 // to after the one of rank after (math.MinInt: the first), as things are
 // now: a pattern set changed meanwhile counts.
-func (fb *fakeBrowser) nextInterceptor(frame, url string, after int) (interceptor, bool) {
-	for _, ic := range fb.interceptors(frame, url) {
+func (fb *fakeBrowser) nextInterceptor(frame, url string, after int, on map[*fakeConn]int) (interceptor, bool) {
+	for _, ic := range fb.interceptors(frame, url, on) {
 		if ic.rank > after {
 			return ic, true
 		}
 	}
 	return interceptor{}, false
+}
+
+// fetchOnNow returns the connections whose browser-level Fetch is on, as
+// a request that starts now sees them.
+func (fb *fakeBrowser) fetchOnNow() map[*fakeConn]int {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	on := map[*fakeConn]int{}
+	for _, c := range fb.conns {
+		if c.fetchOn {
+			on[c] = c.onEpoch
+		}
+	}
+	return on
 }
 
 // networkSessions returns the live sessions with Network on for page frame.
@@ -1484,6 +1513,7 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 	var sent time.Time
 	answered := true
 	jobs := map[*fakeConn]int{} // each browser-level interceptor's job of the hop under way
+	on := fb.fetchOnNow()
 	for i, msg := range chain {
 		p, _ := readPause(msg)
 		frame = p.FrameID
@@ -1493,7 +1523,7 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 			}
 			var ht hopTimes
 			for at := math.MinInt; ; {
-				ic, ok := fb.nextInterceptor(frame, p.Request.URL, at)
+				ic, ok := fb.nextInterceptor(frame, p.Request.URL, at, on)
 				if !ok {
 					break
 				}

@@ -843,6 +843,17 @@ func (c *claims) decide(ctx context.Context, target string) bool {
 	}
 }
 
+// any reports whether the relay's clients have a page, or are creating
+// one.
+func (c *claims) any() bool {
+	if c.all {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pages) > 0 || c.pending > 0
+}
+
 // unsure reports whether decide could have to wait.
 func (c *claims) unsure() bool {
 	c.mu.Lock()

@@ -35,6 +35,13 @@ import (
 //     document of the browser instead (wide), and holds those of the
 //     relay's clients itself.
 //
+// Chromium puts a browser-level interceptor on a request's way only if it
+// was enabled when the request started, and then every request of the
+// browser passes it, which costs other clients' navigations a few ms. So
+// net's Fetch is on only while the relay's clients have pages (and for
+// netLinger after their last one), or net is wide: a client's page is not
+// let navigate (cover) before net is on.
+//
 // Losing either connection never lets a held request through: Chromium
 // hands what pages held to net, and net holds nothing pages does not hold
 // too unless it is wide.
@@ -58,6 +65,10 @@ type fetchHold struct {
 	wideAsked bool                 // guarded by mu; the last patterns written to net were wide
 	wideSince int64                // guarded by mu; the pattern update that made net wide
 	wideAcked int64                // guarded by mu; the last pattern update net answered (named for the wide one it may be)
+	onAsked   bool                 // guarded by mu; the last update written to net enabled its Fetch
+	onSince   int64                // guarded by mu; the update that enabled net's Fetch, 0 while off
+	clientsAt time.Time            // guarded by mu; when net last saw the clients with a page
+	recheck   *time.Timer          // guarded by mu; turns net's Fetch off once netLinger is over
 	netSeq    int64                // guarded by mu; pattern updates written to net
 	netAcked  chan struct{}        // guarded by mu; closed and replaced when net takes an update
 	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
@@ -104,6 +115,11 @@ const handOverLate = 10 * time.Millisecond
 // to reach the relay's other connection before it is counted as released
 // by the browser to the network.
 const orphanWait = 2 * time.Second
+
+// netLinger is how long net's Fetch stays on after the relay's clients
+// closed their last page: a client that closes and opens pages in a loop
+// does not wait for it each time. A variable for tests.
+var netLinger = 10 * time.Second
 
 // maxNetPatterns bounds the URLs net's patterns name; with more held at
 // once, net pauses every document instead.
@@ -241,8 +257,14 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	f.netMu.Lock()
 	f.mu.Lock()
 	patterns, wide := f.patternsLocked()
+	if patterns == nil {
+		// Enabled once all the same, to learn that the browser can; the
+		// update attach writes turns it off.
+		patterns = noMatch
+	}
 	f.netSeq++
 	seq := f.netSeq
+	f.onAsked, f.onSince = true, seq
 	f.mu.Unlock()
 	r, err := fc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: patterns})
 	if err == nil {
@@ -387,22 +409,52 @@ func (f *fetchHold) wideLocked() bool {
 	return f.creating > 0 || f.holes > 0 || len(f.urls) > maxNetPatterns || !f.pagesReady()
 }
 
-// patternsLocked returns net's patterns: every document, or the URLs held.
-// Callers hold mu.
+// noMatch is a pattern no request matches: net's Fetch stays on, so that
+// a request of a client's page that starts now passes it, and can be held
+// there later.
+var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
+
+// patternsLocked returns net's patterns: every document, the URLs held, or
+// none (nil: Fetch off) while no client has a page. Callers hold mu.
 func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 	if f.wideLocked() {
 		return documentPattern, true
 	}
 	if len(f.urls) == 0 {
-		// One that no request matches: Fetch stays enabled, so that what
-		// is held later can be added.
-		return []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}, false
+		if !f.clientsLocked() {
+			return nil, false
+		}
+		return noMatch, false
 	}
 	out := make([]*fetch.RequestPattern, 0, len(f.urls))
 	for u := range f.urls {
 		out = append(out, &fetch.RequestPattern{URLPattern: u, ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest})
 	}
 	return out, false
+}
+
+// clientsLocked reports whether net's Fetch must be on for the relay's
+// clients: they have a page, or had one within netLinger, after which it
+// looks again. Callers hold mu.
+func (f *fetchHold) clientsLocked() bool {
+	now := time.Now()
+	if f.h.claims.any() {
+		f.clientsAt = now
+		return true
+	}
+	left := netLinger - now.Sub(f.clientsAt)
+	if left <= 0 {
+		return false
+	}
+	if f.recheck == nil {
+		f.recheck = time.AfterFunc(left, func() {
+			f.mu.Lock()
+			f.recheck = nil
+			f.mu.Unlock()
+			f.updateNet()
+		})
+	}
+	return true
 }
 
 // urlPattern is the Fetch pattern that matches rawURL: wildcards and the
@@ -415,31 +467,35 @@ func urlPattern(rawURL string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`).Replace(rawURL) + tail
 }
 
-// updateNet writes net's patterns as they should be now, and returns the
-// number of the update that carries them (0 when net is down). One update
+// updateNet writes net's patterns as they should be now (or turns its
+// Fetch off). One update
 // is under way at a time: while one is, the next waits for its answer and
 // then carries the patterns of that moment, so that a crawl of many held
 // navigations writes what changed, not every change. They reach the
 // browser in order.
-func (f *fetchHold) updateNet() int64 {
+func (f *fetchHold) updateNet() {
 	f.netMu.Lock()
 	defer f.netMu.Unlock()
 	nc := f.net.Load()
 	if nc == nil {
-		return 0
+		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.netBusy == nc {
 		f.netDirty = true
-		return f.netSeq + 1
+		return
 	}
-	return f.writeNetLocked(nc)
+	f.writeNetLocked(nc)
 }
 
 // writeNetLocked writes net's patterns to nc. Callers hold netMu and mu.
-func (f *fetchHold) writeNetLocked(nc *fetchConn) int64 {
+func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 	patterns, wide := f.patternsLocked()
+	on := patterns != nil
+	if !on && !f.onAsked {
+		return // off, and net knows
+	}
 	f.wideAsked = wide
 	f.netSeq++
 	seq := f.netSeq
@@ -449,8 +505,19 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) int64 {
 	if !wide {
 		f.wideSince = 0
 	}
+	if on && !f.onAsked {
+		f.onSince = seq
+	}
+	if !on {
+		f.onSince = 0
+	}
+	f.onAsked = on
 	f.netBusy, f.netDirty = nc, false
-	_, err := nc.send("", "Fetch.enable", &fetch.EnableParams{Patterns: patterns}, func(r reply) {
+	method, params := "Fetch.enable", any(&fetch.EnableParams{Patterns: patterns})
+	if !on {
+		method, params = "Fetch.disable", struct{}{}
+	}
+	_, err := nc.send("", method, params, func(r reply) {
 		if r.err == nil && r.result != nil {
 			f.acked(seq, wide)
 		}
@@ -471,7 +538,6 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) int64 {
 			nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
 		}
 	}
-	return seq
 }
 
 // acked notes that net took pattern update seq.
@@ -493,6 +559,47 @@ func (f *fetchHold) acked(seq int64, wide bool) {
 // update that made it wide, and no narrower one was written since.
 func (f *fetchHold) netWideLocked() bool {
 	return f.net.Load() != nil && f.wideAsked && f.wideSince > 0 && f.wideAcked >= f.wideSince
+}
+
+// netOnLocked reports whether net's Fetch is on: net took the update that
+// enabled it, and none turned it off since. Callers hold mu.
+func (f *fetchHold) netOnLocked() bool {
+	return f.net.Load() != nil && f.onAsked && f.onSince > 0 && f.wideAcked >= f.onSince
+}
+
+// netCovering turns net's Fetch on for a client's page, and returns a
+// channel closed once it is on, or net is down (pages holds alone then),
+// within coverWait. Nil means it is on already.
+func (f *fetchHold) netCovering() <-chan struct{} {
+	f.mu.Lock()
+	ok := f.net.Load() == nil || f.netOnLocked()
+	f.mu.Unlock()
+	if ok {
+		return nil
+	}
+	f.updateNet()
+	ch := make(chan struct{})
+	f.h.p.limiting.Add(1)
+	go func() {
+		defer f.h.p.limiting.Done()
+		defer close(ch)
+		t := time.NewTimer(coverWait)
+		defer t.Stop()
+		for {
+			f.mu.Lock()
+			ok, changed := f.net.Load() == nil || f.netOnLocked(), f.netAcked
+			f.mu.Unlock()
+			if ok {
+				return
+			}
+			select {
+			case <-t.C:
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return ch
 }
 
 // rearm says whether navigations can be held now: pages holds every client
@@ -528,26 +635,53 @@ func (f *fetchHold) relayAttached(target string) bool {
 	return ok
 }
 
-// claimed arms a page a client has just claimed, in the pages connection.
+// claimed arms a page a client has just claimed, in the pages connection,
+// and turns net's Fetch on.
 func (f *fetchHold) claimed(target string) {
 	if fc := f.pages.Load(); fc != nil {
 		fc.cover(target)
 	}
+	f.netCovering()
 }
 
 // cover returns a channel closed once a page a client drives is held
-// wherever it navigates: the pages connection armed it, or net pauses
-// every document. Nil means there is nothing to wait for.
+// wherever it navigates: the pages connection armed it and net's Fetch is
+// on to take it over, or net pauses every document. Nil means there is
+// nothing to wait for.
 func (f *fetchHold) cover(target string) <-chan struct{} {
+	var ch <-chan struct{}
 	if fc := f.pages.Load(); fc != nil {
-		if ch := fc.cover(target); ch != nil {
-			return ch
+		ch = fc.cover(target)
+	}
+	if ch == nil && !f.h.isArmed() {
+		ch = f.h.whenArmed()
+	}
+	return both(ch, f.netCovering())
+}
+
+// both returns a channel closed once a and b are (nil ones count as
+// closed), or coverWait is over; nil if both are nil.
+func both(a, b <-chan struct{}) <-chan struct{} {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		t := time.NewTimer(coverWait)
+		defer t.Stop()
+		for _, c := range []<-chan struct{}{a, b} {
+			select {
+			case <-c:
+			case <-t.C:
+				return
+			}
 		}
-	}
-	if f.h.isArmed() {
-		return nil
-	}
-	return f.h.whenArmed()
+	}()
+	return ch
 }
 
 // creatingWithURL notes a client creating a page with a URL: its first
@@ -939,6 +1073,7 @@ func (f *fetchHold) forgetPage(frame string) {
 	delete(f.paused, frame)
 	f.mu.Unlock()
 	f.h.claims.forget(frame)
+	f.updateNet() // the clients' last page may have gone: net's Fetch goes off after netLinger
 }
 
 // The net connection: browser-level pauses.

@@ -373,3 +373,60 @@ func TestScopeAttachedTwice(t *testing.T) {
 		t.Errorf("booked %d times, want once", n)
 	}
 }
+
+// TestScopeNetOnlyForClients: the relay's browser-level Fetch, which every
+// request of the browser passes while it is on, is on only while the
+// relay's clients have a page: off with none, on before a client's command
+// reaches its page (Chromium puts a browser-level interceptor on a
+// request's way only if it was on when the request started, so a request
+// started earlier could not be handed over), and off again netLinger after
+// the last one is gone. A page the client drives then is held where it
+// navigates, and losing the pages connection hands it to net.
+func TestScopeNetOnlyForClients(t *testing.T) {
+	checkLeaks(t)
+	defer func(d time.Duration) { netLinger = d }(netLinger)
+	netLinger = 300 * time.Millisecond
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
+	net, pages := fb.holder(t), fb.pages(t)
+	netOn := func() bool {
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		return net.fetchOn
+	}
+	fb.await(t, "net's Fetch off while no client has a page", func() bool { return !net.fetchOn })
+
+	net.send(pageCreated("OTHERS", ""))
+	if got := <-fb.navigateTo(t, "OTHERS", "http://a.test/"); got[0].pauses != 0 {
+		t.Errorf("another client's navigation paused %d times, want never", got[0].pauses)
+	}
+
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	readClient(t, c)
+	net.send(pageCreated("MINE", ""))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`))
+	fc.next(t)
+	if !netOn() {
+		t.Fatal("the client's command reached its page before net's Fetch was on")
+	}
+	fb.armed(t, pages, "MINE")
+	mine := fb.navigateTo(t, "MINE", "http://b.test/")
+	fb.await(t, "the client's navigation held in the pages connection", func() bool {
+		return slices.Contains(net.patterns, urlPattern("http://b.test/"))
+	})
+	pages.drop()
+	select {
+	case <-mine:
+		t.Error("the held navigation went when the pages connection was lost, want it handed to net")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// The client's page goes: net's Fetch is off netLinger later (and
+	// stays on while the pages connection is back and arming).
+	fb.pages(t)
+	net.send([]byte(`{"method":"Target.targetDestroyed","params":{"targetId":"MINE"}}`))
+	fb.await(t, "net's Fetch off once the client's last page is gone", func() bool { return !net.fetchOn })
+}
