@@ -289,9 +289,12 @@ type NetworkEvent struct {
 	// Timestamp is when the event happened, in seconds of the browser's
 	// monotonic clock; 0 for an event without one.
 	Timestamp float64
-	// Sent is when the hop the event ends was sent, in seconds of the same
-	// clock (the response's timing: requestTime + sendStart); 0 when the
-	// event does not tell.
+	// Sent is when the hop the event ends had been sent, in seconds of the
+	// same clock: the end of the send (the response's timing: requestTime
+	// + sendEnd; + sendStart when it has no end). The request reached the
+	// server between the send's start and end (on a busy machine the two
+	// are ms apart), so the navigation after it counts from the end.
+	// 0 when the event does not tell.
 	Sent float64
 	// Ended reports that the event ends a hop: its answer (a document's
 	// Network.responseReceived, or the redirect answer a
@@ -310,14 +313,18 @@ type NetworkEvent struct {
 type timedResponse struct {
 	response
 	Timing *struct {
-		RequestTime float64 `json:"requestTime"`
-		SendStart   float64 `json:"sendStart"`
+		RequestTime float64  `json:"requestTime"`
+		SendStart   float64  `json:"sendStart"`
+		SendEnd     *float64 `json:"sendEnd"`
 	} `json:"timing"`
 }
 
 func (r *timedResponse) sent() float64 {
 	if r.Timing == nil || r.Timing.RequestTime <= 0 || r.Timing.SendStart < 0 {
 		return 0
+	}
+	if end := r.Timing.SendEnd; end != nil && *end >= r.Timing.SendStart {
+		return r.Timing.RequestTime + *end/1000
 	}
 	return r.Timing.RequestTime + r.Timing.SendStart/1000
 }

@@ -58,6 +58,9 @@ var ChromiumFlags = []string{
 }
 
 func TestMain(m *testing.M) {
+	if robots, ok := os.LookupEnv(siteProcessEnv); ok {
+		siteProcessMain(robots)
+	}
 	flag.Parse()
 	code, err := runWithChromium(m)
 	if err != nil {
@@ -146,7 +149,8 @@ func runWithChromium(m *testing.M) (int, error) {
 
 // hit is one request a test site received.
 type hit struct {
-	At     time.Time
+	At      time.Time // when the server read it
+	Arrived time.Time // when the site's host received it, from its kernel (startSiteProcess's sites only)
 	Host   string // without port
 	Method string
 	Path   string
@@ -207,7 +211,7 @@ func (s *site) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		host = r.Host
 	}
-	h := hit{At: time.Now(), Host: host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+	h := hit{At: time.Now(), Arrived: arrivedAt(r), Host: host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
 	s.mu.Lock()
 	s.hits = append(s.hits, h)
 	notify, route := s.notify, s.routes[r.URL.Path]
