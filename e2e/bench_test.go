@@ -28,8 +28,9 @@ import (
 // context, new page, goto a local page, evaluate, close page and context"
 // 100 times with puppeteer-core, directly against Chromium, through the
 // floor (a proxy that copies bytes, floor_test.go) and through the relay
-// (loopback, so nothing is throttled), in 5 rounds that take the three in
-// turn. It reports the medians of relay ÷ floor and relay ÷ direct.
+// (loopback, so nothing is throttled), in 5 rounds, each of which takes
+// the three in turn, ten loops at a time. It reports the medians of relay
+// ÷ floor and relay ÷ direct.
 func BenchmarkPuppeteerLoop(b *testing.B) {
 	puppeteerLoop(b, browser.http, 5)
 }
@@ -76,17 +77,34 @@ func puppeteerLoop(b *testing.B, direct string, n int) {
 	r := startRelayTo(b, direct, limiter.Config{}, quietRelay)
 	urls := map[string]string{"direct": direct, "floor": startFloor(b, direct), "relay": r.url}
 	page := s.url("127.0.0.1", "/page/bench")
-	run := func(name string) float64 {
-		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+urls[name], "PAGE_URL="+page, "N=100")
+	// Each round is ten blocks of ten loops of each, the three in turn, so
+	// that what the machine's neighbours do in a round falls on all three
+	// alike.
+	const blocks, loops = 10, 10
+	names := []string{"direct", "floor", "relay"}
+	block := func(name string) float64 {
+		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+urls[name], "PAGE_URL="+page, "N="+strconv.Itoa(loops))
 		var res struct{ MS float64 }
 		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
 			b.Fatalf("bench-loop output %q: %v", out, err)
 		}
-		return res.MS / 100
+		return res.MS
 	}
 	for range b.N {
-		run("direct") // warm up the browser
-		got := rounds(n, []string{"direct", "floor", "relay"}, run)
+		block("direct") // warm up the browser
+		got := map[string][]float64{}
+		for r := range n {
+			sum := map[string]float64{}
+			for k := range blocks {
+				for i := range names {
+					name := names[(r*blocks+k+i)%len(names)]
+					sum[name] += block(name)
+				}
+			}
+			for _, name := range names {
+				got[name] = append(got[name], sum[name]/(blocks*loops))
+			}
+		}
 		b.Logf("load average %s; ms per loop, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
 		b.ReportMetric(median(got["direct"]), "direct-ms/loop")
 		b.ReportMetric(median(got["floor"]), "floor-ms/loop")

@@ -151,10 +151,10 @@ func runWithChromium(m *testing.M) (int, error) {
 type hit struct {
 	At      time.Time // when the server read it
 	Arrived time.Time // when the site's host received it, from its kernel (startSiteProcess's sites only)
-	Host   string // without port
-	Method string
-	Path   string
-	Query  string
+	Host    string    // without port
+	Method  string
+	Path    string
+	Query   string
 }
 
 // site is a web server on siteIP that records every request. Each *.test
