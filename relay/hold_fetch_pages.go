@@ -31,6 +31,7 @@ import (
 type pageSess struct {
 	id, target string
 	arming     bool          // guarded by fetchConn.mu: its Fetch and Network are being enabled, or are
+	covered    bool          // guarded by fetchConn.mu: a client's claim armed it (cover), not only the relay's guess
 	armed      chan struct{} // closed once they are on, or arming failed, or the session is gone
 	ok         bool          // guarded by fetchConn.mu; set before armed is closed: they are on
 }
@@ -153,8 +154,12 @@ func (fc *fetchConn) attached(params []byte) {
 		fc.foreignPage(ps, a.Waiting)
 		return
 	}
-	// A client's page, or one a client may be creating: decide (waiting
-	// for the creation's answer), arm, then let it run; never on the reader.
+	// A client's page, or one a client may be creating: arm it while
+	// deciding (waiting for the creation's answer: both take a round trip
+	// or more, the arming until the page's renderer runs), then let it
+	// run; never on the reader. A page that turns out not to be a
+	// client's is let go, armed or not.
+	armed := fc.arm(ps)
 	fc.h.p.limiting.Add(1)
 	go func() {
 		defer fc.h.p.limiting.Done()
@@ -166,7 +171,7 @@ func (fc *fetchConn) attached(params []byte) {
 			return
 		}
 		select {
-		case <-fc.arm(ps):
+		case <-armed:
 		case <-fc.held.Done():
 			return
 		}
@@ -180,7 +185,7 @@ func (fc *fetchConn) attached(params []byte) {
 // a client claimed it meanwhile.
 func (fc *fetchConn) foreignPage(ps *pageSess, waiting bool) {
 	fc.mu.Lock()
-	arming := ps.arming
+	arming := ps.covered // armed for a client's claim, not only on a guess
 	if !arming && fc.byTarget[ps.target] == ps {
 		// Gone from here on: a claim from now on attaches anew.
 		delete(fc.byTarget, ps.target)
@@ -229,7 +234,10 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 			return
 		}
 		fc.mu.Lock()
+		// Live, and not a page let go meanwhile as not a client's (armed
+		// on a guess: the browser may refuse a session being detached).
 		_, live := fc.sessions[ps.id]
+		live = live && fc.byTarget[ps.target] == ps
 		ps.ok = !bad
 		closeOnce(ps.armed)
 		fc.mu.Unlock()
@@ -285,6 +293,9 @@ func (fc *fetchConn) cover(target string) <-chan struct{} {
 		}
 		fc.attaching[target] = done
 	}
+	if ps != nil {
+		ps.covered = true
+	}
 	fc.mu.Unlock()
 	switch {
 	case ps != nil:
@@ -316,7 +327,7 @@ func (fc *fetchConn) cover(target string) <-chan struct{} {
 		fc.mu.Lock()
 		ps := fc.byTarget[target]
 		if ps == nil {
-			ps = &pageSess{id: res.SessionID, target: target, armed: make(chan struct{})}
+			ps = &pageSess{id: res.SessionID, target: target, armed: make(chan struct{}), covered: true}
 			fc.sessions[ps.id] = ps
 			fc.byTarget[target] = ps
 		}

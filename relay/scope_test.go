@@ -430,3 +430,41 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	net.send([]byte(`{"method":"Target.targetDestroyed","params":{"targetId":"MINE"}}`))
 	fb.await(t, "net's Fetch off once the client's last page is gone", func() bool { return !net.fetchOn })
 }
+
+// TestScopeForeignWhileCreating: a page that appears while a client is
+// creating one may be the client's; the relay arms it while it waits to
+// know, and once it knows that page is not the client's, lets it run and
+// lets go of it: its requests pause nowhere, and nothing is counted as a
+// page the relay could not arm.
+func TestScopeForeignWhileCreating(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	net, pages := fb.holder(t), fb.pages(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
+	create := fc.next(t)
+	net.send(pageCreated("OTHERS", ""))
+	net.send(pageCreated("NEW", ""))
+	fb.await(t, "the relay arming both pages while it waits to know whose they are", func() bool {
+		o, n := pages.sessionLocked("OTHERS"), pages.sessionLocked("NEW")
+		return o != nil && o.fetch && n != nil && n.fetch
+	})
+	fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.m.ID))
+	readClient(t, c)
+	fb.armed(t, pages, "NEW")
+	fb.await(t, "the relay letting go of the page that is not the client's", func() bool {
+		return pages.sessionLocked("OTHERS") == nil
+	})
+	if got := <-fb.navigateTo(t, "OTHERS", "http://a.test/"); got[0].pauses != 0 {
+		t.Errorf("another client's navigation paused %d times, want never", got[0].pauses)
+	}
+	f := tp.p.ups[0].holder.fetch
+	f.mu.Lock()
+	holes := f.holes
+	f.mu.Unlock()
+	if holes != 0 {
+		t.Errorf("%d pages counted as client pages the relay could not arm, want 0", holes)
+	}
+}
