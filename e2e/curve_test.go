@@ -57,7 +57,8 @@ const hostForgotten = 1500 * time.Millisecond
 // drive issues n navigations to host, each the moment the server sees the
 // one before: the seed's "back to back" with the shortest load a real
 // browser allows. navigate sends navigation i to url (without waiting for
-// it). It returns when the server saw each request, or an error after
+// it). It returns when each request reached the site (hit.reached), in
+// order, or an error after
 // timeout; it fails no test, so that it can run on any goroutine.
 func drive(s *site, host string, n int, timeout time.Duration, navigate func(url string)) ([]time.Time, error) {
 	prefix := fmt.Sprintf("/page/b2b-%x", time.Now().UnixNano())
@@ -69,7 +70,7 @@ func drive(s *site, host string, n int, timeout time.Duration, navigate func(url
 			return
 		}
 		mu.Lock()
-		arrivals = append(arrivals, h.At)
+		arrivals = append(arrivals, h.reached())
 		k := len(arrivals)
 		mu.Unlock()
 		if k < n {
@@ -88,7 +89,7 @@ func drive(s *site, host string, n int, timeout time.Duration, navigate func(url
 			if !ok {
 				mu.Lock()
 				defer mu.Unlock()
-				return append([]time.Time(nil), arrivals...), nil
+				return slices.SortedFunc(slices.Values(arrivals), time.Time.Compare), nil
 			}
 			navigate(url(i))
 		case <-deadline:
@@ -170,6 +171,15 @@ func TestSeedCurveAdaptive(t *testing.T) {
 	}
 }
 
+// burstLate is how much later than its slot a navigation the burst let go
+// may reach the site with the schedule after it unchanged: the relay
+// moves the schedule for a late departure only past the slack the burst
+// gave it (pace), so the first of a burst that left late, and the first
+// after the burst on time, may come closer together than the rule by the
+// difference of their lags. Seen: 5.6 ms in a CI run, 9.8 ms with two
+// more processes keeping both CPUs busy.
+const burstLate = 15 * time.Millisecond
+
 // TestFixedSpacing: fixed 100 ms with the default burst spans 19.0 s for 200.
 func TestFixedSpacing(t *testing.T) {
 	s := newSite(t)
@@ -182,12 +192,20 @@ func TestFixedSpacing(t *testing.T) {
 	}
 	// The schedule is absolute: navigation k goes no earlier than
 	// (k-10)×100 ms after the first (ten ride the burst). Single gaps jitter
-	// around 100 ms with the timers, never the schedule.
+	// around 100 ms with the timers, never the schedule. Measured from the
+	// first one's arrival, which may be later than its slot by more than
+	// the browser's usual lag with nothing moved (burstLate): on a
+	// saturated machine the rest came up to 9.8 ms closer to it than the
+	// schedule.
+	closest := time.Hour
 	for k := 11; k <= len(at); k++ {
-		if got, want := at[k-1].Sub(at[0]), time.Duration(k-10)*100*time.Millisecond; got < want-5*time.Millisecond {
+		got, want := at[k-1].Sub(at[0]), time.Duration(k-10)*100*time.Millisecond
+		closest = min(closest, got-want)
+		if got < want-burstLate {
 			t.Errorf("navigation %d arrived %v after the first, want at least %v", k, got, want)
 		}
 	}
+	t.Logf("closest to the schedule: %+.1f ms", ms(closest))
 }
 
 // TestOffAndExemptNeverSpaced: with the limiter off, or to an exempt host,

@@ -150,11 +150,20 @@ func runWithChromium(m *testing.M) (int, error) {
 // hit is one request a test site received.
 type hit struct {
 	At      time.Time // when the server read it
-	Arrived time.Time // when the site's host received it, from its kernel (startSiteProcess's sites only)
+	Arrived time.Time // when the site's host received it, from its kernel
 	Host    string    // without port
 	Method  string
 	Path    string
 	Query   string
+}
+
+// reached is when the request reached the site: its kernel's arrival
+// time, or when the server read it where that is not known.
+func (h hit) reached() time.Time {
+	if !h.Arrived.IsZero() {
+		return h.Arrived
+	}
+	return h.At
 }
 
 // site is a web server on siteIP that records every request. Each *.test
@@ -181,8 +190,8 @@ func newSiteAt(t testing.TB, ip string) *site {
 	}
 	s := &site{t: t, routes: map[string]http.HandlerFunc{}}
 	_, s.port, _ = net.SplitHostPort(ln.Addr().String())
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go s.srv.Serve(ln)
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ConnContext: withConn}
+	go s.srv.Serve(stampingListener{ln})
 	t.Cleanup(func() { s.srv.Close() })
 	return s
 }
