@@ -325,6 +325,7 @@ type relayed struct {
 	url  string // http://127.0.0.1:PORT
 	host string // 127.0.0.1:PORT
 	p    *relay.Proxy
+	srv  *http.Server // serves p on url
 	logs *syncBuffer
 }
 
@@ -359,7 +360,7 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 	}
 	srv := &http.Server{Handler: p}
 	go srv.Serve(ln)
-	r := &relayed{url: "http://" + ln.Addr().String(), host: ln.Addr().String(), p: p, logs: logs}
+	r := &relayed{url: "http://" + ln.Addr().String(), host: ln.Addr().String(), p: p, srv: srv, logs: logs}
 	t.Cleanup(func() {
 		srv.Close()
 		p.Close()

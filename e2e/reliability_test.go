@@ -530,14 +530,14 @@ func TestCommandLogHygiene(t *testing.T) {
 }
 
 // TestSoak drives 8 pages of real Chromium through the relay at once,
-// 2,000 navigations over 20 hosts, and checks none fails, every one is
+// 1,200 navigations over 20 hosts, and checks none fails, every one is
 // booked exactly once and reaches the site, and the relay returns to its
 // goroutines of before. The relay runs in this process: its goroutines and
 // the process's peak heap and RSS are reported (go test -v).
 func TestSoak(t *testing.T) {
 	const (
 		pages    = 8
-		navs     = 2000
+		navs     = 1200
 		hosts    = 20
 		run      = 10 // navigations of a page in a row to one host: a new site costs Chromium a new renderer
 		interval = 50 * time.Millisecond
@@ -640,6 +640,7 @@ func TestSoak(t *testing.T) {
 		rc.close()
 	}
 	r.p.Close()
+	r.srv.Close()                             // the test's server of the relay started after the count before
 	s.srv.SetKeepAlivesEnabled(false)         // the site's connections from Chromium are not the relay's,
 	http.DefaultClient.CloseIdleConnections() // nor the test's own to /json/version
 	close(stopSampling)
