@@ -50,7 +50,7 @@ func (s *remoteSite) hitsOf(keep func(hit) bool) []hit {
 }
 
 // startSiteProcess starts the test binary as a site on siteIP, whose
-// robots.txt says robots (empty: a 404).
+// robots.txt says robots ("-": none, so a 404; see robotsOf).
 func startSiteProcess(t testing.TB, robots string) *remoteSite {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -578,18 +578,24 @@ func (f *fetchHold) netCovering() <-chan struct{} {
 		return nil
 	}
 	f.updateNet()
+	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOnLocked() }, coverWait)
+}
+
+// whenNet returns a channel closed once ok, asked under mu, holds (asked
+// again each time net takes an update), or within is over.
+func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
 	f.h.p.limiting.Add(1)
 	go func() {
 		defer f.h.p.limiting.Done()
 		defer close(ch)
-		t := time.NewTimer(coverWait)
+		t := time.NewTimer(within)
 		defer t.Stop()
 		for {
 			f.mu.Lock()
-			ok, changed := f.net.Load() == nil || f.netOnLocked(), f.netAcked
+			done, changed := ok(), f.netAcked
 			f.mu.Unlock()
-			if ok {
+			if done {
 				return
 			}
 			select {
@@ -702,29 +708,8 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 			f.updateNet()
 		})
 	}
-	ch := make(chan struct{})
-	f.h.p.limiting.Add(1)
-	go func() {
-		defer f.h.p.limiting.Done()
-		defer close(ch)
-		t := time.NewTimer(claimWait)
-		defer t.Stop()
-		for {
-			// Without net, navigations wait for a connection anyway (armed).
-			f.mu.Lock()
-			ok, changed := f.netWideLocked() || f.net.Load() == nil, f.netAcked
-			f.mu.Unlock()
-			if ok {
-				return
-			}
-			select {
-			case <-t.C:
-				return
-			case <-changed:
-			}
-		}
-	}()
-	return ch, done
+	// Without net, navigations wait for a connection anyway (armed).
+	return f.whenNet(func() bool { return f.netWideLocked() || f.net.Load() == nil }, claimWait), done
 }
 
 // dropped handles a connection that ended: what pages held the browser
