@@ -27,7 +27,7 @@ var buildOnce sync.Once
 var binary, buildErr = "", error(nil)
 
 // buildBinary builds cdp-throttle the way the README says, once per run.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cdp-throttle-bin-")
@@ -47,7 +47,7 @@ func buildBinary(t *testing.T) string {
 	return binary
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

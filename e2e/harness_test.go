@@ -61,6 +61,9 @@ func TestMain(m *testing.M) {
 	if robots, ok := os.LookupEnv(siteProcessEnv); ok {
 		siteProcessMain(robots)
 	}
+	if up, ok := os.LookupEnv(floorProcessEnv); ok {
+		floorProcessMain(up)
+	}
 	flag.Parse()
 	code, err := runWithChromium(m)
 	if err != nil {

@@ -77,6 +77,7 @@ func startSiteProcess(t testing.TB, robots string) *remoteSite {
 func siteProcessMain(robots string) {
 	s := &site{routes: map[string]http.HandlerFunc{}}
 	sixSubresources(s)
+	fourSubresources(s)
 	if robots != "-" {
 		s.handle("/robots.txt", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robots) })
 	}

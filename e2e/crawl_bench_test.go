@@ -1,0 +1,415 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkCrawl is BENCHMARKS.md's row n: what holding costs the browser
+// when a crawl runs many pages at once. CRAWL_CLIENTS (100) Puppeteer
+// clients at once, a page each, each loading CRAWL_LOADS (5) pages of a
+// site on 127.0.0.2 with four subresources each, in front of a fresh
+// Chromium per run, through each of CRAWL_RUNS in turn, CRAWL_ROUNDS (3)
+// rounds whose order turns:
+//
+//   - floor: a process that only copies bytes (floor_test.go);
+//   - off: the relay with nothing held (--http-nav-delay 0);
+//   - hold: the relay holding every navigation (--http-nav-delay 1ms
+//     --http-nav-burst 1);
+//   - any other name: hold with the flags CRAWL_FLAGS_<NAME> adds (for
+//     instance CRAWL_FLAGS_FETCH="--intercept fetch").
+//
+// CRAWL_ENV_<NAME> adds to the relay's environment.
+//
+// Each run reports the crawl's wall time, the CPU that Chromium (all its
+// processes) and the proxy (floor or relay) used, each ÷ the floor's of
+// the same round; the figures are medians over the rounds.
+func BenchmarkCrawl(b *testing.B) {
+	names := strings.Split(envOr("CRAWL_RUNS", "floor,off,hold"), ",")
+	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
+	clients, loads := envOr("CRAWL_CLIENTS", "100"), envOr("CRAWL_LOADS", "5")
+	bin := buildBinary(b)
+	s := startSiteProcess(b, "-")
+	page := s.url(siteIP, "/four?x=1")
+	for range b.N {
+		got := map[string][]crawlRun{}
+		for r := range rounds {
+			for k := range names {
+				name := names[(r+k)%len(names)]
+				cr := crawlOnce(b, bin, name, page, clients, loads)
+				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d\n", r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld)
+				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s",
+					r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
+				got[name] = append(got[name], cr)
+			}
+		}
+		for _, name := range names {
+			runs := got[name]
+			wall := median(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }))
+			chrome := median(mapRuns(runs, func(c crawlRun) float64 { return c.chromium.Seconds() }))
+			proxy := median(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }))
+			b.ReportMetric(wall, name+"-wall-s")
+			b.ReportMetric(chrome, name+"-chromium-cpu-s")
+			b.ReportMetric(proxy, name+"-proxy-cpu-s")
+			if name == "floor" || len(got["floor"]) == 0 {
+				continue
+			}
+			fl := got["floor"]
+			rw := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.wall.Seconds() })))
+			rc := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.chromium.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.chromium.Seconds() })))
+			rp := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.proxy.Seconds() })))
+			b.Logf("%-12s ÷ floor, medians of %d rounds: wall %.3f  chromium CPU %.3f  proxy CPU %.3f", name, len(runs), rw, rc, rp)
+			b.ReportMetric(rw, name+"/floor-wall")
+			b.ReportMetric(rc, name+"/floor-chromium")
+			b.ReportMetric(rp, name+"/floor-proxy")
+		}
+	}
+}
+
+// crawlRun is what one run of BenchmarkCrawl measured.
+type crawlRun struct {
+	wall, chromium, proxy time.Duration
+	ok, failed, unheld    int
+}
+
+func mapRuns(runs []crawlRun, f func(crawlRun) float64) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// crawlOnce runs the crawl once through the proxy name, in front of a
+// fresh Chromium.
+func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
+	b.Helper()
+	chrome, err := startMeasured(b, "chromium", chromiumCommand(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	endpoint, err := chrome.await(regexp.MustCompile(`DevTools listening on ws://([^/\s]+)/`), 30*time.Second)
+	if err != nil {
+		chrome.stop()
+		b.Fatal(err)
+	}
+	var proxy *measured
+	var url string
+	switch name {
+	case "floor":
+		proxy, err = startMeasured(b, "floor", []string{os.Args[0], "-test.run=^$"}, floorProcessEnv+"="+endpoint)
+		if err == nil {
+			var addr string
+			addr, err = proxy.await(regexp.MustCompile(`^floor listening on (\S+)`), 10*time.Second)
+			url = "http://" + addr
+		}
+	default:
+		port := freePort(b)
+		args := []string{bin, "--listen", "127.0.0.1:" + port, "--upstream", "http://" + endpoint, "--log-level", "warn", "--log-format", "json"}
+		if name == "off" {
+			args = append(args, "--http-nav-delay", "0")
+		} else {
+			args = append(args, "--http-nav-delay", "1ms", "--http-nav-burst", "1")
+			args = append(args, strings.Fields(os.Getenv("CRAWL_FLAGS_"+strings.ToUpper(name)))...)
+		}
+		proxy, err = startMeasured(b, "relay", args, strings.Fields(os.Getenv("CRAWL_ENV_"+strings.ToUpper(name)))...)
+		url = "http://127.0.0.1:" + port
+		if err == nil {
+			err = awaitHTTP(url+"/json/version", 30*time.Second)
+		}
+	}
+	if err != nil {
+		if proxy != nil {
+			proxy.stop()
+		}
+		chrome.stop()
+		b.Fatalf("%s: %v", name, err)
+	}
+	out := runNode(b, 20*time.Minute, "bench-crawl.mjs", "CDP_URL="+url, "SITE_URL="+page, "CLIENTS="+clients, "LOADS="+loads)
+	var res struct {
+		MS     float64
+		OK     int
+		Failed int
+		Errors []string
+	}
+	if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
+		b.Fatalf("bench-crawl output %q: %v", out, err)
+	}
+	cr := crawlRun{wall: time.Duration(res.MS * float64(time.Millisecond)), ok: res.OK, failed: res.Failed}
+	if name != "floor" {
+		if m, err := httpGet(url + "/metrics"); err == nil {
+			cr.unheld = int(metricValue(string(m), "cdp_throttle_unheld_navigations_total"))
+		}
+	}
+	cr.proxy = proxy.stop()
+	cr.chromium = chrome.stop()
+	if res.Failed > 0 {
+		b.Errorf("%s: %d loads failed: %v", name, res.Failed, res.Errors)
+	}
+	if cr.unheld > 0 {
+		b.Errorf("%s: %d navigations unheld", name, cr.unheld)
+	}
+	return cr
+}
+
+// metricValue sums the samples of a metric in a Prometheus text page.
+func metricValue(page, name string) float64 {
+	sum := 0.0
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, name)
+		if rest != "" && rest[0] != ' ' && rest[0] != '{' {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// chromiumCommand is a headless Chromium with a fresh profile, on a port
+// it chooses.
+func chromiumCommand(b *testing.B) []string {
+	bin, err := findChromium()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	return append(append([]string{bin}, ChromiumFlags...), "--user-data-dir="+dir, "--remote-debugging-port=0", "about:blank")
+}
+
+// awaitHTTP waits until url answers.
+func awaitHTTP(url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		_, err := httpGet(url)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %s: %w", url, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// measured is a process whose CPU time, and that of every process it
+// starts, is counted: in a cgroup of its own where the machine has one
+// (cgroup v1 cpuacct or v2), else from what waiting for it reports
+// (which counts only the descendants it waited for).
+type measured struct {
+	name   string
+	cmd    *exec.Cmd
+	group  string // the cgroup's directory, "" without one
+	v2     bool
+	lines  chan string
+	stderr *syncBuffer
+}
+
+// startMeasured starts args as a process of its own, with env added.
+func startMeasured(b *testing.B, name string, args []string, env ...string) (*measured, error) {
+	m := &measured{name: name, lines: make(chan string, 64), stderr: &syncBuffer{}}
+	m.group, m.v2 = newCPUGroup(name)
+	argv := args
+	if m.group != "" {
+		// The shell joins the group, then becomes the process: whatever it
+		// starts is in the group from its first instruction.
+		argv = append([]string{"/bin/sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, m.group}, args...)
+	}
+	m.cmd = exec.Command(argv[0], argv[1:]...)
+	m.cmd.Env = append(os.Environ(), env...)
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := m.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := m.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	for _, r := range []io.Reader{stdout, stderr} {
+		go func() {
+			sc := bufio.NewScanner(r)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				m.stderr.Write(append(sc.Bytes(), '\n'))
+				select {
+				case m.lines <- sc.Text():
+				default:
+				}
+			}
+		}()
+	}
+	return m, nil
+}
+
+// await waits for a line matching re and returns its first group.
+func (m *measured) await(re *regexp.Regexp, within time.Duration) (string, error) {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	for {
+		select {
+		case l := <-m.lines:
+			if g := re.FindStringSubmatch(l); g != nil {
+				return g[1], nil
+			}
+		case <-t.C:
+			return "", fmt.Errorf("%s did not say %q within %s; it said:\n%s", m.name, re, within, m.stderr.String())
+		}
+	}
+}
+
+// stop ends the process (SIGTERM, then SIGKILL to its group after 15 s)
+// and returns the CPU time it and its descendants used.
+func (m *measured) stop() time.Duration {
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { m.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	if m.group != "" {
+		d, err := cpuGroupUsage(m.group, m.v2)
+		// Whatever is left in the group (a child that outlived its parent).
+		if procs, _ := os.ReadFile(filepath.Join(m.group, "cgroup.procs")); len(procs) > 0 {
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, _ := strconv.Atoi(f); pid > 0 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		os.Remove(m.group)
+		if err == nil {
+			return d
+		}
+	}
+	if ru, ok := m.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return 0
+}
+
+var groupSeq int
+
+// newCPUGroup makes a cgroup that counts CPU time, and returns its
+// directory ("" where the machine has none this process may make) and
+// whether it is cgroup v2.
+func newCPUGroup(name string) (string, bool) {
+	groupSeq++
+	leaf := fmt.Sprintf("cdp-bench-%d-%s-%d", os.Getpid(), name, groupSeq)
+	for _, c := range []struct {
+		root string
+		v2   bool
+	}{{"/sys/fs/cgroup/cpuacct", false}, {"/sys/fs/cgroup/unified", true}, {"/sys/fs/cgroup", true}} {
+		if c.v2 {
+			if _, err := os.Stat(filepath.Join(c.root, "cgroup.controllers")); err != nil {
+				continue
+			}
+		} else if _, err := os.Stat(filepath.Join(c.root, "cpuacct.usage")); err != nil {
+			continue
+		}
+		dir := filepath.Join(c.root, leaf)
+		if os.Mkdir(dir, 0o755) != nil {
+			continue
+		}
+		if _, err := cpuGroupUsage(dir, c.v2); err != nil {
+			os.Remove(dir)
+			continue
+		}
+		return dir, c.v2
+	}
+	return "", false
+}
+
+func cpuGroupUsage(dir string, v2 bool) (time.Duration, error) {
+	if !v2 {
+		b, err := os.ReadFile(filepath.Join(dir, "cpuacct.usage"))
+		if err != nil {
+			return 0, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(ns), err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			us, err := strconv.ParseInt(v, 10, 64)
+			return time.Duration(us) * time.Microsecond, err
+		}
+	}
+	return 0, errors.New("no usage_usec in cpu.stat")
+}
+
+// floorProcessEnv, set to a host:port, makes the test binary a floor in
+// front of it (floorProcessMain): a process of its own, whose CPU time is
+// counted apart from the test's.
+const floorProcessEnv = "CDP_E2E_FLOOR_PROCESS"
+
+// floorProcessMain serves a floor in front of upstream and says where on
+// its first line.
+func floorProcessMain(upstream string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "floor process:", err)
+		os.Exit(1)
+	}
+	f := &floor{ln: ln, ups: []string{upstream}}
+	fmt.Println("floor listening on", ln.Addr().String())
+	f.wg.Add(1)
+	f.serve()
+	os.Exit(0)
+}
+
+// fourSubresources is the crawl's page: an image, a script, a style sheet
+// and another image, each of the page's own host.
+func fourSubresources(s *site) {
+	s.handle("/four", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		q := r.URL.RawQuery
+		fmt.Fprintf(w, `<!doctype html><title>%[1]s</title><link rel="stylesheet" href="/style?%[1]s"><body><h1>crawl</h1>`+
+			`<img src="/img?%[1]s&i=0"><script src="/script?%[1]s"></script><img src="/img?%[1]s&i=1"></body>`, q)
+	})
+	s.handle("/style", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css")
+		fmt.Fprint(w, "h1 { color: #333; }")
+	})
+}
