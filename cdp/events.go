@@ -40,16 +40,11 @@ func NavigateParams(params []byte) (Navigate, bool) {
 
 // AttachedTarget reads the session and target id of Target.attachedToTarget.
 func AttachedTarget(params []byte) (session, target string, ok bool) {
-	var p struct {
-		SessionID  string `json:"sessionId"`
-		TargetInfo struct {
-			TargetID string `json:"targetId"`
-		} `json:"targetInfo"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.SessionID == "" {
+	a, ok := readAttached(params)
+	if !ok || a.SessionID == "" {
 		return "", "", false
 	}
-	return p.SessionID, p.TargetInfo.TargetID, true
+	return a.SessionID, a.Target.TargetID, true
 }
 
 // Attached is what the relay reads of Target.attachedToTarget.
@@ -63,26 +58,51 @@ type Attached struct {
 
 // ReadAttached reads Target.attachedToTarget.
 func ReadAttached(params []byte) (Attached, bool) {
-	var p struct {
-		SessionID          string     `json:"sessionId"`
-		TargetInfo         TargetInfo `json:"targetInfo"`
-		WaitingForDebugger bool       `json:"waitingForDebugger"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.SessionID == "" || p.TargetInfo.TargetID == "" {
+	a, ok := readAttached(params)
+	if !ok || a.SessionID == "" || a.Target.TargetID == "" {
 		return Attached{}, false
 	}
-	return Attached{SessionID: p.SessionID, Target: p.TargetInfo, Waiting: p.WaitingForDebugger}, true
+	return a, true
+}
+
+// readAttached reads what Target.attachedToTarget params hold; ok is
+// false when they are not what encoding/json would read.
+func readAttached(params []byte) (a Attached, ok bool) {
+	ok = true
+	read := members(params, func(key, v []byte) bool {
+		switch string(key) {
+		case "sessionId":
+			a.SessionID, ok = stringOf(v)
+		case "targetInfo":
+			if string(v) != "null" {
+				a.Target, ok = readTargetInfo(v)
+			}
+		case "waitingForDebugger":
+			a.Waiting, ok = boolOf(v)
+		}
+		return ok
+	})
+	return a, ok && read
 }
 
 // DetachedSession reads the session of Target.detachedFromTarget.
 func DetachedSession(params []byte) (string, bool) {
-	var p struct {
-		SessionID string `json:"sessionId"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.SessionID == "" {
-		return "", false
-	}
-	return p.SessionID, true
+	session, ok := memberString(params, "sessionId")
+	return session, ok && session != ""
+}
+
+// memberString reads one string member of an object; ok is false when
+// the object, or the member's value, is not what encoding/json would read
+// into a string.
+func memberString(obj []byte, name string) (v string, ok bool) {
+	ok = true
+	read := members(obj, func(key, val []byte) bool {
+		if string(key) == name {
+			v, ok = stringOf(val)
+		}
+		return ok
+	})
+	return v, ok && read
 }
 
 // Request is what the relay reads of Network.requestWillBeSent.
@@ -183,24 +203,27 @@ type TargetInfo struct {
 // Target.targetInfoChanged or Target.attachedToTarget params, or of
 // Target.getTargetInfo's result.
 func ReadTargetInfo(params []byte) (TargetInfo, bool) {
-	var p struct {
-		TargetInfo *TargetInfo `json:"targetInfo"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.TargetInfo == nil || p.TargetInfo.TargetID == "" {
+	var ti TargetInfo
+	ok := true
+	read := members(params, func(key, v []byte) bool {
+		if string(key) == "targetInfo" {
+			ti, ok = TargetInfo{}, true
+			if string(v) != "null" {
+				ti, ok = readTargetInfo(v)
+			}
+		}
+		return ok
+	})
+	if !read || !ok || ti.TargetID == "" {
 		return TargetInfo{}, false
 	}
-	return *p.TargetInfo, true
+	return ti, true
 }
 
 // ReadTargetID reads the targetId of Target.targetDestroyed params.
 func ReadTargetID(params []byte) (string, bool) {
-	var p struct {
-		TargetID string `json:"targetId"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.TargetID == "" {
-		return "", false
-	}
-	return p.TargetID, true
+	id, ok := memberString(params, "targetId")
+	return id, ok && id != ""
 }
 
 // TargetParams reads the targetId and browserContextId members of a

@@ -1,6 +1,7 @@
 package cdp
 
 import (
+	"encoding/json"
 	"testing"
 )
 
@@ -296,4 +297,28 @@ func TestReadAttached(t *testing.T) {
 			t.Errorf("ReadAttached(%s) ok, want not", bad)
 		}
 	}
+}
+
+// BenchmarkReadTargetInfo reads a Target.targetInfoChanged's params, as
+// every client of a shared browser gets one for every page: straight from
+// the bytes, and with encoding/json as it was read before.
+func BenchmarkReadTargetInfo(b *testing.B) {
+	params := []byte(`{"targetInfo":{"targetId":"3B0D5E7A2C8F41D69E5B7C2A1F0E9D84","type":"page","title":"a page of a crawl","url":"http://a.test:8080/page?c=17&k=3","attached":true,"canAccessOpener":false,"browserContextId":"8F2E4C6A1B3D5E7F9A0B2C4D6E8F0A1B"}}`)
+	b.Run("bytes", func(b *testing.B) {
+		for range b.N {
+			if _, ok := ReadTargetInfo(params); !ok {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for range b.N {
+			var p struct {
+				TargetInfo *TargetInfo `json:"targetInfo"`
+			}
+			if json.Unmarshal(params, &p) != nil {
+				b.Fatal("not read")
+			}
+		}
+	})
 }

@@ -87,3 +87,69 @@ func nesting(msg []byte) int {
 	}
 	return deepest
 }
+
+// FuzzTargetReaders checks the Target readers, which read their members
+// straight from the bytes, against encoding/json on every input whose keys
+// are written as Chromium writes them (encoding/json also takes keys that
+// differ in case).
+func FuzzTargetReaders(f *testing.F) {
+	for _, s := range []string{
+		`{"sessionId":"S1","targetInfo":{"targetId":"T1","type":"page","title":"","url":"about:blank","attached":true,"openerId":"O1","browserContextId":"C"},"waitingForDebugger":true}`,
+		`{"targetInfo":{"targetId":"T\u0031","type":null},"sessionId":"S"}`,
+		`{"targetId":"T"}`,
+		`{"sessionId":1}`,
+		`{"targetInfo":null}`,
+		`{"targetInfo":{"targetId":"a","targetId":"b"}}`,
+		`{"waitingForDebugger":"yes","sessionId":"S"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		if !json.Valid(params) {
+			return // params come from the browser, which writes valid JSON (Scan skips values loosely)
+		}
+		if bytes.Contains(bytes.ToLower(params), []byte(`targetid`)) && !bytes.Contains(params, []byte(`"targetId"`)) ||
+			bytes.Contains(bytes.ToLower(params), []byte(`sessionid`)) && !bytes.Contains(params, []byte(`"sessionId"`)) ||
+			bytes.Contains(params, []byte(`\`)) || !bytes.Equal(bytes.ToLower(params), bytes.ToLower(bytes.ToValidUTF8(params, nil))) {
+			return
+		}
+		lower := bytes.ToLower(params)
+		for _, k := range []string{"type", "openerid", "browsercontextid", "targetinfo", "waitingfordebugger"} {
+			if bytes.Count(lower, []byte(`"`+k+`"`)) != bytes.Count(params, []byte(`"`+map[string]string{"type": "type", "openerid": "openerId", "browsercontextid": "browserContextId", "targetinfo": "targetInfo", "waitingfordebugger": "waitingForDebugger"}[k]+`"`)) {
+				return // a key in another case: encoding/json takes it, Chromium never writes it
+			}
+		}
+		var a struct {
+			SessionID          string     `json:"sessionId"`
+			TargetInfo         TargetInfo `json:"targetInfo"`
+			WaitingForDebugger bool       `json:"waitingForDebugger"`
+		}
+		jerr := json.Unmarshal(params, &a)
+		got, ok := ReadAttached(params)
+		want := Attached{SessionID: a.SessionID, Target: a.TargetInfo, Waiting: a.WaitingForDebugger}
+		wantOK := jerr == nil && a.SessionID != "" && a.TargetInfo.TargetID != ""
+		if ok != wantOK || ok && got != want {
+			t.Errorf("ReadAttached(%q) = %+v %v, encoding/json reads %+v %v (%v)", params, got, ok, want, wantOK, jerr)
+		}
+		var p struct {
+			TargetInfo *TargetInfo `json:"targetInfo"`
+		}
+		jerr = json.Unmarshal(params, &p)
+		ti, ok := ReadTargetInfo(params)
+		wantOK = jerr == nil && p.TargetInfo != nil && p.TargetInfo.TargetID != ""
+		if ok != wantOK || ok && ti != *p.TargetInfo {
+			t.Errorf("ReadTargetInfo(%q) = %+v %v, encoding/json reads %+v %v (%v)", params, ti, ok, p.TargetInfo, wantOK, jerr)
+		}
+		var d struct {
+			SessionID string `json:"sessionId"`
+			TargetID  string `json:"targetId"`
+		}
+		jerr = json.Unmarshal(params, &d)
+		if s, ok := DetachedSession(params); ok != (jerr == nil && d.SessionID != "") || ok && s != d.SessionID {
+			t.Errorf("DetachedSession(%q) = %q %v, encoding/json reads %q (%v)", params, s, ok, d.SessionID, jerr)
+		}
+		if s, ok := ReadTargetID(params); ok != (jerr == nil && d.TargetID != "") || ok && s != d.TargetID {
+			t.Errorf("ReadTargetID(%q) = %q %v, encoding/json reads %q (%v)", params, s, ok, d.TargetID, jerr)
+		}
+	})
+}

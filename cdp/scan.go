@@ -172,17 +172,17 @@ func (s *scanner) str() (inner []byte, escaped, ok bool) {
 	}
 	start := s.i
 	for s.i < len(s.b) {
-		// Jump to the next quote or backslash.
-		j := bytes.IndexAny(s.b[s.i:], "\"\\")
+		// Jump to the next quote; a backslash before it may escape it.
+		j := bytes.IndexByte(s.b[s.i:], '"')
 		if j < 0 {
 			break
 		}
-		s.i += j
-		if s.b[s.i] == '\\' {
+		if k := bytes.IndexByte(s.b[s.i:s.i+j], '\\'); k >= 0 {
 			escaped = true
-			s.i += 2
+			s.i += k + 2
 			continue
 		}
+		s.i += j
 		inner = s.b[start:s.i]
 		s.i++
 		return inner, escaped, true
