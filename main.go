@@ -14,13 +14,22 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// For the benchmarks (BENCHMARKS.md): the relay's own CPU profile,
+	// written when it exits.
+	if f := os.Getenv("CDP_THROTTLE_CPUPROFILE"); f != "" {
+		if out, err := os.Create(f); err == nil {
+			pprof.StartCPUProfile(out)
+		}
+	}
 	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
+	pprof.StopCPUProfile()
 	os.Exit(code)
 }
 

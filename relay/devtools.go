@@ -40,7 +40,7 @@ func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, up *upstream, 
 				done()
 				return
 			}
-			if cover := h.fetch.cover(created); cover != nil {
+			if cover := h.fetch.cover(created, false); cover != nil {
 				p.limiting.Add(1)
 				go func() {
 					defer p.limiting.Done()

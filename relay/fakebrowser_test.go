@@ -1332,13 +1332,13 @@ func (fc *fakeConn) sessionLocked(target string) *fakeSess {
 	return got
 }
 
-// armed waits until the relay enabled Fetch and Network in fc's session on
+// armed waits until the relay enabled Fetch in fc's session on
 // target.
 func (fb *fakeBrowser) armed(t testing.TB, fc *fakeConn, target string) {
 	t.Helper()
 	fb.await(t, "the relay's interception on page "+target, func() bool {
 		ss := fc.sessionLocked(target)
-		return ss != nil && ss.fetch && ss.network && !fc.ended_()
+		return ss != nil && ss.fetch && !fc.ended_()
 	})
 }
 

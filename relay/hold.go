@@ -65,6 +65,11 @@ type holder struct {
 	// target, to tell a client whether a target is attached as it would be
 	// without the relay.
 	attachedClients counts
+	// clientNetwork counts the page sessions of the relay's clients with
+	// Network events on, on each page: the Fetch strategy reads when a
+	// request left, and its answer, from theirs, and enables its own only
+	// where no client did.
+	clientNetwork counts
 }
 
 // counts is a number per key, safe for concurrent use; a key counted down
@@ -74,15 +79,19 @@ type counts struct {
 	n  map[string]int // guarded by mu
 }
 
-func (c *counts) add(key string, d int) {
+// add adds d to key's count and returns the count.
+func (c *counts) add(key string, d int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = make(map[string]int)
 	}
-	if c.n[key] += d; c.n[key] <= 0 {
+	c.n[key] += d
+	n := c.n[key]
+	if n <= 0 {
 		delete(c.n, key)
 	}
+	return max(n, 0)
 }
 
 func (c *counts) count(key string) int {
@@ -464,7 +473,7 @@ func (w *holdWait) book() bool {
 	r, d, retry := h.book(w.ctx, w.host, w.rawURL, w.log)
 	if !retry {
 		w.start = time.Now().Add(max(d, 0))
-		if w.depart && r.Tracked {
+		if w.depart && r.Tracked && !partOff("pace") {
 			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
 		}
 		if w.booked != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,9 @@ type fetchHold struct {
 	stop  context.CancelFunc // set once by start; ends the supervisors
 	wasUp atomic.Bool        // a connection has been up
 	gone  atomic.Bool        // both connections dropped, which was logged; until one is back
+	// tracked is how many document requests the pages connection follows
+	// now (its tracks).
+	tracked atomic.Int64
 
 	netMu sync.Mutex // serialises the net connection's pattern updates: each is written in order
 
@@ -417,6 +421,9 @@ var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", Resource
 // patternsLocked returns net's patterns: every document, the URLs held, or
 // none (nil: Fetch off) while no client has a page. Callers hold mu.
 func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
+	if partOff("net") {
+		return nil, false
+	}
 	if f.wideLocked() {
 		return documentPattern, true
 	}
@@ -571,6 +578,9 @@ func (f *fetchHold) netOnLocked() bool {
 // channel closed once it is on, or net is down (pages holds alone then),
 // within coverWait. Nil means it is on already.
 func (f *fetchHold) netCovering() <-chan struct{} {
+	if partOff("net") {
+		return nil
+	}
 	f.mu.Lock()
 	ok := f.net.Load() == nil || f.netOnLocked()
 	f.mu.Unlock()
@@ -645,7 +655,7 @@ func (f *fetchHold) relayAttached(target string) bool {
 // and turns net's Fetch on.
 func (f *fetchHold) claimed(target string) {
 	if fc := f.pages.Load(); fc != nil {
-		fc.cover(target)
+		fc.cover(target, false)
 	}
 	f.netCovering()
 }
@@ -654,10 +664,15 @@ func (f *fetchHold) claimed(target string) {
 // wherever it navigates: the pages connection armed it and net's Fetch is
 // on to take it over, or net pauses every document. Nil means there is
 // nothing to wait for.
-func (f *fetchHold) cover(target string) <-chan struct{} {
+//
+// A client about to navigate the page (navigates) also has the page's
+// Network events read: from its own session when it enabled them, else
+// the relay's session enables them now, before the navigation starts (a
+// request that started before they were on never shows in them).
+func (f *fetchHold) cover(target string, navigates bool) <-chan struct{} {
 	var ch <-chan struct{}
 	if fc := f.pages.Load(); fc != nil {
-		ch = fc.cover(target)
+		ch = fc.cover(target, navigates)
 	}
 	if ch == nil && !f.h.isArmed() {
 		ch = f.h.whenArmed()
@@ -898,6 +913,9 @@ func (f *fetchHold) stopAll() {
 
 // addURLLocked adds a held URL to net's patterns. Callers hold mu.
 func (f *fetchHold) addURLLocked(rawURL string) {
+	if partOff("net") {
+		return
+	}
 	f.urls[urlPattern(rawURL)]++
 }
 
@@ -1319,6 +1337,17 @@ func isRedirect(status int) bool {
 	switch status {
 	case 301, 302, 303, 307, 308:
 		return true
+	}
+	return false
+}
+
+// partOff reports whether a part of holding is switched off for a
+// measurement (CDP_THROTTLE_PARTS_OFF=network,net,fetch).
+func partOff(part string) bool {
+	for _, p := range strings.Split(os.Getenv("CDP_THROTTLE_PARTS_OFF"), ",") {
+		if p == part {
+			return true
+		}
 	}
 	return false
 }

@@ -30,10 +30,11 @@ import (
 // pageSess is the pages connection's session on one page.
 type pageSess struct {
 	id, target string
-	arming     bool          // guarded by fetchConn.mu: its Fetch and Network are being enabled, or are
+	arming     bool          // guarded by fetchConn.mu: its Fetch is being enabled, or is
 	covered    bool          // guarded by fetchConn.mu: a client's claim armed it (cover), not only the relay's guess
 	armed      chan struct{} // closed once they are on, or arming failed, or the session is gone
-	ok         bool          // guarded by fetchConn.mu; set before armed is closed: they are on
+	ok         bool          // guarded by fetchConn.mu; set before armed is closed: it is on
+	network    bool          // guarded by fetchConn.mu: the relay enabled Network events in it
 }
 
 // track is a document request of a client's page that the pages
@@ -209,11 +210,15 @@ func (fc *fetchConn) letGo(session string, waiting bool) {
 	fc.send("", "Target.detachFromTarget", map[string]string{"sessionId": session}, nil)
 }
 
-// arm enables Fetch for the page's document requests and its Network
-// events in the relay's session on it, once, and returns a channel closed
-// once that is done (or failed, or the session is gone). A page whose
-// session is still there but cannot be armed is left to the net
-// connection, which then pauses every document (fail closed).
+// arm enables Fetch for the page's document requests in the relay's
+// session on it, once, and returns a channel closed once that is done (or
+// failed, or the session is gone). A page whose session is still there
+// but cannot be armed is left to the net connection, which then pauses
+// every document (fail closed). The page's Network events, which say when
+// a request it holds left and how it was answered, come from its clients'
+// sessions where they enabled them, as Puppeteer, Playwright and chromedp
+// do on every page they drive; the relay's own session enables them only
+// where no client did (events), as its first request is held.
 func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 	fc.mu.Lock()
 	if ps.arming {
@@ -222,17 +227,8 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 	}
 	ps.arming = true
 	fc.mu.Unlock()
-	var mu sync.Mutex
-	left, failed := 2, false
 	done := func(r reply) {
-		mu.Lock()
-		left--
-		failed = failed || r.err != nil || r.result == nil
-		last, bad := left == 0, failed
-		mu.Unlock()
-		if !last {
-			return
-		}
+		bad := r.err != nil || r.result == nil
 		fc.mu.Lock()
 		// Live, and not a page let go meanwhile as not a client's (armed
 		// on a guess: the browser may refuse a session being detached).
@@ -247,21 +243,56 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 			fc.f.uncovered(1)
 		}
 	}
-	// Network first: Chromium does not answer a Network.enable while a
-	// navigation of the page is paused (until it goes on), and with Fetch
-	// on one could pause in between.
-	for _, c := range []struct {
-		method string
-		params any
-	}{
-		{"Network.enable", networkParams},
-		{"Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}},
-	} {
-		if _, err := fc.send(ps.id, c.method, c.params, done); err != nil {
-			done(reply{})
-		}
+	if _, err := fc.send(ps.id, "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}, done); err != nil {
+		done(reply{})
 	}
 	return ps.armed
+}
+
+// events makes sure the relay reads the Network events of a page whose
+// document request it follows: from a client's session on the page when
+// one has them on, else from its own, where it enables them now (once).
+// It returns a channel closed once they are on (nil: nothing to wait
+// for), within eventsWait: Chromium answers a Network.enable only once a
+// paused navigation of the page goes on. A request that started before
+// they were on never shows in them: its departure and answer are not
+// known (its flight ends with the page's next navigation).
+func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
+	if fc.h.clientNetwork.count(ps.target) > 0 {
+		return nil
+	}
+	fc.mu.Lock()
+	on := ps.network
+	ps.network = true
+	fc.mu.Unlock()
+	if on {
+		return nil
+	}
+	fc.log.Debug().Str("target", ps.target).Msg("no client reads the page's Network events: the relay's session does")
+	ch := make(chan struct{})
+	var once sync.Once
+	done := func() { once.Do(func() { close(ch) }) }
+	if _, err := fc.send(ps.id, "Network.enable", networkParams, func(reply) { done() }); err != nil {
+		done()
+	}
+	time.AfterFunc(eventsWait, done)
+	return ch
+}
+
+// eventsWait bounds how long a client's navigation command waits for the
+// relay's Network events to be on in its page.
+const eventsWait = time.Second
+
+// eventsOf is events for the page target, when the connection is
+// attached to it.
+func (fc *fetchConn) eventsOf(target string) <-chan struct{} {
+	fc.mu.Lock()
+	ps := fc.byTarget[target]
+	fc.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	return fc.events(ps)
 }
 
 // closeOnce closes ch unless it is closed already. Callers serialise.
@@ -281,8 +312,9 @@ func (fc *fetchConn) isClosed() bool {
 
 // cover arms target's session, attaching to the page first when the
 // connection let go of it, and returns a channel closed once it is armed
-// (or that failed, or the connection ended).
-func (fc *fetchConn) cover(target string) <-chan struct{} {
+// (or that failed, or the connection ended); with navigates, once the
+// page's Network events are read too (events).
+func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 	fc.mu.Lock()
 	ps := fc.byTarget[target]
 	attaching := fc.attaching[target]
@@ -298,8 +330,12 @@ func (fc *fetchConn) cover(target string) <-chan struct{} {
 	}
 	fc.mu.Unlock()
 	switch {
+	case ps != nil && navigates:
+		return both(fc.arm(ps), fc.events(ps))
 	case ps != nil:
 		return fc.arm(ps)
+	case attaching != nil && navigates:
+		return fc.eventsAfter(target, attaching)
 	case attaching != nil:
 		return attaching // another claim of the page is attaching to it
 	}
@@ -336,12 +372,37 @@ func (fc *fetchConn) cover(target string) <-chan struct{} {
 			// Attached twice meanwhile: one session is enough.
 			fc.send("", "Target.detachFromTarget", map[string]string{"sessionId": res.SessionID}, nil)
 		}
+		armed := fc.arm(ps)
+		if navigates {
+			armed = both(armed, fc.events(ps))
+		}
 		select {
-		case <-fc.arm(ps):
+		case <-armed:
 		case <-ctx.Done():
 		}
 	}()
 	return done
+}
+
+// eventsAfter returns a channel closed once attached is, and then the
+// Network events of target are read (events).
+func (fc *fetchConn) eventsAfter(target string, attached <-chan struct{}) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		select {
+		case <-attached:
+		case <-fc.held.Done():
+			return
+		}
+		if ev := fc.eventsOf(target); ev != nil {
+			select {
+			case <-ev:
+			case <-fc.held.Done():
+			}
+		}
+	}()
+	return ch
 }
 
 // detached forgets a page session that is gone: the requests it followed
@@ -363,6 +424,7 @@ func (fc *fetchConn) detached(session string) {
 			delete(fc.tracks, id)
 		}
 	}
+	fc.countTracksLocked()
 	fc.mu.Unlock()
 	endHops(over)
 }
@@ -377,6 +439,7 @@ func (fc *fetchConn) endAllTracks() {
 		over = tr.endLocked(over)
 		delete(fc.tracks, id)
 	}
+	fc.countTracksLocked()
 	for _, ps := range fc.sessions {
 		closeOnce(ps.armed)
 	}
@@ -470,6 +533,11 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		return
 	}
 	th, prev := fc.follow(session, ev)
+	if !exempt {
+		if ps := fc.sessionOf(session); ps != nil {
+			fc.events(ps)
+		}
+	}
 	if exempt {
 		if prev != nil {
 			prev.fl.end() // a redirect to a host that is not held: its place goes back
@@ -494,6 +562,13 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	}
 	th.booked = true
 	fc.f.holdPage(fc, session, ev, host, th)
+}
+
+// sessionOf returns the page session of id, nil when gone.
+func (fc *fetchConn) sessionOf(id string) *pageSess {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.sessions[id]
 }
 
 // following reports whether ev is a hop of a request the connection
@@ -528,6 +603,7 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 		if ev.NetworkID != "" && len(fc.tracks) < maxTracked {
 			fc.tracks[ev.NetworkID] = tr
 		}
+		fc.countTracksLocked()
 	} else if n := len(tr.hops); n > 0 {
 		prev = tr.hops[n-1]
 	}
@@ -612,6 +688,7 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		if !ev.Redirect {
 			over = tr.endLocked(over)
 			delete(fc.tracks, ev.RequestID)
+			fc.countTracksLocked()
 		}
 	}
 	fc.mu.Unlock()
@@ -629,4 +706,47 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		}
 	}
 	endHops(over)
+}
+
+// countTracksLocked publishes how many requests the connection follows,
+// for following. Callers hold fc.mu.
+func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.tracks))) }
+
+// following reports whether the pages connection follows a request now:
+// only then do the relay's clients' Network events need a look.
+func (f *fetchHold) following() bool { return f.tracked.Load() > 0 }
+
+// clientEvent reads a Network event a client's page session received, as
+// the pages connection reads those of its own sessions: of the requests it
+// follows, when each left and how it was answered. Several clients may
+// have the same event: the first one counts.
+func (f *fetchHold) clientEvent(method, params []byte, at time.Time) {
+	if fc := f.pages.Load(); fc != nil {
+		fc.network(method, params, at)
+	}
+}
+
+// clientNetworkOff is told that no client session has the Network events
+// of a page on any more: if the pages connection follows a request of the
+// page, it reads them in its own session from now on.
+func (f *fetchHold) clientNetworkOff(target string) {
+	fc := f.pages.Load()
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	ps := fc.byTarget[target]
+	following := false
+	if ps != nil {
+		for _, tr := range fc.tracks {
+			if tr.session == ps.id {
+				following = true
+				break
+			}
+		}
+	}
+	fc.mu.Unlock()
+	if following {
+		fc.events(ps)
+	}
 }

@@ -99,7 +99,7 @@ func TestScope(t *testing.T) {
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"document.querySelector('a').click()"}}`))
 	fc.next(t)
 	fc.next(t)
-	if ss := pages.session("MINE"); ss == nil || !ss.fetch || !ss.network {
+	if ss := pages.session("MINE"); ss == nil || !ss.fetch {
 		t.Fatalf("the client's command reached the browser before the relay's interception of its page was on: %+v", ss)
 	}
 
@@ -466,5 +466,59 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	f.mu.Unlock()
 	if holes != 0 {
 		t.Errorf("%d pages counted as client pages the relay could not arm, want 0", holes)
+	}
+}
+
+// TestEventsOfTheClient: the relay reads when a held request left, and
+// how it was answered, from the Network events of its client's own
+// session on the page when the client enabled them (Puppeteer, Playwright
+// and chromedp do on every page they drive), and enables them in its own
+// session only on a page where no client did, before the client's
+// navigation goes on.
+func TestEventsOfTheClient(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(10*time.Millisecond), ownPagesOnly)
+	net, pages := fb.holder(t), fb.pages(t)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	for _, page := range []string{"READS", "READSNOT"} {
+		net.send(pageCreated(page, ""))
+	}
+	fb.await(t, "the relay letting the pages go", func() bool {
+		return pages.sessionLocked("READS") == nil && pages.sessionLocked("READSNOT") == nil
+	})
+	for _, page := range []string{"READS", "READSNOT"} {
+		fc.send(attachedTo("S-"+page, page, "page"))
+		readClient(t, c)
+	}
+	// The client's own Network on READS, as the fake browser keeps it.
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-READS","method":"Network.enable"}`))
+	fc.next(t)
+	fb.mu.Lock()
+	if fc.sessions == nil {
+		fc.sessions = map[string]*fakeSess{}
+	}
+	fc.sessions["S-READS"] = &fakeSess{id: "S-READS", target: "READS", network: true}
+	fb.mu.Unlock()
+
+	for i, page := range []string{"READS", "READSNOT"} {
+		writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":"S-%s","method":"Page.navigate","params":{"url":"http://a.test/%d"}}`, i+2, page, i))
+		fc.next(t)
+		ss := pages.session(page)
+		if ss == nil || !ss.fetch {
+			t.Fatalf("%s: the client's navigation reached the browser before the relay's interception of its page was on: %+v", page, ss)
+		}
+		if want := page == "READSNOT"; ss.network != want {
+			t.Errorf("%s: the relay's session has Network on: %v, want %v", page, ss.network, want)
+		}
+		<-fb.navigateTo(t, page, fmt.Sprintf("http://a.test/%d", i))
+		waitFeedback(t, tp, i+1) // the answer came back to the limiter
+	}
+	if ss := pages.session("READS"); ss == nil || ss.network {
+		t.Errorf("READS: the relay enabled Network in its own session, where the client reads the events: %+v", ss)
+	}
+	if n := len(tp.logs.lines(`"message":"a navigation left the browser"`)); n != 2 {
+		t.Errorf("%d departures read, want 2 (one from the client's events, one from the relay's)", n)
 	}
 }

@@ -39,6 +39,7 @@ type watch struct {
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
 	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
 	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself
+	network  map[string]string      // guarded by mu; page sessions where the client enabled Network → their page
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
 	stream   *streamHold            // the in-stream strategy's state, nil until used
 	sess     *sessionHold           // the session strategy's state, nil until used
@@ -82,6 +83,7 @@ func newWatch(pr *pair, h *holder) *watch {
 		own:      make(map[int64]chan reply),
 		checks:   make(map[cmdKey]navCheck),
 		fetching: make(map[string]bool),
+		network:  make(map[string]string),
 	}
 	if id, ok := strings.CutPrefix(pr.path, "/devtools/page/"); ok {
 		w.sessions[""] = sessionInfo{target: id, typ: "page"}
@@ -185,7 +187,7 @@ func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
 			if f := w.h.fetch; way == viaFetch && f != nil {
 				// The page's interception is on before what the client
 				// does there can navigate it.
-				cover = f.cover(si.target)
+				cover = f.cover(si.target, isNavCommand(hd.Method))
 			}
 		}
 	}
@@ -194,6 +196,15 @@ func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
 		w.fetching[session] = true
 	case hd.IsMethod("Fetch.disable"):
 		delete(w.fetching, session)
+	case hd.IsMethod("Network.enable"):
+		if si, ok := w.sessions[session]; ok && si.typ == "page" {
+			if _, on := w.network[session]; !on {
+				w.network[session] = si.target
+				w.h.clientNetwork.add(si.target, 1)
+			}
+		}
+	case hd.IsMethod("Network.disable"):
+		w.networkOffLocked(session)
 	}
 	if way == viaFetch && hd.IsMethod("Page.navigate") && !w.fetching[session] && len(w.checks) < maxTracked {
 		if si, ok := w.sessions[session]; ok && si.typ == "page" {
@@ -311,12 +322,26 @@ func (w *watch) interesting(msg []byte) bool {
 	switch {
 	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
 		return true
+	case bytes.HasPrefix(msg, []byte(`{"method":"Network.`)):
+		return w.h.fetch != nil && w.h.fetch.following() && followedEvent(msg[len(`{"method":"`):])
 	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
 		return false
 	case bytes.HasPrefix(msg, []byte(`{"id":`)):
 		return len(w.creates) > 0 || len(w.checks) > 0 || len(w.own) > 0
 	}
 	return true
+}
+
+// followedEvent reports, from its first bytes, whether a Network event
+// (its method and what follows, msg past `{"method":"`) is one the Fetch
+// strategy reads of the document requests it follows.
+func followedEvent(msg []byte) bool {
+	for _, m := range [...]string{`Network.requestWillBeSentExtraInfo"`, `Network.requestWillBeSent"`, `Network.responseReceived"`, `Network.loadingFailed"`} {
+		if bytes.HasPrefix(msg, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 // wants reports, from its first bytes, whether fromBrowser needs to see
@@ -336,6 +361,10 @@ func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		return w.answered(cmdKey{session, hd.ID}, msg)
 	}
 	switch string(hd.Method) {
+	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
+		if f := w.h.fetch; f != nil {
+			f.clientEvent(hd.Method, hd.Params, time.Now())
+		}
 	case "Target.attachedToTarget":
 		if ti, ok := cdp.ReadTargetInfo(hd.Params); ok {
 			if sid, _, ok := cdp.AttachedTarget(hd.Params); ok {
@@ -358,6 +387,7 @@ func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			}
 			delete(w.sessions, sid)
 			delete(w.fetching, sid)
+			w.networkOffLocked(sid)
 			w.mu.Unlock()
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
@@ -400,6 +430,27 @@ func (w *watch) detachAllLocked() {
 		w.h.attachedClients.add(si.target, -1)
 	}
 	clear(w.sessions)
+	for session := range w.network {
+		w.networkOffLocked(session)
+	}
+}
+
+// networkOffLocked notes that the client's Network events of a page
+// session stopped (Network.disable, the session or the connection gone):
+// when it was the last client session to have them on the page, the
+// relay reads the page's requests it follows in its own session from now
+// on (fetchHold.clientNetworkOff). Callers hold mu.
+func (w *watch) networkOffLocked(session string) {
+	target, on := w.network[session]
+	if !on {
+		return
+	}
+	delete(w.network, session)
+	if w.h.clientNetwork.add(target, -1) == 0 {
+		if f := w.h.fetch; f != nil {
+			go f.clientNetworkOff(target)
+		}
+	}
 }
 
 // answered follows the answer to a command; it reports true for the
@@ -447,7 +498,7 @@ func (w *watch) coveredThen(target string, done func()) {
 		done()
 		return
 	}
-	cover := f.cover(target)
+	cover := f.cover(target, false)
 	if cover == nil {
 		done()
 		return
@@ -470,7 +521,7 @@ func (w *watch) coveredThen(target string, done func()) {
 // never pauses would leave every navigation unheld.
 func (w *watch) checkFetch(c navCheck, msg []byte) {
 	f := w.h.fetch
-	if f == nil || w.h.via() != viaFetch {
+	if f == nil || w.h.via() != viaFetch || partOff("fetch") {
 		return
 	}
 	result, e, _ := cdp.ReadReply(msg)
