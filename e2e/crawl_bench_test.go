@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,7 +36,10 @@ import (
 //   - any other name: hold with the flags CRAWL_FLAGS_<NAME> adds (for
 //     instance CRAWL_FLAGS_FETCH="--intercept fetch").
 //
-// CRAWL_ENV_<NAME> adds to the relay's environment.
+// CRAWL_ENV_<NAME> adds to the relay's environment, CRAWL_BIN runs a
+// build of the relay of one's own instead of the tree's, and CRAWL_BIN_<NAME>
+// runs another build of the relay (to compare one commit with another in
+// the same rounds).
 //
 // Each run reports the crawl's wall time, the CPU that Chromium (all its
 // processes) and the proxy (floor or relay) used, each ÷ the floor's of
@@ -44,7 +48,10 @@ func BenchmarkCrawl(b *testing.B) {
 	names := strings.Split(envOr("CRAWL_RUNS", "floor,off,hold"), ",")
 	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
 	clients, loads := envOr("CRAWL_CLIENTS", "100"), envOr("CRAWL_LOADS", "5")
-	bin := buildBinary(b)
+	bin := os.Getenv("CRAWL_BIN")
+	if bin == "" {
+		bin = buildBinary(b)
+	}
 	s := startSiteProcess(b, "-")
 	page := s.url(siteIP, "/four?x=1")
 	for range b.N {
@@ -53,7 +60,7 @@ func BenchmarkCrawl(b *testing.B) {
 			for k := range names {
 				name := names[(r+k)%len(names)]
 				cr := crawlOnce(b, bin, name, page, clients, loads)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d\n", r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld)
+				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n", r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType))
 				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s",
 					r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
 				got[name] = append(got[name], cr)
@@ -86,6 +93,7 @@ func BenchmarkCrawl(b *testing.B) {
 type crawlRun struct {
 	wall, chromium, proxy time.Duration
 	ok, failed, unheld    int
+	byType                map[string]time.Duration // Chromium's CPU by process type, sampled
 }
 
 func mapRuns(runs []crawlRun, f func(crawlRun) float64) []float64 {
@@ -128,7 +136,11 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 		}
 	default:
 		port := freePort(b)
-		args := []string{bin, "--listen", "127.0.0.1:" + port, "--upstream", "http://" + endpoint, "--log-level", "warn", "--log-format", "json"}
+		exe := bin
+		if b := os.Getenv("CRAWL_BIN_" + strings.ToUpper(name)); b != "" {
+			exe = b
+		}
+		args := []string{exe, "--listen", "127.0.0.1:" + port, "--upstream", "http://" + endpoint, "--log-level", "warn", "--log-format", "json"}
 		if name == "off" {
 			args = append(args, "--http-nav-delay", "0")
 		} else {
@@ -148,6 +160,7 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 		chrome.stop()
 		b.Fatalf("%s: %v", name, err)
 	}
+	sampler := chrome.sampleByType()
 	out := runNode(b, 20*time.Minute, "bench-crawl.mjs", "CDP_URL="+url, "SITE_URL="+page, "CLIENTS="+clients, "LOADS="+loads)
 	var res struct {
 		MS     float64
@@ -161,13 +174,17 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 	cr := crawlRun{wall: time.Duration(res.MS * float64(time.Millisecond)), ok: res.OK, failed: res.Failed}
 	if name != "floor" {
 		if m, err := httpGet(url + "/metrics"); err == nil {
-			cr.unheld = int(metricValue(string(m), "cdp_throttle_unheld_navigations_total"))
+			cr.unheld = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="unheld"`))
 		}
 	}
+	cr.byType = sampler()
 	cr.proxy = proxy.stop()
 	cr.chromium = chrome.stop()
+	if os.Getenv("CRAWL_SHOW_PROXY") != "" {
+		fmt.Fprintf(os.Stderr, "%s said:\n%s\n", name, lastLines(proxy.stderr.String(), 60))
+	}
 	if res.Failed > 0 {
-		b.Errorf("%s: %d loads failed: %v", name, res.Failed, res.Errors)
+		b.Errorf("%s: %d loads failed: %v\n%s said:\n%s", name, res.Failed, res.Errors, proxy.name, lastLines(proxy.stderr.String(), 30))
 	}
 	if cr.unheld > 0 {
 		b.Errorf("%s: %d navigations unheld", name, cr.unheld)
@@ -175,7 +192,15 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 	return cr
 }
 
-// metricValue sums the samples of a metric in a Prometheus text page.
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// metricValue sums the samples of a metric in a Prometheus text page
+// whose line starts with name (a metric's name, or its name and the start
+// of its labels).
 func metricValue(page, name string) float64 {
 	sum := 0.0
 	for _, line := range strings.Split(page, "\n") {
@@ -183,7 +208,7 @@ func metricValue(page, name string) float64 {
 			continue
 		}
 		rest := strings.TrimPrefix(line, name)
-		if rest != "" && rest[0] != ' ' && rest[0] != '{' {
+		if !strings.Contains(name, "{") && rest != "" && rest[0] != ' ' && rest[0] != '{' {
 			continue
 		}
 		f := strings.Fields(rest)
@@ -412,4 +437,79 @@ func fourSubresources(s *site) {
 		w.Header().Set("Content-Type", "text/css")
 		fmt.Fprint(w, "h1 { color: #333; }")
 	})
+}
+
+// sampleByType samples, twice a second, the CPU time of each process in
+// the measured process's group, and returns a function that stops and
+// returns the last sample of each, summed by process type (Chromium's
+// --type=, "browser" without one). A process's time after its last
+// sample is not counted.
+func (m *measured) sampleByType() func() map[string]time.Duration {
+	if m.group == "" {
+		return func() map[string]time.Duration { return nil }
+	}
+	stop := make(chan struct{})
+	done := make(chan map[string]time.Duration)
+	go func() {
+		last := map[int]time.Duration{}
+		kind := map[int]string{}
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			procs, _ := os.ReadFile(filepath.Join(m.group, "cgroup.procs"))
+			for _, f := range strings.Fields(string(procs)) {
+				pid, _ := strconv.Atoi(f)
+				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				if err != nil {
+					continue
+				}
+				// utime and stime are fields 14 and 15, after the ")" of the name.
+				rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+				fs := strings.Fields(rest)
+				if len(fs) < 13 {
+					continue
+				}
+				ut, _ := strconv.ParseInt(fs[11], 10, 64)
+				st, _ := strconv.ParseInt(fs[12], 10, 64)
+				last[pid] = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+				if _, ok := kind[pid]; !ok {
+					cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+					k := "browser"
+					for _, a := range strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " ")) {
+						if t, ok := strings.CutPrefix(a, "--type="); ok {
+							k = t
+						}
+						if t, ok := strings.CutPrefix(a, "--utility-sub-type="); ok {
+							k = "utility:" + t[strings.LastIndexByte(t, '.')+1:]
+						}
+					}
+					kind[pid] = k
+				}
+			}
+			select {
+			case <-stop:
+				out := map[string]time.Duration{}
+				for pid, d := range last {
+					out[kind[pid]] += d
+				}
+				done <- out
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() map[string]time.Duration { close(stop); return <-done }
+}
+
+func byTypeString(m map[string]time.Duration) string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s %.1f", k, m[k].Seconds()))
+	}
+	return strings.Join(out, ", ")
 }
