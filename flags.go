@@ -238,6 +238,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
 		&cli.IntFlag{Name: "browsers", Category: catRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: env("BROWSERS")},
 		durationFlag(catRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
+		&cli.BoolFlag{Name: "hold-backup", Category: catRelay, Usage: "on Chromium, keep a browser-level interception behind the relay's own, so that losing the relay's page connection hands held navigations over instead of letting them go (counted unheld); costs every request of the browser an interception, about 5% of its CPU in a crawl", EnvVars: env("HOLD_BACKUP")},
 		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: env("INTERCEPT")},
 		durationFlag(catRelay, "orphan-timeout", relay.DefaultOrphanTimeout.String(), "close the pages and browser contexts a client created once it has been gone this long, unless another client took them over; 0 keeps them", env("ORPHAN_TIMEOUT")...),
 		&cli.BoolFlag{Name: "allow-browser-close", Category: catRelay, Usage: "let a client's Browser.close (and Browser.crash) end the browser for every client; unset, it closes only that client's pages and contexts", EnvVars: env("ALLOW_BROWSER_CLOSE")},
@@ -309,6 +310,7 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if cfg.storeOpts.Fallback, err = store.ParseFallback(c.String("store-fallback")); err != nil {
 		return cfg, usageError{err}
 	}
+	cfg.proxy.HoldBackup = c.Bool("hold-backup")
 	if cfg.proxy.Intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
 		return cfg, usagef("--intercept %q: want auto, fetch, session or navigate", c.String("intercept"))
 	}

@@ -44,6 +44,13 @@ const (
 	// its release (a client's own interception that sits on it) is not
 	// waited for.
 	DefaultWait = 2 * time.Second
+	// MinSpacing is the spacing up to which a bucket's departures are not
+	// followed: what a site sees cannot come closer than the spacing by
+	// more than the network's own few milliseconds however they leave,
+	// and following them would make each release wait for the one before
+	// it to leave (a round trip to the browser), which at such spacings is
+	// all the crawl's pace (BENCHMARKS.md, row n).
+	MinSpacing = 5 * time.Millisecond
 	// lagWindow is how many recent departures the browser's usual lag is
 	// the least of.
 	lagWindow = 64

@@ -473,7 +473,7 @@ func (w *holdWait) book() bool {
 	r, d, retry := h.book(w.ctx, w.host, w.rawURL, w.log)
 	if !retry {
 		w.start = time.Now().Add(max(d, 0))
-		if w.depart && r.Tracked && !partOff("pace") {
+		if w.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
 			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
 		}
 		if w.booked != nil {

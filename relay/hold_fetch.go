@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -421,9 +420,6 @@ var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", Resource
 // patternsLocked returns net's patterns: every document, the URLs held, or
 // none (nil: Fetch off) while no client has a page. Callers hold mu.
 func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
-	if partOff("net") {
-		return nil, false
-	}
 	if f.wideLocked() {
 		return documentPattern, true
 	}
@@ -444,6 +440,9 @@ func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 // clients: they have a page, or had one within netLinger, after which it
 // looks again. Callers hold mu.
 func (f *fetchHold) clientsLocked() bool {
+	if !f.h.p.HoldBackup {
+		return false
+	}
 	now := time.Now()
 	if f.h.claims.any() {
 		f.clientsAt = now
@@ -578,7 +577,7 @@ func (f *fetchHold) netOnLocked() bool {
 // channel closed once it is on, or net is down (pages holds alone then),
 // within coverWait. Nil means it is on already.
 func (f *fetchHold) netCovering() <-chan struct{} {
-	if partOff("net") {
+	if !f.h.p.HoldBackup {
 		return nil
 	}
 	f.mu.Lock()
@@ -913,9 +912,6 @@ func (f *fetchHold) stopAll() {
 
 // addURLLocked adds a held URL to net's patterns. Callers hold mu.
 func (f *fetchHold) addURLLocked(rawURL string) {
-	if partOff("net") {
-		return
-	}
 	f.urls[urlPattern(rawURL)]++
 }
 
@@ -953,6 +949,9 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 		// hands it to net. (One that goes at once is let go before an
 		// update could reach the browser: pages lost while it is being
 		// booked lets it out, counted unheld.)
+		if !f.h.p.HoldBackup {
+			return // net is off: losing pages lets it go (counted)
+		}
 		f.mu.Lock()
 		if f.held[key] == hn && !hn.named {
 			hn.named = true
@@ -1337,17 +1336,6 @@ func isRedirect(status int) bool {
 	switch status {
 	case 301, 302, 303, 307, 308:
 		return true
-	}
-	return false
-}
-
-// partOff reports whether a part of holding is switched off for a
-// measurement (CDP_THROTTLE_PARTS_OFF=network,net,fetch).
-func partOff(part string) bool {
-	for _, p := range strings.Split(os.Getenv("CDP_THROTTLE_PARTS_OFF"), ",") {
-		if p == part {
-			return true
-		}
 	}
 	return false
 }

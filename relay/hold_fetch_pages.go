@@ -243,7 +243,11 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 			fc.f.uncovered(1)
 		}
 	}
-	if _, err := fc.send(ps.id, "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}, done); err != nil {
+	patterns := documentPattern
+	if partOff("pauses") {
+		patterns = noMatch
+	}
+	if _, err := fc.send(ps.id, "Fetch.enable", &fetch.EnableParams{Patterns: patterns}, done); err != nil {
 		done(reply{})
 	}
 	return ps.armed

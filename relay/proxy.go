@@ -157,6 +157,18 @@ type Proxy struct {
 	Limiter Limiter
 	// Intercept chooses how navigations are caught.
 	Intercept Intercept
+	// HoldBackup keeps, in Fetch mode, the relay's browser-level
+	// interception on while its clients have pages, naming each navigation
+	// the relay holds, so that losing the relay's pages connection hands
+	// what it held to the browser-level one instead of letting it go.
+	// Chromium then passes every request of the browser through that
+	// interceptor too (BENCHMARKS.md: about 5% of its CPU in a crawl of
+	// 100 pages, and a few ms a navigation of other clients). Unset, the
+	// browser-level interception is on only while it must pause every
+	// document (a client creating a page with a URL, the pages connection
+	// reconnecting), and a held navigation the browser lets go with a lost
+	// pages connection is counted unheld.
+	HoldBackup bool
 	// Log receives the relay's logs. Nil logs nothing.
 	Log *zerolog.Logger
 	// MaxMessageSize is the largest message read from either side; a bigger

@@ -101,15 +101,22 @@ func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) 
 }
 
 // relayTo starts a relay for fb with limiter cfg; opts adjust the Proxy
-// before it starts.
+// before it starts. Its Fetch holding has the browser-level backup on
+// (HoldBackup), which most tests of the Fetch strategy play against;
+// noBackup turns it off, as it is by default.
 func relayTo(t *testing.T, fb *fakeBrowser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
 	p, lim, logs := newProxy(fb, cfg)
+	p.HoldBackup = true
 	for _, o := range opts {
 		o(p)
 	}
 	return startProxy(t, p, lim, logs)
 }
+
+// noBackup runs the relay's Fetch holding without the browser-level
+// backup, as the relay runs by default.
+func noBackup(p *Proxy) { p.HoldBackup = false }
 
 // dial connects a client to the relay's path; it is closed when the test ends.
 func (tp *testProxy) dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {

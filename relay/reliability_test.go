@@ -120,7 +120,7 @@ func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(
 	logs := &syncBuffer{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
-	p := &Proxy{Upstream: upstream, Limiter: withPolicy(lim, cfg), Log: &log, StartTimeout: 5 * time.Second}
+	p := &Proxy{Upstream: upstream, Limiter: withPolicy(lim, cfg), Log: &log, StartTimeout: 5 * time.Second, HoldBackup: true}
 	for _, o := range opts {
 		o(p)
 	}

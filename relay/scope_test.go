@@ -522,3 +522,62 @@ func TestEventsOfTheClient(t *testing.T) {
 		t.Errorf("%d departures read, want 2 (one from the client's events, one from the relay's)", n)
 	}
 }
+
+// TestNoBackup: without HoldBackup (the relay's default), the relay's
+// browser-level Fetch stays off while its clients have pages and their
+// navigations are held, so no request of the browser passes it; it goes on
+// only to pause every document while a client creates a page with a URL,
+// whose first request no session can hold. A held navigation the browser
+// lets go when the pages connection is lost is counted unheld and logged.
+func TestNoBackup(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, noBackup)
+	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
+	net, pages := fb.holder(t), fb.pages(t)
+	netOn := func() bool {
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		return net.fetchOn
+	}
+	fb.await(t, "net's Fetch off", func() bool { return !net.fetchOn })
+
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	fc.send(attachedTo("S-MINE", "MINE", "page"))
+	readClient(t, c)
+	net.send(pageCreated("MINE", ""))
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`))
+	fc.next(t)
+	fb.armed(t, pages, "MINE")
+	mine := fb.navigateTo(t, "MINE", "http://b.test/")
+	time.Sleep(100 * time.Millisecond) // held, waiting for its slot
+	if netOn() {
+		t.Errorf("net's Fetch is on while a client's navigation is held (patterns %q), want off", net.patterns)
+	}
+	select {
+	case <-mine:
+		t.Fatal("the held navigation went before its slot")
+	default:
+	}
+
+	// The client creates a page with a URL: net pauses every document
+	// until the new page is armed.
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Target.createTarget","params":{"url":"http://c.test/"}}`))
+	fc.next(t)
+	fb.mu.Lock()
+	wide := net.fetchOn && slices.Contains(net.patterns, "*")
+	fb.mu.Unlock()
+	if !wide {
+		t.Errorf("the client's Target.createTarget with a URL reached the browser before net paused every document (on %v, patterns %q)", netOn(), net.patterns)
+	}
+
+	// The pages connection is lost: the browser lets the held navigation go.
+	pages.drop()
+	select {
+	case <-mine:
+	case <-time.After(waitFor):
+		t.Fatal("the held navigation was not let go when the pages connection was lost")
+	}
+	eventually(t, "the navigation counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
+}

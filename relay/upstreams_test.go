@@ -121,6 +121,7 @@ func TestMetricsAndHosts(t *testing.T) {
 	fb := newFakeBrowser(t, fakeConfig{})
 	p, lim, logs := newProxy(fb, limiter.Config{})
 	p.Metrics = NewMetrics(lim) // as the relay command does: the hosts tracked are the limiter's
+	p.HoldBackup = true         // the recording is of the backup net connection
 	tp := startProxy(t, p, lim, logs)
 	hc := fb.holder(t)
 	replayChromium(t, fb, hc)

@@ -521,7 +521,7 @@ func (w *watch) coveredThen(target string, done func()) {
 // never pauses would leave every navigation unheld.
 func (w *watch) checkFetch(c navCheck, msg []byte) {
 	f := w.h.fetch
-	if f == nil || w.h.via() != viaFetch || partOff("fetch") {
+	if f == nil || w.h.via() != viaFetch || partOff("pauses") {
 		return
 	}
 	result, e, _ := cdp.ReadReply(msg)
