@@ -317,9 +317,9 @@ func (c *cutter) browserConns() int {
 const orphanWait = 3 * time.Second
 
 // TestConnectionCutMidCrawl cuts the relay's own browser connections in the
-// middle of a crawl (fixed 200 ms, burst 1), each right after a navigation
-// was sent, while it is held: first one connection, later the other. After
-// the first ten, no two navigations reach the host closer than the rule
+// middle of a crawl (fixed 200 ms, burst 1, --hold-backup), each right
+// after a navigation was sent, while it is held: first one connection,
+// later the other. After the first ten, no two navigations reach the host closer than the rule
 // allows (less what Chromium's own lag takes off a gap), and nothing goes
 // unheld. With both cut at once the browser lets go what they held, which
 // nothing can stop: the relay counts what it can tell went out.
@@ -328,7 +328,10 @@ func TestConnectionCutMidCrawl(t *testing.T) {
 	for _, both := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one at a time", true: "both at once"}[both], func(t *testing.T) {
 			fw := newCutter(t, browser.http)
-			r := startRelayTo(t, fw.url(), fixed(spacing, 1))
+			// With the browser-level backup (--hold-backup), which hands
+			// over what a lost pages connection held; without it, the
+			// browser lets that go, counted (relay's TestNoBackup).
+			r := startRelayTo(t, fw.url(), fixed(spacing, 1), func(p *relay.Proxy) { p.HoldBackup = true })
 			// The relay's two own connections first, then the client's.
 			deadline := time.Now().Add(30 * time.Second)
 			for fw.browserConns() < 2 && time.Now().Before(deadline) {

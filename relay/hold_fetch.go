@@ -830,19 +830,18 @@ func (fc *fetchConn) endReleased() {
 		fls = append(fls, hp.fl)
 	}
 	fc.mu.Unlock()
-	fc.f.endUnheld(fc, fls)
+	fc.f.endUnheld(fls)
 }
 
-// endUnheld ends the navigations of fls that fc does not hold: fc is
-// gone, and with it what it was to read of them. Those it held go on to
-// the relay's other connection.
-func (f *fetchHold) endUnheld(fc *fetchConn, fls []*flight) {
+// endUnheld ends the navigations of fls that are not held: their
+// connection is gone, and with it what it was to read of them. Those it
+// held go on to the relay's other connection, and so do those the browser
+// handed over before the relay saw it go (held by the other one already).
+func (f *fetchHold) endUnheld(fls []*flight) {
 	f.mu.Lock()
 	held := make(map[*flight]bool)
 	for _, hn := range f.held {
-		if hn.by == fc {
-			held[hn.fl] = true
-		}
+		held[hn.fl] = true
 	}
 	f.mu.Unlock()
 	for _, fl := range fls {

@@ -453,7 +453,7 @@ func (fc *fetchConn) endAllTracks() {
 		th.nav.End()
 		fls = append(fls, th.fl)
 	}
-	fc.f.endUnheld(fc, fls)
+	fc.f.endUnheld(fls)
 }
 
 // endLocked marks every hop of tr ended and adds those it ended to over.
