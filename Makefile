@@ -17,7 +17,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e fuzz fmt vet clean
+.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e bench-crawl fuzz fmt vet clean
 
 all: build
 
@@ -98,6 +98,13 @@ bench: redis
 # Against real Chromium: the puppeteer loop, throughput, timing accuracy.
 bench-e2e: deps
 	cd e2e && $(GO) test -tags e2e -run XXX -bench . -benchtime 1x -timeout 60m .
+
+# What holding costs the browser in a crawl of 100 pages at once: the floor,
+# the relay holding nothing and holding everything, in interleaved rounds
+# (BENCHMARKS.md). CRAWL_RUNS, CRAWL_ROUNDS, CRAWL_CLIENTS, CRAWL_FLAGS_<NAME>
+# as e2e/crawl_bench_test.go says; about 5 minutes a round.
+bench-crawl: deps
+	cd e2e && $(GO) test -tags e2e -run XXX -bench 'BenchmarkCrawl$$' -benchtime 1x -timeout 120m .
 
 # Longer fuzzing than the seed runs in `make test`: FUZZTIME per target.
 FUZZTIME ?= 2m

@@ -562,8 +562,11 @@ func TestChaos(t *testing.T) {
 		if g := end[i].goroutines; g > base[i].goroutines*1.05 || g < base[i].goroutines*0.95 {
 			t.Errorf("relay %d: %.0f goroutines after the run, %.0f before: want within 5%%", r.index, g, base[i].goroutines)
 		}
-		if f := end[i].fds; f > base[i].fds*1.05 || f < base[i].fds*0.95 {
-			t.Errorf("relay %d: %.0f open files after the run, %.0f before: want within 5%%", r.index, f, base[i].fds)
+		// Within 5%, or two (a connection to Redis or the browser that a
+		// failover or a reconnect replaced may not be closed yet): a leak
+		// per client of the run's 40 shows either way.
+		if f, within := end[i].fds, max(base[i].fds*0.05, 2); f > base[i].fds+within || f < base[i].fds-within {
+			t.Errorf("relay %d: %.0f open files after the run, %.0f before: want within 5%% or 2", r.index, f, base[i].fds)
 		}
 		if end[i].rss > base[i].rss*1.10 {
 			t.Errorf("relay %d: RSS grew from %.1f to %.1f MiB: want less than 10%%", r.index, base[i].rss/(1<<20), end[i].rss/(1<<20))

@@ -704,6 +704,10 @@ func both(a, b <-chan struct{}) <-chan struct{} {
 	return ch
 }
 
+// creatingLinger is how long net stays wide after a client's page created
+// with a URL was created: its first request is paused by then.
+const creatingLinger = time.Second
+
 // creatingWithURL notes a client creating a page with a URL: its first
 // request leaves before any session can attach to it, so net pauses every
 // document until done is called. It returns a channel closed once net
@@ -715,11 +719,16 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 	f.updateNet()
 	var once sync.Once
 	done = func() {
+		// The page's first request may reach net after the answer that
+		// ends the creation, and narrowing net may turn its Fetch off,
+		// which lets what it paused go: net stays wide a moment longer.
 		once.Do(func() {
-			f.mu.Lock()
-			f.creating--
-			f.mu.Unlock()
-			f.updateNet()
+			time.AfterFunc(creatingLinger, func() {
+				f.mu.Lock()
+				f.creating--
+				f.mu.Unlock()
+				f.updateNet()
+			})
 		})
 	}
 	// Without net, navigations wait for a connection anyway (armed).
