@@ -218,6 +218,9 @@ func pairs(a, b []float64) string {
 
 func median(v []float64) float64 {
 	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

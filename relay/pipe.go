@@ -93,14 +93,14 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	}
 	// Dial first: a browser that refuses is answered with its own status,
 	// before the client's connection is upgraded.
-	bc, resp, err := p.dialer.DialContext(r.Context(), target, nil)
+	bc, resp, err := p.clientDialer.DialContext(r.Context(), target, nil)
 	if err != nil && (resp == nil || resp.StatusCode == http.StatusNotFound) {
 		// The browser may have restarted under a new endpoint (on the same
 		// port, Chromium answers the old one 404): look again.
 		up.forget(target)
 		if fresh, ferr := up.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
 			target = fresh
-			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
+			bc, resp, err = p.clientDialer.DialContext(r.Context(), target, nil)
 		}
 	}
 	if isBrowserFull(resp) && p.gate.BrowserCapacity(place.Browser) > 0 {
@@ -108,7 +108,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		// close of the connection that left it.
 		for deadline := time.Now().Add(browserFullRetry); isBrowserFull(resp) && time.Now().Before(deadline) && r.Context().Err() == nil; {
 			time.Sleep(50 * time.Millisecond)
-			bc, resp, err = p.dialer.DialContext(r.Context(), target, nil)
+			bc, resp, err = p.clientDialer.DialContext(r.Context(), target, nil)
 		}
 	}
 	if err != nil {

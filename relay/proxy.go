@@ -234,16 +234,17 @@ type Proxy struct {
 
 	capper Capper // set once by Start: the Limiter, when it caps navigations in flight
 
-	log      zerolog.Logger // set once by Start
-	ups      []*upstream    // set once by Start
-	dialer   *websocket.Dialer
-	upgrader *websocket.Upgrader
-	warned   warnOnce
-	pace     pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
-	gate     *admission.Gate    // set once by Start: places in the browsers for clients
-	stop     context.CancelFunc // set once by Start; ends the background goroutines
-	done     sync.WaitGroup     // background goroutines
-	limiting sync.WaitGroup     // bookings and answers on their way to the limiter
+	log          zerolog.Logger    // set once by Start
+	ups          []*upstream       // set once by Start
+	dialer       *websocket.Dialer // the relay's own connections to the browsers
+	clientDialer *websocket.Dialer // a client's connection to its browser
+	upgrader     *websocket.Upgrader
+	warned       warnOnce
+	pace         pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
+	gate         *admission.Gate    // set once by Start: places in the browsers for clients
+	stop         context.CancelFunc // set once by Start; ends the background goroutines
+	done         sync.WaitGroup     // background goroutines
+	limiting     sync.WaitGroup     // bookings and answers on their way to the limiter
 
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
@@ -253,6 +254,10 @@ type Proxy struct {
 	targets map[string]*upstream // guarded by mu; which browser a target is in, with several
 	closed  bool                 // guarded by mu
 }
+
+// clientHandshake bounds how long a client's connection waits for the
+// browser's websocket handshake.
+const clientHandshake = time.Minute
 
 // pushed counts and logs a late departure that moved bucket's schedule.
 func (p *Proxy) pushed(bucket string, by time.Duration) {
@@ -310,6 +315,13 @@ func (p *Proxy) Start(ctx context.Context) error {
 		ReadBufferSize:   4 << 10,
 		WriteBufferSize:  8 << 10,
 	}
+	// A client's connection waits for the browser as long as the client
+	// does (its request's context), up to clientHandshake: a browser busy
+	// with a hundred pages answers an upgrade in seconds, and a client
+	// connected to it directly would have waited.
+	cd := *p.dialer
+	cd.HandshakeTimeout = clientHandshake
+	p.clientDialer = &cd
 	p.upgrader = &websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		WriteBufferSize:  8 << 10,
