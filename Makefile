@@ -97,7 +97,7 @@ bench: redis
 
 # Against real Chromium: the puppeteer loop, throughput, timing accuracy.
 bench-e2e: deps
-	cd e2e && $(GO) test -tags e2e -run XXX -bench . -benchtime 1x -timeout 60m .
+	cd e2e && $(GO) test -tags e2e -run XXX -bench . -benchtime 1x -timeout 120m .
 
 # What holding costs the browser in a crawl of 100 pages at once: the floor,
 # the relay holding nothing and holding everything, in interleaved rounds
