@@ -10,18 +10,23 @@ import (
 // RANDOMIZE_DOWNLOAD_DELAY and Colly's RandomDelay do, so that a site does
 // not see a perfectly regular beat. The schedule itself (tat) is booked as
 // without jitter, so the mean rate is the rule's; only where each held
-// navigation starts moves:
+// navigation starts moves, to a point uniform over where it may go:
 //
-//	slot  = grid + u × F × spacing                      u uniform in [−1, 1)
-//	slot ≥ max(now, last + max((1 − F) × spacing, floor))
-//	slot ≤ last + (1 + F) × spacing                      (unless the bound above is later)
+//	from max(now, grid − F × spacing, last + max((1 − F) × spacing, floor))
+//	to   min(grid + F × spacing, last + (1 + F) × spacing)
 //
 // grid is the start the rule gives (max(now, tat − tau)), last the start
-// of the host's booking before, as jitter moved it. The two bounds keep
-// every gap within (1 ± F) × spacing, and with them the slot's distance
-// from the grid within F × spacing, so the span of n navigations differs
-// from the rule's by at most 2F spacings however long the crawl. A
-// Crawl-delay (floor) stays a floor. Only navigations the schedule holds
+// of the host's booking before, as jitter moved it. The slot is then
+// within F × spacing of the grid, so the span of n navigations differs
+// from the rule's by at most 2F spacings however long the crawl, and
+// every gap within (1 ± F) × spacing: at F = 0.5 and 200 ms, gaps of 100
+// to 300 ms with a standard deviation of about 53 ms, none at either end
+// more often than elsewhere. (Drawing around the grid and clamping to the
+// gap bounds instead spreads them more, 66 ms, but puts one gap in nine at
+// exactly 100 ms and one in nine at exactly 300 ms: a beat of its own.)
+// When the two ranges do not meet (the navigation before was pushed late,
+// a Retry-After, a Crawl-delay), the slot is the earliest the gap allows.
+// A Crawl-delay (floor) stays a floor. Only navigations the schedule holds
 // (grid later than now) move: an idle host's burst, or a navigation asked
 // for after its slot, goes when asked, as without jitter.
 
@@ -44,13 +49,15 @@ func (c Config) jitter() float64 {
 // microseconds.
 func jittered(grid, now, last, spacing, floor int64, f, u float64) int64 {
 	d := int64(f * float64(spacing)) // the most a slot moves
-	slot := max(grid+int64(u*float64(d)), now)
-	if last == noLast {
-		return slot
+	lo, hi := max(now, grid-d), grid+d
+	if last != noLast {
+		lo = max(lo, last+max(spacing-d, floor))
+		hi = min(hi, last+spacing+d)
 	}
-	lo := max(now, last+max(spacing-d, floor))
-	hi := max(lo, last+spacing+d)
-	return min(max(slot, lo), hi)
+	if lo >= hi {
+		return lo
+	}
+	return lo + int64((u+1)/2*float64(hi-lo))
 }
 
 // Rand is the randomness jitter is drawn from. It is safe for concurrent

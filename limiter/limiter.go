@@ -113,7 +113,7 @@ type Config struct {
 	// failure pressure. The zero Statuses is 429 and 503.
 	Overload Statuses
 	// Jitter, F in [0, 1), moves each slot the limiter holds a navigation
-	// for by a random amount in [−F, +F] × its spacing, never closer to the
+	// for by a random amount within ±F × its spacing, never closer to the
 	// navigation before than (1 − F) × spacing nor further than
 	// (1 + F) × spacing (jitter.go). The host's schedule itself (tat) is not
 	// moved, so the mean rate is the same. Zero, the default, moves

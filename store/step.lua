@@ -92,17 +92,17 @@ local function save()
 end
 
 -- jittered is limiter/jitter.go's jittered: the start of a held
--- navigation whose unjittered start is grid, spaced by s. Go converts
--- u × d to an integer toward zero; so does this.
+-- navigation whose unjittered start is grid, spaced by s, uniform over
+-- where it may go.
 local function jittered(grid, s)
   local d = math.floor(jitter * s)
-  local x = u * d
-  if x < 0 then x = math.ceil(x) else x = math.floor(x) end
-  local slot = math.max(grid + x, now)
-  if not last then return slot end
-  local lo = math.max(now, last + math.max(s - d, floor))
-  local hi = math.max(lo, last + s + d)
-  return math.min(math.max(slot, lo), hi)
+  local lo, hi = math.max(now, grid - d), grid + d
+  if last then
+    lo = math.max(lo, last + math.max(s - d, floor))
+    hi = math.min(hi, last + s + d)
+  end
+  if lo >= hi then return lo end
+  return lo + math.floor((u + 1) / 2 * (hi - lo))
 end
 
 local function flag()
