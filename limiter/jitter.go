@@ -61,7 +61,8 @@ func jittered(grid, now, last, spacing, floor int64, f, u float64) int64 {
 }
 
 // Rand is the randomness jitter is drawn from. It is safe for concurrent
-// use; a nil *Rand draws from math/rand/v2's global source.
+// use; a nil *Rand, or the zero Rand, draws from math/rand/v2's global
+// source.
 type Rand struct {
 	mu sync.Mutex
 	r  *rand.Rand // guarded by mu
@@ -80,6 +81,9 @@ func (r *Rand) Uniform() float64 {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.r == nil {
+		return 2*rand.Float64() - 1
+	}
 	return 2*r.r.Float64() - 1
 }
 
