@@ -343,11 +343,12 @@ func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503 (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, jitter:F (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
 		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
 		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},
 		&cli.StringFlag{Name: "http-nav-concurrency", Category: catPerSite, Value: "0", Usage: "at most `N` navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0: no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
+		&cli.StringFlag{Name: "jitter", Category: catPerSite, Value: "0", Usage: "move each held navigation's slot by a random amount up to `F` × its spacing either way (0.5: gaps of 0.5 to 1.5 spacings), the mean rate unchanged; F from 0 (none) up to 1, 1 excluded", EnvVars: env("JITTER")},
 	}
 }
 
@@ -361,7 +362,7 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), ExemptHosts: c.StringSlice("exempt-host"),
 		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
 		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
-		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff")})
+		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff"), Jitter: c.String("jitter")})
 	if err != nil {
 		return cfg, usageError{err}
 	}
@@ -407,7 +408,7 @@ func isTerminal(w io.Writer) bool {
 const simulateUsage = "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--csv]\n" +
 	"                      [--http-nav-delay D] [--http-nav-burst N] [--rule PATTERN=SETTING]... [--rules FILE]\n" +
 	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]\n" +
-	"                      [--pages P] [--http-nav-concurrency N]"
+	"                      [--pages P] [--http-nav-concurrency N] [--jitter F] [--seed N]"
 
 const simulateDescription = `Replays the limiter's rule on a simulated clock: navigations back to back to
 one host (or to each --host in turn), each --load after the one before may go,
@@ -433,12 +434,13 @@ func simulateFlags() []cli.Flag {
 		durationFlag(catReplay, "idle", "8s", "time without navigations between phases"),
 		&cli.StringSliceFlag{Name: "host", Category: catReplay, DefaultText: "example.com", Usage: "a `HOST` navigated to, in turn when repeated"},
 		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
+		&cli.Uint64Flag{Name: "seed", Category: catReplay, Value: 1, Usage: "seed `N` of the --jitter's randomness: the same seed replays the same slots"},
 		durationFlag(catPerSite, "crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
 	}
 }
 
 func runSimulate(c *cli.Context, stdout io.Writer) error {
-	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Pages: c.Int("pages"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv")}
+	o := simulate.Options{Navigations: c.Int("navigations"), Phases: c.Int("phases"), Pages: c.Int("pages"), Hosts: c.StringSlice("host"), CSV: c.Bool("csv"), Seed: c.Uint64("seed")}
 	var err error
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err

@@ -333,10 +333,34 @@ func TestPolitenessFlags(t *testing.T) {
 		{"--overload-status", "soon"},
 		{"--latency-backoff", "0.5"},
 		{"--rule", "a.test=concurrency:many"},
+		{"--jitter", "1"},
+		{"--jitter", "-0.5"},
+		{"--rule", "a.test=jitter:1.5"},
 	} {
 		if _, err := relayConfigOf(t, bad...); err == nil || !strings.HasPrefix(err.Error(), bad[0]) {
 			t.Errorf("%q: got %v, want an error naming %s", bad, err, bad[0])
 		}
+	}
+}
+
+// TestJitterFlag: --jitter, from the flag or the environment, reaches the
+// limiter's setting and the rules that start from it; a rule's jitter:F
+// is its own; the default is none.
+func TestJitterFlag(t *testing.T) {
+	cfg, err := relayConfigOf(t)
+	if err != nil || cfg.policy.Default.Jitter != 0 {
+		t.Fatalf("default: got jitter %v, %v; want 0", cfg.policy.Default.Jitter, err)
+	}
+	cfg, err = relayConfigOf(t, "--jitter", "0.5", "--http-nav-delay", "200ms", "--rule", "a.test=fixed:1s", "--rule", "b.test=jitter:0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.policy; p.Default.Jitter != 0.5 || p.Rules[0].Setting.Jitter != 0.5 || p.Rules[1].Setting.Jitter != 0.2 {
+		t.Errorf("flags: got jitter %v, rules %v and %v; want 0.5, 0.5, 0.2", p.Default.Jitter, p.Rules[0].Setting.Jitter, p.Rules[1].Setting.Jitter)
+	}
+	t.Setenv("CDP_THROTTLE_JITTER", "0.25")
+	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.Jitter != 0.25 {
+		t.Errorf("environment: got jitter %v, %v; want 0.25", cfg.policy.Default.Jitter, err)
 	}
 }
 

@@ -269,3 +269,45 @@ func TestSimulateConcurrency(t *testing.T) {
 		t.Errorf("--pages -1: got %v", err)
 	}
 }
+
+// TestSimulateJitter replays --jitter: at 200 ms, burst 1, jitter 0.5,
+// every held gap is 100 to 300 ms and they spread, the span stays the
+// schedule's (19.8 s for 100 navigations, within 2 × 0.5 spacings), the
+// adaptive run keeps its 36.06 s within as much, a seed replays the same
+// slots, and --jitter 0 prints exactly what no --jitter prints.
+func TestSimulateJitter(t *testing.T) {
+	args := []string{"simulate", "--http-nav-delay", "200ms", "--http-nav-burst", "1", "--navigations", "100", "--jitter", "0.5"}
+	out, _, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{
+		"jitter 0.5 (seed 1): the 99 held navigations came 104.0 to 294.4ms after the one before, mean 199.7ms, stdev 53.4ms\n",
+		"fixed200      1   100     19.77    5.0    192.3    289.2    294.4\n",
+	} {
+		if !strings.Contains(out, c) {
+			t.Errorf("output lacks %q:\n%s", c, out)
+		}
+	}
+	golden(t, "jitter.txt", out)
+	if again, _, _ := runCLI(t, args...); again != out {
+		t.Errorf("the same seed replays other slots:\n%s\nthen\n%s", out, again)
+	}
+	if other, _, _ := runCLI(t, append(args, "--seed", "2")...); other == out {
+		t.Errorf("--seed 2 replays the slots of seed 1")
+	}
+	adaptive, _, err := runCLI(t, "simulate", "--jitter", "0.5")
+	if err != nil || !strings.Contains(adaptive, "adaptive      1   400     36.01") {
+		t.Errorf("adaptive with jitter 0.5: got %v, want a span of 36.01 s (36.06 s without, within 2 × 0.5 × 100ms)\n%s", err, adaptive)
+	}
+	for _, a := range [][]string{nil, {"--http-nav-delay", "100"}, {"--http-nav-burst", "1", "--load", "0"}} {
+		without, _, _ := runCLI(t, append([]string{"simulate"}, a...)...)
+		zero, _, _ := runCLI(t, append([]string{"simulate", "--jitter", "0"}, a...)...)
+		if zero != without {
+			t.Errorf("%q: --jitter 0 prints\n%s\nwithout --jitter\n%s", a, zero, without)
+		}
+	}
+	if _, _, err := runCLI(t, "simulate", "--jitter", "1"); err == nil || !strings.Contains(err.Error(), `--jitter "1": want a fraction F`) {
+		t.Errorf("--jitter 1: got %v, want a usage error", err)
+	}
+}

@@ -112,6 +112,14 @@ type Config struct {
 	// whose Retry-After is honoured (--overload-status); other 5xx add the
 	// failure pressure. The zero Statuses is 429 and 503.
 	Overload Statuses
+	// Jitter, F in [0, 1), moves each slot the limiter holds a navigation
+	// for by a random amount within ±F × its spacing, never closer to the
+	// navigation before than (1 − F) × spacing nor further than
+	// (1 + F) × spacing (jitter.go). The host's schedule itself (tat) is not
+	// moved, so the mean rate is the same. Zero, the default, moves
+	// nothing: the schedule is exactly the rule's. Values outside [0, 1)
+	// act as 0; callers check them (policy does).
+	Jitter float64
 }
 
 // setting is a Config normalised for booking: the mode it really has, and
@@ -121,10 +129,12 @@ type setting struct {
 	base  int64 // spacing unit: AdaptiveInterval, or Interval when fixed
 	tau   int64 // burst allowance: (burst-1) × base, 0 with a floor
 	floor int64
+	// jitter is Config.Jitter when it is in (0, 1), else 0.
+	jitter float64
 }
 
 func (c Config) setting() setting {
-	s := setting{mode: c.Mode, base: int64(AdaptiveInterval)}
+	s := setting{mode: c.Mode, base: int64(AdaptiveInterval), jitter: c.jitter()}
 	if s.mode == Fixed {
 		if c.Interval > 0 {
 			s.base = int64(c.Interval)
@@ -142,11 +152,12 @@ func (c Config) setting() setting {
 
 // Params returns what c books with, as the limiter reads it: the mode it
 // really has (Off for Fixed without an Interval), the base interval, the
-// burst allowance tau ((burst−1) × base, 0 with a floor) and the floor. A
-// shared store applies the same rule with them.
-func (c Config) Params() (mode Mode, base, tau, floor time.Duration) {
+// burst allowance tau ((burst−1) × base, 0 with a floor), the floor and
+// the jitter (0 unless in (0, 1)). A shared store applies the same rule
+// with them.
+func (c Config) Params() (mode Mode, base, tau, floor time.Duration, jitter float64) {
 	s := c.setting()
-	return s.mode, time.Duration(s.base), time.Duration(s.tau), time.Duration(s.floor)
+	return s.mode, time.Duration(s.base), time.Duration(s.tau), time.Duration(s.floor), s.jitter
 }
 
 // burst is Burst as the rule reads it.
@@ -268,6 +279,7 @@ type Limiter struct {
 	cfg   Config    // def as given, for the overload statuses
 	epoch time.Time // origin of the int64 nanosecond clock kept per host
 	seed  maphash.Seed
+	rand  *Rand    // the jitter's randomness; set once before use (SetRand), nil for math/rand/v2's
 	_     [64]byte // keep the read-mostly fields above off the first shard's lines
 	shard [shardCount]shard
 }
@@ -277,6 +289,7 @@ type host struct {
 	tat      int64   // when the host's booked slots run out
 	clock    int64   // up to when elapsed time has been credited against pressure
 	set      setting // of the host's last booking, for Busiest
+	last     int64   // start of the host's last booking, as jitter moved it; noLast when none
 	pressure int32
 	gone     bool // the record was forgotten by its shard: look the host up again
 }
@@ -327,12 +340,16 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	if set.mode == Off {
 		return Reservation{Start: now, Mode: Off}
 	}
+	var u float64
+	if set.jitter > 0 {
+		u = l.rand.Uniform() // one draw per booking, as the Redis store draws
+	}
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
 	rec := s.lock(hostname, t)
 	if rec == nil { // s.mu is held
 		spacing := set.spacing(0)
-		h := host{tat: t + int64(spacing), clock: t, set: set}
+		h := host{tat: t + int64(spacing), clock: t, set: set, last: t}
 		if set.mode == Adaptive {
 			h.pressure = 1
 		}
@@ -350,6 +367,13 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	if set.mode == Adaptive {
 		h.pressure = min(h.pressure+1, maxPressure)
 	}
+	if set.jitter > 0 && start > t {
+		// A slot the schedule holds the navigation for moves; tat stays
+		// on the grid. The navigations after it are spaced from where it
+		// really starts, so one that leaves late moves them (no slack).
+		start, slack = jittered(start, t, h.last, int64(spacing), set.floor, set.jitter, u), 0
+	}
+	h.last = start
 	pressure := int(h.pressure)
 	rec.mu.Unlock()
 	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Slack: time.Duration(slack), Headroom: time.Duration(headroom),
@@ -391,7 +415,7 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
 	rec := s.lock(hostname, t)
-	h := host{tat: t, clock: t, set: set}
+	h := host{tat: t, clock: t, set: set, last: noLast}
 	if rec != nil {
 		h = rec.host
 		h.drain(t)
@@ -401,6 +425,11 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 		// The wait is measured from the answer and the burst allowance must
 		// not shorten it: the next start, max(now, tat-tau), lands at t+wait.
 		h.tat = max(h.tat, t+int64(wait)+set.tau)
+		if set.jitter > 0 {
+			// Nor may jitter: spaced from the end of the wait, the next
+			// slot comes at least (1 − F) × spacing after it.
+			h.last = max(h.last, t+int64(wait))
+		}
 	}
 	if rec != nil {
 		rec.host = h
@@ -428,6 +457,9 @@ func (l *Limiter) Push(hostname string, by time.Duration, now time.Time) {
 		return
 	}
 	rec.host.tat += int64(by)
+	if rec.host.last != noLast {
+		rec.host.last += int64(by) // the navigation that left late: the next ones are spaced from it
+	}
 	rec.mu.Unlock()
 }
 

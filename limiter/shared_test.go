@@ -28,3 +28,4 @@ func TestSeedGolden(t *testing.T)             { limitertest.Golden(t, newSubject
 func TestSettings(t *testing.T)               { limitertest.Settings(t, newSubject) }
 func TestPush(t *testing.T)                   { limitertest.Push(t, newSubject) }
 func TestSlackAndHeadroom(t *testing.T)       { limitertest.SlackAndHeadroom(t, newSubject) }
+func TestJitter(t *testing.T)                 { limitertest.Jitter(t, newSubject) }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ type Flags struct {
 	ConcurrencyBound string // --http-nav-concurrency-bound
 	Overload         string // --overload-status
 	LatencyBackoff   string // --latency-backoff: 0 or unset, off
+	Jitter           string // --jitter: 0 or unset, none
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -36,6 +38,11 @@ func FromFlags(f Flags) (Config, error) {
 	var err error
 	if c.Default, err = ParseLimiter(f.Delay, f.Burst); err != nil {
 		return c, err
+	}
+	if v := strings.TrimSpace(f.Jitter); v != "" {
+		if c.Default.Jitter, err = ParseJitter(v); err != nil {
+			return c, fmt.Errorf("--jitter %q: %w", f.Jitter, err)
+		}
 	}
 	if v := strings.TrimSpace(f.Overload); v != "" {
 		if c.Default.Overload, err = ParseStatuses(v); err != nil {
@@ -114,6 +121,17 @@ func FromFlags(f Flags) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// ParseJitter reads a jitter, as --jitter and a rule's jitter: take it: a
+// fraction F from 0 up to, not including, 1, by which each held slot may
+// move either way, in spacings (limiter.Config.Jitter).
+func ParseJitter(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !isPlainNumber(strings.TrimSpace(s)) || f < 0 || f >= 1 {
+		return 0, errors.New("want a fraction F from 0 up to 1, 1 excluded, such as 0.5 (each slot moves by up to half its spacing either way; 0: none)")
+	}
+	return f, nil
 }
 
 // ParseLimiter reads --http-nav-delay and --http-nav-burst. delay unset

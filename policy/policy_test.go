@@ -404,6 +404,11 @@ func TestFromFlagsNewErrors(t *testing.T) {
 		{Flags{LatencyBackoff: "1"}, `--latency-backoff "1": want a factor over 1`},
 		{Flags{LatencyBackoff: "x"}, `--latency-backoff "x": want a factor over 1`},
 		{Flags{Rules: []string{"a.test=concurrency:x"}}, `--rule "a.test=concurrency:x": "concurrency:x": want concurrency:N`},
+		{Flags{Jitter: "1"}, `--jitter "1": want a fraction F from 0 up to 1, 1 excluded, such as 0.5`},
+		{Flags{Jitter: "-0.5"}, `--jitter "-0.5": want a fraction F`},
+		{Flags{Jitter: "half"}, `--jitter "half": want a fraction F`},
+		{Flags{Jitter: "1e-1"}, `--jitter "1e-1": want a fraction F`},
+		{Flags{Jitter: "0.5", Rules: []string{"a.test=jitter:2"}}, `--rule "a.test=jitter:2": "jitter:2": want a fraction F`},
 	}
 	for _, tt := range tests {
 		_, err := FromFlags(tt.f)
@@ -411,8 +416,8 @@ func TestFromFlagsNewErrors(t *testing.T) {
 			t.Errorf("%+v: got %v, want %s…", tt.f, err, tt.want)
 		}
 	}
-	c := mustConfig(t, Flags{Concurrency: "3", ConcurrencyBound: "10s", Overload: "403+429", LatencyBackoff: "2.5"})
-	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 {
+	c := mustConfig(t, Flags{Concurrency: "3", ConcurrencyBound: "10s", Overload: "403+429", LatencyBackoff: "2.5", Jitter: " 0.5 "})
+	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 || c.Default.Jitter != 0.5 {
 		t.Errorf("got %+v", c)
 	}
 }
@@ -425,4 +430,46 @@ func pressureOf(l *limiter.Limiter, host string, now time.Time) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestJitterByRule: --jitter and a rule's jitter:F reach the limiter with
+// each booking, in adaptive and fixed mode alike: their held slots move,
+// within (1 ± F) × spacing of the one before, while a host whose setting
+// has no jitter keeps the rule's exact schedule.
+func TestJitterByRule(t *testing.T) {
+	cfg := mustConfig(t, Flags{Jitter: "0.5", Burst: "1",
+		Rules: []string{"fixed.test=fixed:200ms", "exact.test=fixed:200ms,jitter:0", "quarter.test=jitter:0.25"}})
+	l := limiter.New(cfg.Default)
+	l.SetRand(limiter.NewRand(1))
+	p := New(cfg, l)
+	tests := []struct {
+		host    string
+		jitter  float64
+		spreads bool
+	}{
+		{"fixed.test", 0.5, true},    // the flag's jitter, the rule's spacing
+		{"exact.test", 0, false},     // jitter:0 lifts it
+		{"quarter.test", 0.25, true}, // adaptive, the rule's jitter
+		{"adaptive.test", 0.5, true}, // no rule: the flags, adaptive
+	}
+	for _, tt := range tests {
+		t.Run(tt.host, func(t *testing.T) {
+			url := "http://" + tt.host + "/"
+			prev := p.Reserve(context.Background(), tt.host, url, at(0))
+			moved := false
+			for i := 1; i < 300; i++ {
+				r := p.Reserve(context.Background(), tt.host, url, at(i))
+				gap, s := r.Start.Sub(prev.Start), r.Spacing
+				lo, hi := time.Duration((1-tt.jitter)*float64(s)), time.Duration((1+tt.jitter)*float64(s))
+				if gap < lo || gap > hi {
+					t.Fatalf("navigation %d: %v after the one before, spacing %v: want %v to %v", i+1, gap, s, lo, hi)
+				}
+				moved = moved || gap != prev.Spacing
+				prev = r
+			}
+			if moved != tt.spreads {
+				t.Errorf("some gap differs from the spacing: got %v, want %v", moved, tt.spreads)
+			}
+		})
+	}
 }

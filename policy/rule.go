@@ -44,8 +44,9 @@ type Rule struct {
 const maxRules = 10_000
 
 // ParseRule reads one rule, PATTERN=SETTING, where SETTING is adaptive,
-// fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N
-// and overload:STATUSES (429+503, or none), each after a comma or a space;
+// fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N,
+// overload:STATUSES (429+503, or none) and jitter:F (0 to 1, 1 excluded),
+// each after a comma or a space;
 // a setting of only those keeps the mode of def. def is the setting of the
 // global flags and concurrency their --http-nav-concurrency, which a rule
 // starts from.
@@ -117,7 +118,7 @@ func match(pattern, host string) bool {
 	return ok
 }
 
-const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N or overload:STATUSES"
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES or jitter:F"
 
 // MaxConcurrency bounds --http-nav-concurrency and concurrency:N.
 const MaxConcurrency = 10_000
@@ -138,7 +139,7 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("empty setting: " + settingWanted)
 	}
 	st.set.Floor = 0
-	mode, burst, overload := false, false, false
+	mode, burst, overload, jitter := false, false, false, false
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
 		switch {
@@ -161,6 +162,16 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 				return st, fmt.Errorf("%q: one concurrency:N only", f)
 			}
 			st.concurrency, st.ownConcurrency = n, true
+			continue
+		case name == "jitter" && hasArg:
+			x, err := ParseJitter(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v", f, err)
+			}
+			if jitter {
+				return st, fmt.Errorf("%q: one jitter:F only", f)
+			}
+			st.set.Jitter, jitter = x, true
 			continue
 		case name == "overload" && hasArg:
 			codes, err := ParseStatuses(arg)
@@ -195,6 +206,8 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 	switch {
 	case st.set.Mode == limiter.Off && burst:
 		return st, errors.New("burst:N means nothing for hosts that are never spaced")
+	case st.set.Mode == limiter.Off && jitter:
+		return st, errors.New("jitter:F means nothing for hosts that are never spaced")
 	case st.set.Mode != limiter.Adaptive && overload:
 		return st, errors.New("overload:STATUSES means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
 	case st.exempt && st.ownConcurrency && st.concurrency > 0:

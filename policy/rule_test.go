@@ -97,6 +97,19 @@ func TestParseRule(t *testing.T) {
 		{in: "a.test=concurrency:two", err: "concurrency:N with N a whole number from 0"},
 		{in: "a.test=concurrency:1,concurrency:2", err: "one concurrency:N only"},
 		{in: "a.test=exempt,concurrency:2", err: "never held"},
+		{in: "a.test=jitter:0.5", pattern: "a.test", want: limiter.Config{Jitter: 0.5}},
+		{in: "a.test=fixed:200ms,burst:1,jitter:0.25", pattern: "a.test", want: limiter.Config{Mode: limiter.Fixed, Interval: 200 * time.Millisecond, Burst: 1, Jitter: 0.25}},
+		{in: "a.test=adaptive jitter:0.9", pattern: "a.test", want: limiter.Config{Jitter: 0.9}},
+		{in: "a.test=jitter:0", pattern: "a.test", want: adaptive},
+		{in: "a.test=jitter:1", err: `"jitter:1": want a fraction F from 0 up to 1, 1 excluded`},
+		{in: "a.test=jitter:1.5", err: "want a fraction F"},
+		{in: "a.test=jitter:-0.1", err: "want a fraction F"},
+		{in: "a.test=jitter:50%", err: "want a fraction F"},
+		{in: "a.test=jitter:NaN", err: "want a fraction F"},
+		{in: "a.test=jitter:", err: "want a fraction F"},
+		{in: "a.test=jitter:0.1,jitter:0.2", err: "one jitter:F only"},
+		{in: "a.test=off,jitter:0.5", err: "jitter:F means nothing"},
+		{in: "a.test=exempt jitter:0.5", err: "jitter:F means nothing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -183,6 +196,16 @@ func TestRuleStartsFromFlags(t *testing.T) {
 	r, err = ParseRule("a.test=adaptive", def, 0)
 	if err != nil || r.Setting != (limiter.Config{Burst: 2}) {
 		t.Errorf("adaptive: got %+v, %v; want adaptive with the flags' burst", r.Setting, err)
+	}
+	// A rule keeps the flag's --jitter unless it says jitter:F itself.
+	def.Jitter = 0.5
+	r, err = ParseRule("a.test=fixed:300ms", def, 0)
+	if err != nil || r.Setting.Jitter != 0.5 {
+		t.Errorf("jitter from the flag: got %+v, %v; want jitter 0.5", r.Setting, err)
+	}
+	r, err = ParseRule("a.test=jitter:0", def, 0)
+	if err != nil || r.Setting != (limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 2}) {
+		t.Errorf("jitter:0: got %+v, %v; want the flags' setting without jitter", r.Setting, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ type Options struct {
 	// navigation Load after its last one started (when it is answered).
 	// Zero means 1.
 	Pages int
+	// Seed seeds the jitter (policy's --jitter, jitter:F), so that a replay
+	// is the same each time it runs.
+	Seed uint64
 }
 
 // Check reports what is wrong with o, naming the flag that sets it.
@@ -98,7 +102,9 @@ type Nav struct {
 // order they started.
 func Replay(o Options) []Nav {
 	o.Policy.Robots = nil // never fetched on a simulated clock
-	pol := policy.New(o.Policy, limiter.New(o.Policy.Default))
+	l := limiter.New(o.Policy.Default)
+	l.SetRand(limiter.NewRand(o.Seed))
+	pol := policy.New(o.Policy, l)
 	hosts := o.hosts()
 	origin := time.Now()
 	pages := make([]time.Duration, max(o.Pages, 1)) // when each page asks for its next navigation
@@ -187,12 +193,41 @@ func Run(o Options, stdout io.Writer) error {
 			fmt.Fprintf(w, "%d navigations per phase to %s, each requested %v after the previous one started; %s\n\n",
 				o.Navigations, to, o.Load, burst)
 		}
-		report.Write(w, report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases(navs, o.Phases), Booked: booked(navs)})
+		run := report.Run{Mode: set.Name(), Quantum: set.Quantum(), Phases: phases(navs, o.Phases), Booked: booked(navs)}
+		if set.Jitter > 0 {
+			// Jittered gaps read in whole steps say little: say how they spread.
+			writeJitter(w, navs, set.Jitter, o.Seed)
+			report.WriteArrivals(w, run)
+		} else {
+			report.Write(w, run)
+		}
 		if limit > 0 || o.Pages > 1 {
 			writeInFlight(w, navs, o.Load, limit)
 		}
 	}
 	return w.Flush()
+}
+
+// writeJitter says how the gaps before the navigations phase 1 held
+// spread under a jitter f.
+func writeJitter(w io.Writer, navs []Nav, f float64, seed uint64) {
+	var gaps []float64
+	for k := 1; k < len(navs) && navs[k].Phase == 1; k++ {
+		if navs[k].Wait > navs[k].PlaceWait {
+			gaps = append(gaps, limiter.Millis(navs[k].Start-navs[k-1].Start))
+		}
+	}
+	if len(gaps) == 0 {
+		fmt.Fprintf(w, "jitter %g: no navigation was held, so none moved\n\n", f)
+		return
+	}
+	var sum, sq float64
+	for _, g := range gaps {
+		sum, sq = sum+g, sq+g*g
+	}
+	mean := sum / float64(len(gaps))
+	fmt.Fprintf(w, "jitter %g (seed %d): the %d held navigations came %.1f to %.1fms after the one before, mean %.1fms, stdev %.1fms\n\n",
+		f, seed, len(gaps), slices.Min(gaps), slices.Max(gaps), mean, math.Sqrt(max(0, sq/float64(len(gaps))-mean*mean)))
 }
 
 // writeInFlight says how many navigations of one bucket were in flight at

@@ -5,9 +5,10 @@
 -- Times are whole microseconds. Lua numbers are doubles, which hold every
 -- integer below 2^53 exactly: microseconds since 1970 need 2^51 today.
 --
--- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, and the
---          setting of its last booking: m = '1' adaptive or '0' fixed,
---          b = base, u = tau, f = floor.
+-- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, s = the
+--          start of its last booking as jitter moved it (absent: none),
+--          and the setting of its last booking: m = '1' adaptive or '0'
+--          fixed, b = base, u = tau, f = floor.
 -- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
 --          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
@@ -18,7 +19,9 @@
 -- ARGV[7]  now, or '' to read the server's clock. Only tests pass it, to
 --          replay the rule on a simulated clock.
 -- ARGV[8]  floor: the least spacing (a robots.txt Crawl-delay), 0 for none.
--- ARGV[2..4] and [8] are the setting of this booking: it travels with the
+-- ARGV[9]  jitter F in [0, 1), 0 or absent for none (limiter/jitter.go).
+-- ARGV[10] reserve with jitter: u, uniform in [−1, 1), drawn by the caller.
+-- ARGV[2..4], [8] and [9] are the setting of this booking: it travels with the
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
 -- reads the setting of the host's last booking.
@@ -37,14 +40,15 @@ local MARGIN_MS = {{MARGIN_MS}}        -- kept past the moment the host is idle
 local key, op = KEYS[1], ARGV[1]
 local adaptive = ARGV[2] == '1'
 local base, tau, floor = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[8]) or 0
+local jitter, u = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]) or 0
 local now = tonumber(ARGV[7])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f')
-local tat, p, clock = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's')
+local tat, p, clock, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[8])
 local known = tat ~= nil and p ~= nil and clock ~= nil
 
 -- spacing is how far a booking at pressure q pushes the schedule.
@@ -81,9 +85,24 @@ local function save()
   if adaptive then m = '1' end
   redis.call('HSET', key, 't', string.format('%d', tat), 'p', string.format('%d', p), 'c', string.format('%d', clock),
     'm', m, 'b', string.format('%d', base), 'u', string.format('%d', tau), 'f', string.format('%d', floor))
+  if last then redis.call('HSET', key, 's', string.format('%d', last)) end
   local idle = math.max(tat, clock + p * COOLDOWN) - now
   local ttl = math.max(math.ceil(idle / 1000), 1) + MARGIN_MS
   redis.call('PEXPIRE', key, string.format('%d', ttl))
+end
+
+-- jittered is limiter/jitter.go's jittered: the start of a held
+-- navigation whose unjittered start is grid, spaced by s, uniform over
+-- where it may go.
+local function jittered(grid, s)
+  local d = math.floor(jitter * s)
+  local lo, hi = math.max(now, grid - d), grid + d
+  if last then
+    lo = math.max(lo, last + math.max(s - d, floor))
+    hi = math.min(hi, last + s + d)
+  end
+  if lo >= hi then return lo end
+  return lo + math.floor((u + 1) / 2 * (hi - lo))
 end
 
 local function flag()
@@ -96,7 +115,7 @@ if op == 'r' then
   if not known then
     start, s = now, spacing(0)
     slack, headroom = 0, tau
-    tat, clock = now + s, now
+    tat, clock, last = now + s, now, now
     if adaptive then p = 1 else p = 0 end
   else
     drain()
@@ -105,6 +124,11 @@ if op == 'r' then
     slack, headroom = math.max(0, tat - start), start - (tat - tau)
     tat = math.max(tat, start) + s
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
+    if jitter > 0 and start > now then
+      -- A held slot moves; tat stays on the grid (limiter.Limiter's reserve).
+      start, slack = jittered(start, s), 0
+    end
+    last = start
   end
   save()
   return {start, s, p, now, flag(), floor, slack, headroom}
@@ -123,6 +147,8 @@ if op == 'o' then
     -- The wait counts from the answer and the burst must not shorten it:
     -- the next start, max(now, tat - tau), lands at now + wait.
     tat = math.max(tat, now + wait + tau)
+    -- Nor may jitter: the next slot is spaced from the end of the wait.
+    if jitter > 0 then last = math.max(last or now + wait, now + wait) end
   end
   save()
   return {0, 0, p, now, flag(), floor, 0, 0}
@@ -135,6 +161,7 @@ if op == 'l' then
   if known then
     tat = tat + tonumber(ARGV[5])
     redis.call('HSET', key, 't', string.format('%d', tat))
+    if last then redis.call('HSET', key, 's', string.format('%d', last + tonumber(ARGV[5]))) end
     local idle = math.max(tat, clock + p * COOLDOWN) - now
     redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
   end

@@ -144,6 +144,9 @@ type Redis struct {
 	// clock, when set, is the now the in-flight script uses instead of
 	// Redis's clock. Set by tests only.
 	clock func() time.Time
+	// rand is the jitter's randomness, drawn here and passed to the
+	// script; set once before use (SetRand), nil for math/rand/v2's.
+	rand *limiter.Rand
 
 	owner     string        // names this store's leases: random, per process
 	lease     time.Duration // Options.Lease
@@ -273,6 +276,14 @@ func (s *Redis) Interval() time.Duration { return s.local.Interval() }
 // Burst reports how many navigations an idle host absorbs at once.
 func (s *Redis) Burst() int { return s.burst }
 
+// SetRand makes the store, and its local fallback, draw jitter from r
+// (limiter.NewRand) instead of math/rand/v2's global source. Call it
+// before the store books anything.
+func (s *Redis) SetRand(r *limiter.Rand) {
+	s.rand = r
+	s.local.SetRand(r)
+}
+
 // Fallbacks reports how many Reserve and Observe calls were answered
 // without Redis, by the local limiter or with a hold.
 func (s *Redis) Fallbacks() uint64 { return s.fallbacks.Load() }
@@ -305,6 +316,9 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 	}
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
 		sent := time.Now()
+		if set.jitter != "0" {
+			set.u = strconv.FormatFloat(s.rand.Uniform(), 'g', -1, 64) // one draw per booking, as limiter.Limiter draws
+		}
 		v, err := s.run(host, now, "r", set, 0, -1)
 		if err == nil {
 			s.answered(o)
@@ -341,11 +355,14 @@ type setting struct {
 	mode              limiter.Mode
 	adaptive          string // "1" adaptive, "0" fixed
 	base, tau, floorU int64
+	jitter            string // F, "0" for none
+	u                 string // a reserve's draw for the jitter, "0" unless drawn
 }
 
 func settingOf(cfg limiter.Config) setting {
-	mode, base, tau, floor := cfg.Params()
-	s := setting{mode: mode, adaptive: "0", base: max(base.Microseconds(), 1), floorU: floor.Microseconds()}
+	mode, base, tau, floor, jitter := cfg.Params()
+	s := setting{mode: mode, adaptive: "0", base: max(base.Microseconds(), 1), floorU: floor.Microseconds(),
+		jitter: strconv.FormatFloat(jitter, 'g', -1, 64), u: "0"}
 	if mode == limiter.Adaptive {
 		s.adaptive = "1"
 	}
@@ -456,7 +473,7 @@ func (s *Redis) run(host string, now time.Time, op string, set setting, add int,
 	if s.callerClock {
 		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
 	}
-	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, add, wait, nowArg, set.floorU).Int64Slice()
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, add, wait, nowArg, set.floorU, set.jitter, set.u).Int64Slice()
 	if err == nil && len(v) != stepValues {
 		err = fmt.Errorf("script returned %d values, want %d", len(v), stepValues)
 	}

@@ -11,6 +11,7 @@ package limitertest
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -180,6 +181,7 @@ func Run(t *testing.T, newL New) {
 		{"Settings", Settings},
 		{"Push", Push},
 		{"SlackAndHeadroom", SlackAndHeadroom},
+		{"Jitter", Jitter},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
@@ -651,4 +653,162 @@ func SlackAndHeadroom(t *testing.T, newL New) {
 				i, s.at, r.Start.Sub(T0), r.Slack, r.Headroom, s.start, s.headroom)
 		}
 	}
+}
+
+// Randomised is what an implementation that jitters its slots adds to
+// Limiter: a seeded source, so that its jitter is the same each run.
+type Randomised interface {
+	SetRand(r *limiter.Rand)
+}
+
+// JitterCases are the settings Jitter checks, each with navigations asked
+// for every 5 ms from T0, so that every one after the first is held.
+var JitterCases = []struct {
+	Name string
+	limiter.Config
+	// MinStdev is the least standard deviation of the gaps, as a fraction
+	// of F × spacing (0: not checked): jitter must spread them, and put
+	// no more of them at either bound than elsewhere.
+	MinStdev float64
+}{
+	{"fixed 200ms F 0.5", limiter.Config{Mode: limiter.Fixed, Interval: 200 * time.Millisecond, Burst: 1, Jitter: 0.5}, 0.4},
+	{"fixed 200ms F 0.25", limiter.Config{Mode: limiter.Fixed, Interval: 200 * time.Millisecond, Burst: 1, Jitter: 0.25}, 0.4},
+	{"fixed 100ms F 0.9 burst 10", limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Jitter: 0.9}, 0.4},
+	{"adaptive F 0.5", limiter.Config{Jitter: 0.5}, 0.4},
+	{"adaptive burst 1 F 0.5", limiter.Config{Burst: 1, Jitter: 0.5}, 0.4},
+	// A Crawl-delay that sets the spacing stays a floor: jitter can only
+	// lengthen a gap then, and settles late.
+	{"Crawl-delay 300ms over fixed 200ms F 0.5", limiter.Config{Mode: limiter.Fixed, Interval: 200 * time.Millisecond, Floor: 300 * time.Millisecond, Jitter: 0.5}, 0},
+}
+
+// Jitter checks Config.Jitter with seeded randomness: every held slot is
+// within ±F × spacing of the slot the rule gives without jitter, never
+// closer to the one before than (1 − F) × spacing (nor than a Crawl-delay)
+// nor further than (1 + F) × spacing, the span of 1000 navigations is the
+// rule's within 2F spacings (the mean rate unchanged), the gaps spread,
+// and a jitter of 0, or one out of [0, 1), books exactly the rule's
+// schedule. The slots are limiter.Limiter's with the same seed, within
+// 0.1 ms: an implementation in microseconds rounds each slot down, and a
+// slot spaced from the one before carries its rounding on (a few µs over
+// 1000 navigations). A Retry-After and a push are never shortened by jitter.
+func Jitter(t *testing.T, newL New) {
+	const n = 1000
+	us := time.Microsecond // an implementation in microseconds rounds each slot down by less than this
+	seeded := func(t *testing.T, cfg limiter.Config, seed uint64) Limiter {
+		t.Helper()
+		l := newL(t, cfg).Limiter
+		r, ok := l.(Randomised)
+		if !ok {
+			t.Fatalf("%T does not implement Randomised", l)
+		}
+		r.SetRand(limiter.NewRand(seed))
+		return l
+	}
+	book := func(l Limiter) []limiter.Reservation {
+		out := make([]limiter.Reservation, n)
+		for i := range out {
+			out[i] = l.Reserve("example.com", T0.Add(time.Duration(i)*5*time.Millisecond))
+		}
+		return out
+	}
+	for _, tt := range JitterCases {
+		t.Run(tt.Name, func(t *testing.T) {
+			f := tt.Jitter
+			grid := tt.Config
+			grid.Jitter = 0
+			want := book(newL(t, grid).Limiter)
+			got := book(seeded(t, tt.Config, 1))
+			ref := limiter.New(tt.Config)
+			ref.SetRand(limiter.NewRand(1))
+			same := book(ref)
+			var sum, sq float64
+			var most time.Duration
+			held, atBound := 0, 0
+			for i := 1; i < n; i++ {
+				s, g := got[i].Spacing, got[i].Start
+				most = max(most, s)
+				if s != want[i].Spacing {
+					t.Fatalf("navigation %d: spacing %v, want %v as without jitter", i+1, s, want[i].Spacing)
+				}
+				if d := g.Sub(same[i].Start); d.Abs() > 100*us {
+					t.Fatalf("navigation %d: start %v, want %v as limiter.Limiter books it with the same seed", i+1, g.Sub(T0), same[i].Start.Sub(T0))
+				}
+				if !want[i].Start.After(T0.Add(time.Duration(i) * 5 * time.Millisecond)) {
+					if g != want[i].Start {
+						t.Fatalf("navigation %d, not held: start %v, want %v as without jitter", i+1, g.Sub(T0), want[i].Start.Sub(T0))
+					}
+					continue // the burst: it goes when asked
+				}
+				held++
+				if d := g.Sub(want[i].Start); d.Abs() > time.Duration(f*float64(s))+us {
+					t.Fatalf("navigation %d: %v from its unjittered slot, want at most %v", i+1, d, time.Duration(f*float64(s)))
+				}
+				gap := g.Sub(got[i-1].Start)
+				if lo := max(time.Duration((1-f)*float64(s)), tt.Floor); gap < lo-us {
+					t.Fatalf("navigation %d: %v after the one before, want at least %v", i+1, gap, lo)
+				}
+				if hi := time.Duration((1 + f) * float64(s)); gap > hi+us {
+					t.Fatalf("navigation %d: %v after the one before, want at most %v", i+1, gap, hi)
+				}
+				if lo, hi := time.Duration((1-f)*float64(s)), time.Duration((1+f)*float64(s)); gap-lo < s/200 || hi-gap < s/200 {
+					atBound++
+				}
+				ms := limiter.Millis(gap)
+				sum, sq = sum+ms, sq+ms*ms
+			}
+			span, span0 := got[n-1].Start.Sub(got[0].Start), want[n-1].Start.Sub(want[0].Start)
+			if d := span - span0; d.Abs() > time.Duration(2*f*float64(most))+us {
+				t.Errorf("span of %d navigations: %v, want the rule's %v within %v", n, span, span0, time.Duration(2*f*float64(most)))
+			}
+			mean := sum / float64(held)
+			stdev := math.Sqrt(max(0, sq/float64(held)-mean*mean))
+			if min := tt.MinStdev * f * limiter.Millis(want[n-1].Spacing); stdev < min {
+				t.Errorf("stdev of the gaps: %.1fms, want at least %.1fms", stdev, min)
+			}
+			// Within 0.5% of a spacing of either bound, uniform gaps
+			// would put about 0.5% / F of them: a few times that is a beat.
+			if tt.MinStdev > 0 && float64(atBound) > 3*0.005/f*float64(held) {
+				t.Errorf("%d of %d gaps within 0.5%% of a spacing of (1 ± F) × spacing, want at most %.0f", atBound, held, 3*0.005/f*float64(held))
+			}
+			t.Logf("%d held: gaps mean %.1fms stdev %.1fms, %d at a bound; span %v, %v without jitter", held, mean, stdev, atBound, span, span0)
+		})
+	}
+	t.Run("0 or out of range is the rule's schedule", func(t *testing.T) {
+		for _, f := range []float64{0, -0.5, 1, 1.5, math.NaN()} {
+			for _, cfg := range []limiter.Config{{}, {Burst: 1}, {Mode: limiter.Fixed, Interval: 100 * time.Millisecond}} {
+				want := book(newL(t, cfg).Limiter)
+				cfg.Jitter = f
+				got := book(seeded(t, cfg, 7))
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("jitter %v, %+v: navigation %d: got %+v, want %+v", f, cfg, i+1, got[i], want[i])
+					}
+				}
+			}
+		}
+	})
+	t.Run("Retry-After", func(t *testing.T) {
+		for seed := range uint64(20) {
+			l := seeded(t, limiter.Config{Burst: 1, Jitter: 0.5}, seed)
+			l.Reserve("example.com", At(0))
+			l.Observe("example.com", limiter.Outcome{Status: 429, RetryAfter: "3"}, At(50))
+			if r := l.Reserve("example.com", At(60)); r.Start.Before(At(3050)) {
+				t.Fatalf("seed %d: after Retry-After: 3 at 50ms: start %v, want no earlier than 3.05s", seed, r.Start.Sub(T0))
+			}
+		}
+	})
+	t.Run("Push", func(t *testing.T) {
+		for seed := range uint64(20) {
+			l := seeded(t, limiter.Config{Mode: limiter.Fixed, Interval: 100 * time.Millisecond, Burst: 1, Jitter: 0.5}, seed)
+			l.Reserve("example.com", At(0))
+			r1 := l.Reserve("example.com", At(0))
+			if r1.Slack != 0 {
+				t.Fatalf("seed %d: a jittered slot has slack %v, want 0: its lateness moves the next ones", seed, r1.Slack)
+			}
+			l.(Pusher).Push("example.com", 30*time.Millisecond, At(10))
+			if r2 := l.Reserve("example.com", At(20)); r2.Start.Sub(r1.Start) < 80*time.Millisecond {
+				t.Fatalf("seed %d: after a push of 30ms: %v after the pushed navigation's slot, want at least 30ms + 50ms", seed, r2.Start.Sub(r1.Start))
+			}
+		}
+	})
 }

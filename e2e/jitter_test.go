@@ -1,0 +1,76 @@
+//go:build e2e
+
+package e2e
+
+// --jitter: the gaps a site sees spread around the spacing, as Scrapy's
+// RANDOMIZE_DOWNLOAD_DELAY spreads them, while the span of a crawl stays
+// the schedule's; without it the site sees the spacing to the millisecond.
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/policy"
+)
+
+// jitterPages is how many pages TestJitter navigates at once, each to a
+// page alone: a browser busy with eight pages, or with two of /six,
+// sends late often enough (each moving the schedule) to spread the gaps
+// of a run without jitter by itself (stdev 20.6 and 6.6 ms measured).
+const jitterPages = 1
+
+// TestJitter: fixed 200 ms, burst 1, 100 navigations over jitterPages
+// pages (exactRun), as they reach the site: with --jitter 0.5 every gap
+// is 100 to 300 ms, less what the network adds (exactSlack), they spread
+// (stdev at least 40 ms) and the 100 span 20 s within 5%; without it they
+// are the spacing (stdev under 5 ms).
+func TestJitter(t *testing.T) {
+	const spacing, n = 200 * time.Millisecond, 100
+	s := startSiteProcess(t, robotsOf())
+	for _, tt := range []struct {
+		jitter           string
+		lo, hi           time.Duration // every gap within, less exactSlack; hi 0: no bound
+		minStdev, maxStd float64       // ms
+	}{
+		{"0.5", spacing / 2, spacing * 3 / 2, 40, math.Inf(1)},
+		{"0", spacing, 0, 0, 5},
+	} {
+		t.Run("jitter "+tt.jitter, func(t *testing.T) {
+			r := startRelay(t, fixed(spacing, 1), withPolicy(t, policy.Flags{Delay: "200ms", Burst: "1", Jitter: tt.jitter}))
+			host := "jitter" + tt.jitter + ".test"
+			gaps := exactRun(t, r, s, host, "/page/jitter", n, jitterPages)
+			for i, g := range gaps {
+				if g < tt.lo-exactSlack || tt.hi > 0 && g > tt.hi+exactSlack {
+					t.Errorf("navigations %d and %d reached the site %.1f ms apart, want %v to %v, less %v", i+1, i+2, ms(g), tt.lo, tt.hi, exactSlack)
+				}
+			}
+			var span time.Duration
+			for _, g := range gaps {
+				span += g
+			}
+			mean, sd := spread(gaps)
+			t.Logf("--jitter %s: %d gaps at the site: min %.1f ms, max %.1f ms, mean %.1f ms, stdev %.1f ms; span %.2f s",
+				tt.jitter, len(gaps), ms(slices.Min(gaps)), ms(slices.Max(gaps)), mean, sd, span.Seconds())
+			if sd < tt.minStdev || sd >= tt.maxStd {
+				t.Errorf("stdev of the gaps: %.1f ms, want at least %v and under %v", sd, tt.minStdev, tt.maxStd)
+			}
+			if want := n * spacing; math.Abs(float64(span-want)) > 0.05*float64(want) {
+				t.Errorf("span of %d navigations: %.2f s, want %v within 5%%", n, span.Seconds(), want)
+			}
+		})
+	}
+}
+
+// spread is the mean and the standard deviation of gaps, in ms.
+func spread(gaps []time.Duration) (mean, stdev float64) {
+	for _, g := range gaps {
+		mean += ms(g)
+	}
+	mean /= float64(len(gaps))
+	for _, g := range gaps {
+		stdev += (ms(g) - mean) * (ms(g) - mean)
+	}
+	return mean, math.Sqrt(stdev / float64(len(gaps)))
+}
