@@ -1,12 +1,13 @@
 //go:build e2e
 
-// Package e2e drives real headless Chromium and `lightpanda serve` through
-// the relay with real clients (puppeteer-core, playwright-core, chromedp,
-// raw websockets), and measures what a web server on a non-exempt loopback
-// address sees.
+// Package e2e drives real headless Chromium, chromium-headless-shell and
+// `lightpanda serve` through the relay with real clients (puppeteer-core,
+// playwright-core, chromedp, raw websockets; Selenium, Playwright for
+// Python and Scrapy from e2e/py), and measures what a web server on a
+// non-exempt loopback address sees.
 //
-// Run with: go test -tags e2e ./e2e (after npm ci in e2e/ and make
-// lightpanda at the root: make deps does both).
+// Run with: go test -tags e2e ./e2e (after npm ci in e2e/, make lightpanda
+// and make py-deps at the root: make deps does them all).
 package e2e
 
 import (
