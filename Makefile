@@ -11,13 +11,16 @@ PORT    ?= 9222
 VENV    ?= .venv
 LIGHTPANDA_VERSION := 1.0.2
 LIGHTPANDA_STAMP   := $(VENV)/.lightpanda-$(LIGHTPANDA_VERSION)
+# The Python clients of the e2e tests, pinned in e2e/py/requirements.txt,
+# into the same environment; reinstalled when the pins change.
+PY_STAMP           := $(VENV)/.py-deps
 
 # Flags headless Chromium needs as root on a closed network.
 CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium redis node-deps lightpanda bench bench-e2e bench-crawl fuzz fmt vet clean
+.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium chromium-tools redis node-deps lightpanda py-deps bench bench-e2e bench-crawl fuzz fmt vet clean
 
 all: build
 
@@ -63,12 +66,19 @@ unit: redis
 e2e: deps
 	cd e2e && $(GO) test -tags e2e -count=1 -timeout 25m -v .
 
-deps: chromium redis node-deps lightpanda
+deps: chromium chromium-tools redis node-deps lightpanda py-deps
 
 # Debian's chromium package, unless a Chromium is already there.
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+# Debian's chromium-driver (ChromeDriver, which Selenium drives) and
+# chromium-headless-shell (the old headless mode, which the e2e tests hold
+# navigations of too), unless both are there.
+chromium-tools:
+	@command -v chromedriver >/dev/null && command -v chromium-headless-shell >/dev/null || \
+		{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium-driver chromium-headless-shell; }
 
 # Debian's redis-server, redis-sentinel and redis-tools (redis-cli, for
 # --cluster create): the shared store's tests start their own servers,
@@ -86,6 +96,14 @@ $(LIGHTPANDA_STAMP):
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check lightpanda==$(LIGHTPANDA_VERSION)
 	@v=$$($(VENV)/bin/lightpanda version) && [ "$$v" = "$(LIGHTPANDA_VERSION)" ] || { echo "lightpanda version: got '$$v', want $(LIGHTPANDA_VERSION)"; exit 1; }
+	touch $@
+
+# Selenium, Playwright for Python, Scrapy and scrapy-playwright, as
+# e2e/py/requirements.txt pins them, into $(VENV) (the one make lightpanda
+# makes). Playwright downloads no browser: the tests connect over CDP.
+py-deps: $(PY_STAMP)
+$(PY_STAMP): e2e/py/requirements.txt $(LIGHTPANDA_STAMP)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r e2e/py/requirements.txt
 	touch $@
 
 node-deps:

@@ -65,21 +65,38 @@ func exactRun(t *testing.T, r *relayed, s exactSite, host, path string, n, pages
 		t.Fatalf("%s: the site saw %d navigations, want %d", host, len(docs), n)
 	}
 	subs := len(s.hitsOf(func(h hit) bool { return h.Host == host && (h.Path == "/img" || h.Path == "/script") }))
-	// When each reached the site: its host's kernel stamped it.
-	arrived := slices.Clone(docs)
-	for i := range arrived {
-		if arrived[i].Arrived.IsZero() {
-			t.Fatalf("%s: the site has no arrival time for %s?%s", host, arrived[i].Path, arrived[i].Query)
-		}
-		arrived[i].At = arrived[i].Arrived
-	}
-	slices.SortFunc(arrived, func(a, b hit) int { return a.At.Compare(b.At) })
-	gaps := gapsAfter(arrived, 1)
+	gaps := gapsAfter(byArrival(t, host, docs), 1)
 	sorted := slices.Sorted(slices.Values(gaps))
 	read := slices.Sorted(slices.Values(gapsAfter(docs, 1)))
 	t.Logf("%s: %d navigations over %d pages in %v (%d images and scripts): gaps as they reached the site lowest %.1f, %.1f, %.1f ms, p50 %.1f ms (as its server read them: lowest %.1f, %.1f, %.1f ms); the relay pushed its schedule %s",
 		host, n, pages, time.Since(start).Round(time.Millisecond), subs, ms(sorted[0]), ms(sorted[1]), ms(sorted[2]), ms(p50(gaps)), ms(read[0]), ms(read[1]), ms(read[2]), pushedOf(t, r))
 	return gaps
+}
+
+// byArrival returns hits in the order they reached the site, each At being
+// when the site's kernel received it (its host's kernel stamped it).
+func byArrival(t *testing.T, name string, hits []hit) []hit {
+	t.Helper()
+	arrived := slices.Clone(hits)
+	for i := range arrived {
+		if arrived[i].Arrived.IsZero() {
+			t.Fatalf("%s: the site has no arrival time for %s?%s", name, arrived[i].Path, arrived[i].Query)
+		}
+		arrived[i].At = arrived[i].Arrived
+	}
+	slices.SortFunc(arrived, func(a, b hit) int { return a.At.Compare(b.At) })
+	return arrived
+}
+
+// checkGaps checks that no two of the navigations whose gaps are given
+// reached the site closer than spacing less slack.
+func checkGaps(t *testing.T, name string, gaps []time.Duration, spacing, slack time.Duration) {
+	t.Helper()
+	for i, g := range gaps {
+		if g < spacing-slack {
+			t.Errorf("%s: navigations %d and %d reached the site %.1f ms apart, want at least %v", name, i+1, i+2, ms(g), spacing-slack)
+		}
+	}
 }
 
 // pushedOf says what the relay's metrics count of late departures.
@@ -108,11 +125,7 @@ func TestExactAtTheSite(t *testing.T) {
 	const spacing, n = 200 * time.Millisecond, 200
 	s := startSiteProcess(t, robotsOf())
 	gaps := exactRun(t, startRelay(t, fixed(spacing, 1)), s, "exact.test", "/six", n, 8)
-	for i, g := range gaps {
-		if g < spacing-exactSlack {
-			t.Errorf("navigations %d and %d reached the site %.1f ms apart, want at least %v", i+1, i+2, ms(g), spacing-exactSlack)
-		}
-	}
+	checkGaps(t, "exact.test", gaps, spacing, exactSlack)
 }
 
 // TestExactAtTheSiteCrawlDelay: the same for a site whose robots.txt asks
@@ -124,9 +137,5 @@ func TestExactAtTheSiteCrawlDelay(t *testing.T) {
 	s := startSiteProcess(t, robotsOf("User-agent: *", "Crawl-delay: 0.5"))
 	r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
 	gaps := exactRun(t, r, s, "delay.test", "/six", n, 8)
-	for i, g := range gaps {
-		if g < spacing-exactSlack {
-			t.Errorf("navigations %d and %d reached the site %.1f ms apart, want at least %v", i+1, i+2, ms(g), spacing-exactSlack)
-		}
-	}
+	checkGaps(t, "delay.test", gaps, spacing, exactSlack)
 }

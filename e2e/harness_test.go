@@ -1,12 +1,13 @@
 //go:build e2e
 
-// Package e2e drives real headless Chromium and `lightpanda serve` through
-// the relay with real clients (puppeteer-core, playwright-core, chromedp,
-// raw websockets), and measures what a web server on a non-exempt loopback
-// address sees.
+// Package e2e drives real headless Chromium, chromium-headless-shell and
+// `lightpanda serve` through the relay with real clients (puppeteer-core,
+// playwright-core, chromedp, raw websockets; Selenium, Playwright for
+// Python and Scrapy from e2e/py), and measures what a web server on a
+// non-exempt loopback address sees.
 //
-// Run with: go test -tags e2e ./e2e (after npm ci in e2e/ and make
-// lightpanda at the root: make deps does both).
+// Run with: go test -tags e2e ./e2e (after npm ci in e2e/, make lightpanda
+// and make py-deps at the root: make deps does them all).
 package e2e
 
 import (
@@ -99,6 +100,12 @@ func startChromiumOn(port string, extra ...string) (httpURL, wsURL string, stop 
 	if err != nil {
 		return "", "", nil, err
 	}
+	return startChromiumBin(bin, port, extra...)
+}
+
+// startChromiumBin is startChromiumOn for the Chromium binary bin, e.g.
+// chromium-headless-shell.
+func startChromiumBin(bin, port string, extra ...string) (httpURL, wsURL string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "cdp-throttle-e2e-chromium-")
 	if err != nil {
 		return "", "", nil, err
@@ -194,7 +201,7 @@ func newSiteAt(t testing.TB, ip string) *site {
 	s := &site{t: t, routes: map[string]http.HandlerFunc{}}
 	_, s.port, _ = net.SplitHostPort(ln.Addr().String())
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ConnContext: withConn}
-	go s.srv.Serve(stampingListener{ln})
+	go s.srv.Serve(stamping(ln))
 	t.Cleanup(func() { s.srv.Close() })
 	return s
 }
@@ -426,17 +433,46 @@ func runNode(t testing.TB, timeout time.Duration, script string, env ...string) 
 	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
 		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)
 	}
+	return runScript(t, timeout, "node", filepath.Join("js", script), env...)
+}
+
+// venvPython is the Python of the repository's virtual environment, where
+// make deps installs Lightpanda and e2e/py/requirements.txt.
+var venvPython = filepath.Join("..", ".venv", "bin", "python")
+
+// runPython runs e2e/py/<script> with the virtual environment's Python and
+// the given environment, and returns its standard output. The script fails
+// the test by exiting non-zero.
+func runPython(t testing.TB, timeout time.Duration, script string, env ...string) []byte {
+	t.Helper()
+	pythonReady(t)
+	return runScript(t, timeout, venvPython, filepath.Join("py", script), env...)
+}
+
+// pythonReady fails the test unless the virtual environment has the
+// packages of e2e/py/requirements.txt.
+func pythonReady(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command(venvPython, "-c", "import selenium, playwright, scrapy, scrapy_playwright").CombinedOutput(); err != nil {
+		t.Fatalf("Python packages missing: run `make py-deps` at the repository root (e2e/py/requirements.txt into .venv): %v: %s", err, out)
+	}
+}
+
+// runScript runs interpreter with script and the given environment added to
+// the test's, and returns its standard output.
+func runScript(t testing.TB, timeout time.Duration, interpreter, script string, env ...string) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("js", script))
+	cmd := exec.CommandContext(ctx, interpreter, script)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node %s: %v\nstderr:\n%s\nstdout:\n%s", script, err, stderr.String(), stdout.String())
+		t.Fatalf("%s %s: %v\nstderr:\n%s\nstdout:\n%s", filepath.Base(interpreter), script, err, stderr.String(), stdout.String())
 	}
 	if stderr.Len() > 0 {
-		t.Logf("node %s stderr:\n%s", script, stderr.String())
+		t.Logf("%s %s stderr:\n%s", filepath.Base(interpreter), script, stderr.String())
 	}
 	return stdout.Bytes()
 }

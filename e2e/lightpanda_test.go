@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +41,7 @@ func findLightpanda() (string, error) {
 	if p := os.Getenv("LIGHTPANDA"); p != "" {
 		return p, nil
 	}
-	py := filepath.Join("..", ".venv", "bin", "python")
+	py := venvPython
 	out, err := exec.Command(py, "-c", "from lightpanda.client import find_binary; print(find_binary())").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("no Lightpanda: run `make lightpanda` at the repository root (lightpanda==1.0.2 from PyPI into .venv), or set LIGHTPANDA to its binary: %s: %v: %s",

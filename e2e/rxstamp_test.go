@@ -23,6 +23,22 @@ import (
 // arrival time of what they read.
 type stampingListener struct{ net.Listener }
 
+// stamping returns ln as a stampingListener, with SO_TIMESTAMPNS on the
+// listening socket itself: the kernel stamps only what arrives while some
+// socket asks for stamps, and a client that sends its request as soon as
+// it has connected (Lightpanda does) can have it there before Accept
+// returns. Accepted sockets inherit the option.
+func stamping(ln net.Listener) net.Listener {
+	if tl, ok := ln.(*net.TCPListener); ok {
+		if rc, err := tl.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+			})
+		}
+	}
+	return stampingListener{ln}
+}
+
 func (l stampingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {

@@ -105,7 +105,7 @@ func siteProcessMain(robots string) {
 		os.Exit(0)
 	}()
 	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second, ConnContext: withConn}
-	fmt.Fprintln(os.Stderr, srv.Serve(stampingListener{ln}))
+	fmt.Fprintln(os.Stderr, srv.Serve(stamping(ln)))
 	os.Exit(1)
 }
 
