@@ -54,6 +54,14 @@ const (
 	// lagWindow is how many recent departures the browser's usual lag is
 	// the least of.
 	lagWindow = 64
+	// DefaultWarm is how many departures of a browser its usual lag needs
+	// before it counts. Until then it is 0, and a departure's whole lag
+	// past the tolerance moves the rest of its bucket's schedule: the first
+	// ones of a fresh browser or tab are often slow (11 ms, then 5), and
+	// taken as usual, the next one left early by the difference (190.9 ms
+	// at 200 with Selenium; 191.7 ms at the start of a crawl of fresh
+	// pages).
+	DefaultWarm = 8
 )
 
 // Config configures a Tracker. The zero Config is the default.
@@ -65,6 +73,9 @@ type Config struct {
 	// Wait bounds how long a release waits for an earlier release of its
 	// bucket to leave. Zero means DefaultWait.
 	Wait time.Duration
+	// Warm is how many departures of a browser its usual lag needs before
+	// it counts. Zero means DefaultWarm; a negative one, the first.
+	Warm int
 	// Push, when set, is told each time a bucket's schedule moves, and by
 	// how much; it is called without the Tracker's lock held.
 	Push func(bucket string, by time.Duration)
@@ -113,7 +124,10 @@ func (l *lags) add(d time.Duration) {
 	l.n++
 }
 
-func (l *lags) least() time.Duration {
+func (l *lags) least(warm int) time.Duration {
+	if l == nil || l.n < warm {
+		return 0
+	}
 	n := min(l.n, lagWindow)
 	if n == 0 {
 		return 0
@@ -179,6 +193,13 @@ func (t *Tracker) tolerance() time.Duration {
 	return DefaultTolerance
 }
 
+func (t *Tracker) warm() int {
+	if t.Warm == 0 {
+		return DefaultWarm
+	}
+	return t.Warm
+}
+
 func (t *Tracker) wait() time.Duration {
 	if t.Wait > 0 {
 		return t.Wait
@@ -201,7 +222,7 @@ func (n *Nav) Due(now time.Time) (due time.Time, wait <-chan struct{}, until tim
 	defer t.mu.Unlock()
 	shift := n.b.shift
 	for o := range n.b.bound {
-		shift = max(shift, o.wantLocked(o.by, t.lags[o.source].least()))
+		shift = max(shift, o.wantLocked(o.by, t.lags[o.source].least(t.warm())))
 	}
 	due = n.slot.Add(max(0, shift-n.sigma-n.headroom))
 	for o := range n.b.out {
@@ -262,7 +283,7 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 		t.mu.Unlock()
 		return
 	}
-	usual := l.least() // before n's own lag counts: a late one is not usual
+	usual := l.least(t.warm()) // before n's own lag counts: a late one is not usual
 	lag := at.Sub(n.released)
 	l.add(lag)
 	n.exact = true
@@ -318,7 +339,7 @@ func (n *Nav) End() {
 			l = &lags{}
 			t.lags[src] = l
 		}
-		usual = l.least()
+		usual = l.least(t.warm())
 		lag = n.by.Sub(n.released)
 		first := l.n == 0
 		l.add(lag)

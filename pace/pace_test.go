@@ -176,7 +176,7 @@ func TestTracker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var pushed time.Duration
-			tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Push: func(bucket string, by time.Duration) {
+			tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Warm: -1, Push: func(bucket string, by time.Duration) {
 				if bucket != "a.test" {
 					t.Errorf("pushed %q, want a.test", bucket)
 				}
@@ -210,7 +210,7 @@ func TestTracker(t *testing.T) {
 // TestTrackerWaitsForTheOneBefore: a navigation is not let go while one
 // let go before it in its bucket has not left, but no longer than Wait.
 func TestTrackerWaitsForTheOneBefore(t *testing.T) {
-	tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Wait: time.Second}}
+	tr := &Tracker{Config: Config{Tolerance: 3 * time.Millisecond, Wait: time.Second, Warm: -1}}
 	a := tr.Book("a.test", "chromium", at(0), 0, 0)
 	b := tr.Book("a.test", "chromium", at(200), 0, 0)
 	other := tr.Book("b.test", "chromium", at(200), 0, 0)
@@ -256,6 +256,45 @@ func TestTrackerWaitsForTheOneBefore(t *testing.T) {
 	}
 }
 
+// TestTrackerWarmsUp: a fresh browser's first departures are slow (11 ms
+// after their release), then one leaves in 5. Taken as usual at once, the
+// slow lag hides the gap it shortens (194 ms at 200); until Warm
+// departures are in, the usual lag is 0 and each slow one moves the
+// schedule, so no two leave closer than the spacing less the tolerance.
+func TestTrackerWarmsUp(t *testing.T) {
+	const tol = time.Millisecond
+	for _, warm := range []int{0, -1} {
+		tr := &Tracker{Config: Config{Tolerance: tol, Warm: warm}}
+		lags := []float64{11, 11, 5, 5}
+		var navs []*Nav // booked at once, as a crawl's are
+		for i := range lags {
+			navs = append(navs, tr.Book("a.test", "chromium", at(float64(200*i)), 0, 0))
+		}
+		var left []time.Duration
+		for i, lag := range lags {
+			n := navs[i]
+			due, _, _ := n.Due(at(float64(200 * i)))
+			n.Released(due, due)
+			d := due.Add(time.Duration(lag * float64(time.Millisecond)))
+			n.Departed(d, true)
+			left = append(left, d.Sub(t0))
+			defer n.End()
+		}
+		short := false
+		for i := 1; i < len(left); i++ {
+			if gap := left[i] - left[i-1]; gap < 200*time.Millisecond-tol {
+				short = true
+				if warm == 0 {
+					t.Errorf("Warm %d: departures %d and %d %.1f ms apart, want at least %v", warm, i, i+1, msOf(gap), 200*time.Millisecond-tol)
+				}
+			}
+		}
+		if warm == -1 && !short {
+			t.Errorf("Warm -1 (the first departure's lag usual at once): no gap under the spacing, want the one this guards against")
+		}
+	}
+}
+
 func TestNilNav(t *testing.T) {
 	var n *Nav
 	if d, wait, _ := n.Due(at(0)); !d.IsZero() || wait != nil {
@@ -273,7 +312,7 @@ func TestNilNav(t *testing.T) {
 // the schedule as an exact departure would.
 func TestTrackerCancelledDepartures(t *testing.T) {
 	var pushed time.Duration
-	tr := &Tracker{Config: Config{Tolerance: time.Millisecond, Push: func(_ string, by time.Duration) { pushed += by }}}
+	tr := &Tracker{Config: Config{Tolerance: time.Millisecond, Warm: -1, Push: func(_ string, by time.Duration) { pushed += by }}}
 	step := func(slot, left float64) {
 		n := tr.Book("a.test", "chromium", at(slot), 0, 0)
 		due, _, _ := n.Due(at(slot))

@@ -282,17 +282,19 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 }
 
 // attach makes fc the connection of role and says whether holding is
-// possible now.
-func (f *fetchHold) attach(role connRole, fc *fetchConn) {
-	f.mu.Lock() // with dropped's count of those up
+// possible now. It reports whether fc is the first of the two up, and
+// whether one had been up before.
+func (f *fetchHold) attach(role connRole, fc *fetchConn) (first, before bool) {
+	f.mu.Lock() // with dropped's count of those up, and the other's attach
+	first = f.up() == 0
 	if role == rolePages {
 		f.pages.Store(fc)
 	} else {
 		f.net.Store(fc)
 	}
 	f.gone.Store(false)
+	before = f.wasUp.Swap(true)
 	f.mu.Unlock()
-	f.wasUp.Store(true)
 	if role == rolePages {
 		// Pages claimed while it was connecting were not armed by their
 		// claim: arm them now, then it holds every client page.
@@ -306,15 +308,25 @@ func (f *fetchHold) attach(role connRole, fc *fetchConn) {
 	f.mu.Unlock()
 	f.updateNet() // with pages ready, net needs only what it holds
 	f.rearm()
+	return first, before
 }
 
 // supervise keeps the connection of role up until ctx ends; fc nil starts
 // by connecting.
 func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn) {
+	reconnected := false
 	for {
 		if fc != nil {
 			if f.conn(role) != fc {
-				f.attach(role, fc)
+				// Said once, by the first of the two back (both may be
+				// reconnecting at once).
+				first, before := f.attach(role, fc)
+				switch {
+				case reconnected && first && before:
+					f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's browser connection is back: holding navigations again")
+				case reconnected && first:
+					f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's own browser connection is up: holding navigations")
+				}
 			}
 			fc.keepalive(ctx, f.h.p.PingInterval, f.h.p.WriteTimeout)
 			if role == rolePages {
@@ -356,13 +368,7 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				f.h.p.log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
 			}
 		}
-		if f.up() == 0 {
-			if f.wasUp.Load() {
-				f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's browser connection is back: holding navigations again")
-			} else {
-				f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's own browser connection is up: holding navigations")
-			}
-		}
+		reconnected = true
 	}
 }
 
