@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -317,7 +318,6 @@ func TestChaos(t *testing.T) {
 	const (
 		spacing     = 200 * time.Millisecond
 		bound       = 40 * time.Millisecond // a release to the request at the server, Lightpanda on a busy machine
-		told        = 60 * time.Millisecond // a slot as a relay logs it: late by the way back of Redis's answer
 		lostPerFail = 1                     // what README says a failover can lose at a crawl's rate
 		nClients    = 40
 		faultEvery  = 5 * time.Second
@@ -487,60 +487,93 @@ func TestChaos(t *testing.T) {
 	promotedMu.Unlock()
 	fmt.Fprintf(&b, "clients: %d navigations answered, %d retried, %d connections (%d refused 429)\n", ok, retries, reconnects, refused)
 	// Per host: the slots both relays booked (their debug logs say each,
-	// to the millisecond, late by the way back of Redis's answer), and
-	// what the server saw. Two arrivals closer than the spacing less the
-	// bound are a schedule broken only when the first of them left on
-	// time: one that reached the server late (Lightpanda busy, the
-	// machine saturated) brings the next one closer by as much, its
-	// slot kept.
-	closer, late, overlaps := 0, 0, 0
+	// to the millisecond, and its skew: the round trip of the Redis answer
+	// the slot is counted from, by which it may be late), and what the
+	// server saw. Two slots are too close when the later one is less than
+	// the spacing after the earliest the first can have been.
+	//
+	// Each request at the server is matched to its navigation's slot by
+	// its URL (the relays log it with the slot; a navigation retried after
+	// a fault is booked again, and its request belongs to the last booking
+	// before it), and is late by its arrival less the earliest that slot
+	// can have been. Two arrivals closer than the spacing less the bound
+	// are a schedule broken when the first of them was on time: one that
+	// reached the server late (Lightpanda busy, the machine saturated)
+	// brings the next one closer by as much, its slot kept. A request with
+	// no slot booked before it went through unheld.
+	closer, late, overlaps, unslotted := 0, 0, 0, 0
 	var when []string
 	var lateness []time.Duration
-	fmt.Fprintf(&b, "%-10s %6s %9s %9s %8s %10s %8s %10s\n", "host", "reqs", "gap min", "gap p50", "slots", "slot gap", "closer", "late first")
+	fmt.Fprintf(&b, "%-10s %6s %9s %9s %8s %10s %8s %10s %9s\n", "host", "reqs", "gap min", "gap p50", "slots", "slot gap", "closer", "late first", "no slot")
 	for _, h := range hosts {
-		var slots []time.Time
+		var slots []skewedSlot
 		for _, r := range relays {
-			slots = append(slots, r.l.logs.slots(h)...)
+			slots = append(slots, r.l.logs.skewedSlots(h)...)
 		}
-		slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+		slices.SortFunc(slots, func(a, b skewedSlot) int { return a.at.Compare(b.at) })
 		for i := 1; i < len(slots); i++ {
-			if d := slots[i].Sub(slots[i-1]); d < spacing-told {
+			if d := slots[i].at.Sub(slots[i-1].earliest); d < spacing-2*time.Millisecond { // the later one's own millisecond of truncation, and a relay's own steps before it asked
 				overlaps++
-				when = append(when, fmt.Sprintf("slots of %s %.1fms apart at %.1fs", h, ms(d), slots[i].Sub(began).Seconds()))
+				when = append(when, fmt.Sprintf("slots of %s %.1fms apart (%.1fms from the earliest the first can have been) at %.1fs",
+					h, ms(slots[i].at.Sub(slots[i-1].at)), ms(d), slots[i].at.Sub(began).Seconds()))
 			}
 		}
-		// How late each request reached the server: after the last slot
-		// booked before it.
-		lateOf := func(a time.Time) time.Duration {
-			i, _ := slices.BinarySearchFunc(slots, a, func(s, a time.Time) int { return s.Compare(a) })
-			if i == 0 {
-				return 0
-			}
-			return a.Sub(slots[i-1])
+		byURL := map[string][]skewedSlot{} // each in the order booked
+		for _, sl := range slots {
+			p := urlPath(sl.url)
+			byURL[p] = append(byURL[p], sl)
 		}
-		at := arrivals(sites[h].hitsOf(func(x hit) bool { return strings.Contains(x.Path, run) }))
-		n, nl := 0, 0
-		for i := range at {
-			lateness = append(lateness, lateOf(at[i]))
-			if i == 0 {
-				continue
-			}
-			if d := at[i].Sub(at[i-1]); d < spacing-bound {
-				if l := lateOf(at[i-1]); l > bound {
-					nl++
-					when = append(when, fmt.Sprintf("%s %.1fms apart at %.1fs, the first %.0fms after its slot", h, ms(d), at[i].Sub(began).Seconds(), ms(l)))
-				} else {
-					n++
-					when = append(when, fmt.Sprintf("%s %.1fms apart at %.1fs, the first on time", h, ms(d), at[i].Sub(began).Seconds()))
+		hits := sites[h].hitsOf(func(x hit) bool { return strings.Contains(x.Path, run) })
+		slices.SortFunc(hits, func(a, b hit) int { return a.At.Compare(b.At) })
+		at := arrivals(hits)
+		lateOf := make([]time.Duration, len(at))
+		owns := make([]*skewedSlot, len(at))
+		ns := 0
+		for i, x := range hits {
+			var own *skewedSlot
+			for j, sl := range byURL[x.Path] {
+				if !sl.earliest.After(x.At) {
+					own = &byURL[x.Path][j]
 				}
 			}
+			owns[i] = own
+			if own == nil {
+				ns++
+				when = append(when, fmt.Sprintf("%s: %s at %.1fs with no slot booked before it", h, x.Path, x.At.Sub(began).Seconds()))
+				continue
+			}
+			lateOf[i] = x.At.Sub(own.earliest)
+			lateness = append(lateness, lateOf[i])
 		}
-		closer, late = closer+n, late+nl
+		n, nl := 0, 0
+		for i := 1; i < len(at); i++ {
+			d := at[i].Sub(at[i-1])
+			if d >= spacing-bound {
+				continue
+			}
+			if l := lateOf[i-1]; l > bound {
+				nl++
+				when = append(when, fmt.Sprintf("%s %.1fms apart at %.1fs, the first %.0fms after its slot", h, ms(d), at[i].Sub(began).Seconds(), ms(l)))
+			} else {
+				n++
+				when = append(when, fmt.Sprintf("%s %.1fms apart at %.1fs, the first on time (%s)", h, ms(d), at[i].Sub(began).Seconds(), pairOf(hits[i-1:i+1], owns[i-1:i+1], byURL)))
+			}
+		}
+		closer, late, unslotted = closer+n, late+nl, unslotted+ns
 		g, _ := minGap(at)
-		sg, _ := minGap(slots)
-		fmt.Fprintf(&b, "%-10s %6d %9.1f %9.1f %8d %10.1f %8d %10d\n", h, len(at), ms(g), ms(statsOf(at).p50), len(slots), ms(sg), n, nl)
+		var sg time.Duration
+		if len(slots) > 1 {
+			sg = slots[1].at.Sub(slots[0].at)
+			for i := 2; i < len(slots); i++ {
+				sg = min(sg, slots[i].at.Sub(slots[i-1].at))
+			}
+		}
+		fmt.Fprintf(&b, "%-10s %6d %9.1f %9.1f %8d %10.1f %8d %10d %9d\n", h, len(at), ms(g), ms(statsOf(at).p50), len(slots), ms(sg), n, nl, ns)
 	}
 	slices.Sort(lateness)
+	if len(lateness) == 0 {
+		lateness = []time.Duration{0} // no request had a slot: counted above
+	}
 	fmt.Fprintf(&b, "a request at the server after its slot: p50 %.1fms, p99 %.1fms, max %.1fms\n",
 		ms(lateness[len(lateness)/2]), ms(lateness[len(lateness)*99/100]), ms(lateness[len(lateness)-1]))
 	if len(when) > 0 {
@@ -573,12 +606,38 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Log(b.String())
-	if closer+overlaps > failovers*lostPerFail {
-		t.Errorf("%d pairs of navigations on time came closer than %v less %v, and %d pairs of slots closer than %v less %v; "+
+	if closer+overlaps+unslotted > failovers*lostPerFail {
+		t.Errorf("%d pairs of navigations on time came closer than %v less %v, %d pairs of slots closer than %v, and %d requests had no slot of their own; "+
 			"a failover may lose %d and there were %d failovers",
-			closer, spacing, bound, overlaps, spacing, told, lostPerFail, failovers)
+			closer, spacing, bound, overlaps, spacing, unslotted, lostPerFail, failovers)
 	}
 	if ok < 500 {
 		t.Errorf("only %d navigations answered in the run", ok)
 	}
+}
+
+// urlPath is the path of a URL as a relay logged it, "" when it has none.
+func urlPath(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Path
+}
+
+// pairOf describes two requests that came too close: each one's path,
+// arrival, the slot it was matched to (when it was let go and the
+// earliest the schedule's own slot can have been) and how many times its
+// navigation was booked.
+func pairOf(hits []hit, owns []*skewedSlot, byURL map[string][]skewedSlot) string {
+	var parts []string
+	for i, x := range hits {
+		if owns[i] == nil {
+			parts = append(parts, fmt.Sprintf("%s at %s, no slot", x.Path, x.At.Format("15:04:05.000")))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s at %s, slot %s (earliest %s), booked %d times",
+			x.Path, x.At.Format("15:04:05.000"), owns[i].at.Format("15:04:05.000"), owns[i].earliest.Format("15:04:05.000"), len(byURL[x.Path])))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -283,18 +283,40 @@ func TestTwoRelaysNeverOverlap(t *testing.T) {
 // slots returns the start of each slot the relay booked for host, from its
 // debug log.
 func (l *logLines) slots(host string) []time.Time {
+	var out []time.Time
+	for _, s := range l.skewedSlots(host) {
+		out = append(out, s.at)
+	}
+	return out
+}
+
+// skewedSlot is a slot as a relay logged it (at, to the millisecond,
+// truncated) and the earliest the schedule's own slot can have been: at
+// less the skew the relay logged with it (the round trip to the store
+// whose answer it counted from), less the millisecond the log truncates.
+type skewedSlot struct {
+	at, earliest time.Time
+	url          string // the navigation's, its query redacted
+}
+
+// skewedSlots returns the slots of host's navigations, in the order the
+// relay logged them.
+func (l *logLines) skewedSlots(host string) []skewedSlot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []time.Time
+	var out []skewedSlot
 	for _, m := range l.lines {
 		if msg := m["message"]; m["host"] != host || msg != "navigation held" && msg != "navigation goes at once" {
 			continue
 		}
-		if s, _ := m["slot"].(string); s != "" {
-			if at, err := time.Parse(time.RFC3339, s); err == nil {
-				out = append(out, at)
-			}
+		s, _ := m["slot"].(string)
+		at, err := time.Parse(time.RFC3339, s)
+		if s == "" || err != nil {
+			continue
 		}
+		skew, _ := m["skew_ms"].(float64)
+		u, _ := m["url"].(string)
+		out = append(out, skewedSlot{at: at, earliest: at.Add(-time.Duration((skew + 0.1) * float64(time.Millisecond))).Add(-time.Millisecond), url: u})
 	}
 	return out
 }

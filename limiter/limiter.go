@@ -253,6 +253,11 @@ type Reservation struct {
 	// wait until Start and then ask again. The in-process limiter never
 	// sets it.
 	Retry bool
+	// Skew bounds how much later than the schedule's own slot Start is: a
+	// shared store's slot is counted from when its answer came back, so
+	// Start is late by the answer's way back, at most the whole round trip
+	// Skew gives. 0 for the in-process limiter, whose Start is the slot.
+	Skew time.Duration
 	// Mode is the mode the booking was made in; Off when nothing was booked.
 	Mode Mode
 	// Bucket is the schedule that was booked: the host, or the site it

@@ -13,6 +13,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
 // via is how the navigations of one browser are held.
@@ -593,7 +594,7 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	h.p.Metrics.navigation(navBooked, d)
 	h.p.booked(host, now, r)
 	if d <= 0 {
-		log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Msg("navigation goes at once")
+		log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("skew_ms", limiter.ShownMillis(r.Skew)).Msg("navigation goes at once")
 		return r, 0, false
 	}
 	if h.p.warned.first(host) {
@@ -614,9 +615,16 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 		}
 		ev.Msg("spacing out navigations to this host")
 	}
-	log.Debug().Str("host", host).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
-		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Str("source", r.Source).Msg("navigation held")
+	log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("delay_ms", limiter.ShownMillis(d)).Int("pressure", r.Pressure).
+		Float64("spacing_ms", limiter.ShownMillis(r.Spacing)).Float64("skew_ms", limiter.ShownMillis(r.Skew)).Str("source", r.Source).Msg("navigation held")
 	return r, d, false
+}
+
+// logURL adds a navigation's URL, its query and credentials redacted, to
+// a log line, only when the line is written: parsing it costs nothing at
+// the levels that do not log it.
+func logURL(rawURL string) func(*zerolog.Event) {
+	return func(e *zerolog.Event) { e.Str("url", redact.URL(rawURL)) }
 }
 
 // observe feeds the answer to a navigation of host, which fl followed (nil

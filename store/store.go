@@ -310,6 +310,7 @@ func (s *Redis) Reserve(host string, now time.Time) limiter.Reservation {
 // booking, and loopback is booked like any host (the policy decides what
 // is exempt).
 func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limiter.Reservation {
+	entered := time.Now()
 	set := settingOf(cfg)
 	if set.mode == limiter.Off {
 		return limiter.Reservation{Start: now, Mode: limiter.Off}
@@ -325,10 +326,14 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 			// The slot starts v[0]-v[3] after Redis read its clock. That
 			// read came after now by however long the call took to reach
 			// Redis, so count from when the answer is in: a slot is then
-			// never let go early, only late by the answer's way back.
-			at := now
+			// never let go early, only late by the answer's way back, at
+			// most the round trip (skew). The time from entering here to
+			// sending counts too: on a saturated machine it was 3 ms
+			// (TestChaos), by which a slot counted from sent went early.
+			at, skew := now, time.Duration(0)
 			if !s.callerClock {
-				at = now.Add(time.Since(sent))
+				skew = time.Since(sent)
+				at = now.Add(time.Since(entered))
 			}
 			return limiter.Reservation{
 				Start:    at.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
@@ -337,6 +342,7 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Slack:    time.Duration(v[6]) * time.Microsecond,
 				Headroom: time.Duration(v[7]) * time.Microsecond,
 				Tracked:  true,
+				Skew:     skew,
 				Mode:     set.mode,
 				Bucket:   host,
 			}
