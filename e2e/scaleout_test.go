@@ -296,7 +296,7 @@ func (l *logLines) slots(host string) []time.Time {
 // whose answer it counted from), less the millisecond the log truncates.
 type skewedSlot struct {
 	at, earliest time.Time
-	url          string // the navigation's, its query redacted
+	urlHash      string // the navigation's URL, as the relay hashed it
 }
 
 // skewedSlots returns the slots of host's navigations, in the order the
@@ -315,8 +315,8 @@ func (l *logLines) skewedSlots(host string) []skewedSlot {
 			continue
 		}
 		skew, _ := m["skew_ms"].(float64)
-		u, _ := m["url"].(string)
-		out = append(out, skewedSlot{at: at, earliest: at.Add(-time.Duration((skew + 0.1) * float64(time.Millisecond))).Add(-time.Millisecond), url: u})
+		u, _ := m["url_hash"].(string)
+		out = append(out, skewedSlot{at: at, earliest: at.Add(-time.Duration((skew + 0.1) * float64(time.Millisecond))).Add(-time.Millisecond), urlHash: u})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
-	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
 // via is how the navigations of one browser are held.
@@ -620,11 +620,16 @@ func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Log
 	return r, d, false
 }
 
-// logURL adds a navigation's URL, its query and credentials redacted, to
-// a log line, only when the line is written: parsing it costs nothing at
-// the levels that do not log it.
+// logURL adds a navigation's URL to a log line as a hash (url_hash, the
+// 64-bit FNV-1a of the URL as the browser gave it, in hex), only when the
+// line is written: it tells the bookings of one navigation from others,
+// retries included, and says nothing of what the URL holds.
 func logURL(rawURL string) func(*zerolog.Event) {
-	return func(e *zerolog.Event) { e.Str("url", redact.URL(rawURL)) }
+	return func(e *zerolog.Event) {
+		h := fnv.New64a()
+		h.Write([]byte(rawURL))
+		e.Hex("url_hash", h.Sum(nil))
+	}
 }
 
 // observe feeds the answer to a navigation of host, which fl followed (nil
