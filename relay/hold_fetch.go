@@ -977,7 +977,8 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	// The wait for a place in flight lasts as long as the navigation, the
 	// one for its slot as long as this connection: when it drops, net gets
 	// the request and holds it on hn.
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
+	refuse := func() { fc.refuse(session, id, th, fl) }
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, refuse, func() { f.let(fc, key, hn, session, id) })
 }
 
 // forget drops a held request whose navigation ended before its release
@@ -1277,7 +1278,7 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := pageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, nil, func() { f.let(fc, key, hn, "", id) })
 			return
 		}
 		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
@@ -1299,7 +1300,13 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		refuse := func() {
+			fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: prev.fl})
+			fc.refuse("", id, nil, prev.fl)
+		}
+		f.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
+			fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		})
 		return
 	}
 	f.mu.Unlock()
@@ -1321,7 +1328,11 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
+	refuse := func() {
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: fl})
+		fc.refuse("", id, nil, fl)
+	}
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, refuse, func() { f.let(fc, key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets
