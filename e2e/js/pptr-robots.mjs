@@ -1,0 +1,50 @@
+// Puppeteer through a relay that may obey robots.txt (--robots obey): each
+// step of STEPS (comma-separated) navigates to BASE one way, and the script
+// prints, for each, "ok" or the error it ended with. The Go test checks
+// what the web server saw.
+//   goto-private: page.goto(/private/x)
+//   goto-public:  page.goto(/public/x)
+//   click:        a link click into /private/y
+//   redirect:     page.goto(/public/redir), which redirects to /private/z
+//   goto-private-again: page.goto(/private/x2)
+import puppeteer from 'puppeteer-core';
+import { env } from './lib.mjs';
+
+const relay = env('RELAY');
+const base = env('BASE');
+const steps = env('STEPS').split(',');
+
+const browser = await puppeteer.connect({ browserURL: relay, defaultViewport: null, protocolTimeout: 30000 });
+const ctx = await browser.createBrowserContext();
+const result = {};
+try {
+  const p = await ctx.newPage();
+  const goto = async (path) => {
+    const res = await p.goto(base + path);
+    if (!res || res.status() !== 200) throw new Error(`HTTP ${res ? res.status() : 'no response'}`);
+  };
+  const ways = {
+    'goto-private': () => goto('/private/x'),
+    'goto-private-again': () => goto('/private/x2'),
+    'goto-public': () => goto('/public/x'),
+    click: async () => {
+      await goto('/page?' + new URLSearchParams({ link: '/private/y' }));
+      const [res] = await Promise.all([p.waitForNavigation(), p.click('#link')]);
+      // A blocked click shows the browser's error page, with no response.
+      if (!res || res.status() !== 200) throw new Error(`click landed on ${p.url()} with ${res ? 'HTTP ' + res.status() : 'no response'}`);
+    },
+    redirect: () => goto('/public/redir'),
+  };
+  for (const step of steps) {
+    try {
+      await ways[step]();
+      result[step] = 'ok';
+    } catch (e) {
+      result[step] = String(e.message || e).split('\n')[0];
+    }
+  }
+} finally {
+  await ctx.close();
+  await browser.disconnect();
+}
+console.log(JSON.stringify(result));

@@ -1,0 +1,149 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
+)
+
+// robotsSite is a site whose robots.txt is robots (served by serve when
+// set) and whose /public/redir redirects to /private/z.
+func robotsSite(t *testing.T, serve http.HandlerFunc) *site {
+	s := newSite(t)
+	s.handle("/robots.txt", serve)
+	s.handle("/public/redir", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/private/z", http.StatusFound)
+	})
+	return s
+}
+
+const robotsPrivate = "User-agent: *\nDisallow: /private/\n"
+
+// robotsSteps runs js/pptr-robots.mjs through r against host of s and
+// returns what each step ended with.
+func robotsSteps(t *testing.T, r *relayed, s *site, host string, steps ...string) map[string]string {
+	t.Helper()
+	out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "RELAY="+r.url, "BASE="+s.url(host, ""), "STEPS="+strings.Join(steps, ","))
+	got := map[string]string{}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("script printed %s: %v", out, err)
+	}
+	t.Logf("steps: %v", got)
+	return got
+}
+
+// seen reports whether s received a request for path.
+func seen(s *site, path string) bool {
+	return len(s.hitsOf(func(h hit) bool { return h.Path == path })) > 0
+}
+
+// logLines returns the relay's log lines containing every one of parts.
+func (r *relayed) logLines(parts ...string) []string {
+	var out []string
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		all := l != ""
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestRobotsObey: with --robots obey, through real Chromium and Puppeteer,
+// a site whose robots.txt disallows /private/ never sees a request there:
+// goto throws net::ERR_BLOCKED_BY_CLIENT, a link click and a server
+// redirect into /private/ are refused too, and /public/ loads; the
+// refusals are counted and said once. With --robots crawl-delay all of
+// them load.
+func TestRobotsObey(t *testing.T) {
+	all := []string{"goto-private", "goto-public", "click", "redirect"}
+	t.Run("obey", func(t *testing.T) {
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
+		got := robotsSteps(t, r, s, "robots.test", all...)
+		for _, step := range []string{"goto-private", "redirect"} {
+			if !strings.Contains(got[step], "net::ERR_BLOCKED_BY_CLIENT") {
+				t.Errorf("%s: got %q, want net::ERR_BLOCKED_BY_CLIENT", step, got[step])
+			}
+		}
+		if got["click"] == "ok" {
+			t.Errorf("click into /private/: loaded, want refused")
+		}
+		if got["goto-public"] != "ok" {
+			t.Errorf("goto-public: got %q, want ok", got["goto-public"])
+		}
+		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+			if seen(s, path) {
+				t.Errorf("the site saw %s, which its robots.txt disallows", path)
+			}
+		}
+		for _, path := range []string{"/public/x", "/public/redir", "/page"} {
+			if !seen(s, path) {
+				t.Errorf("the site never saw %s", path)
+			}
+		}
+		if n := len(s.hitsOf(func(h hit) bool { return h.Path == "/robots.txt" })); n != 1 {
+			t.Errorf("robots.txt fetched %d times, want once", n)
+		}
+		body, _ := httpGet(r.url + "/metrics")
+		if m := grepMetric(body, `outcome="disallowed"`); !strings.HasSuffix(m, " 3") {
+			t.Errorf("/metrics: got %q, want 3 disallowed navigations", m)
+		}
+		if w := r.logLines("navigation refused: robots.txt disallows it", `"host":"robots.test"`); len(w) != 1 || !strings.Contains(w[0], `"level":"warn"`) {
+			t.Errorf("warnings: got %q, want one", w)
+		}
+	})
+	t.Run("crawl-delay", func(t *testing.T) {
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
+		got := robotsSteps(t, r, s, "robots.test", all...)
+		for _, step := range all {
+			if got[step] != "ok" {
+				t.Errorf("%s: got %q, want ok", step, got[step])
+			}
+		}
+		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+			if !seen(s, path) {
+				t.Errorf("the site never saw %s", path)
+			}
+		}
+	})
+	t.Run("404 allows all", func(t *testing.T) {
+		s := robotsSite(t, http.NotFound)
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
+		if got := robotsSteps(t, r, s, "robots.test", "goto-private"); got["goto-private"] != "ok" || !seen(s, "/private/x") {
+			t.Errorf("got %v, want /private/x loaded", got)
+		}
+	})
+	t.Run("hang past the bound", func(t *testing.T) {
+		stuck := make(chan struct{})
+		defer close(stuck)
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-stuck:
+			}
+		})
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
+		start := time.Now()
+		got := robotsSteps(t, r, s, "robots.test", "goto-private", "goto-private-again")
+		t.Logf("both navigations took %v (bound %v)", time.Since(start), policy.DefaultRobotsWait)
+		if got["goto-private"] != "ok" || got["goto-private-again"] != "ok" || !seen(s, "/private/x") || !seen(s, "/private/x2") {
+			t.Errorf("got %v, want both loaded", got)
+		}
+		if n := len(r.logLines("robots.txt did not answer in time", "robots.test")); n != 1 {
+			t.Errorf("logged the hanging robots.txt %d times, want once", n)
+		}
+	})
+}
