@@ -147,3 +147,54 @@ func TestRobotsObey(t *testing.T) {
 		}
 	})
 }
+
+// TestRobotsObeyLightpanda: the core case through real `lightpanda serve`
+// (held in the client's page session) and Puppeteer: /private/x is refused
+// before it leaves Lightpanda and the site never sees it, /public/x loads.
+// Goto and the redirect throw net::ERR_BLOCKED_BY_CLIENT (Lightpanda takes
+// Fetch.failRequest's BlockedByClient), a link click is refused too.
+// Lightpanda's own --obey-robots, without the relay, is recorded beside it
+// for docs/politeness.md: it refuses the same three, and goto throws
+// RobotsBlocked.
+func TestRobotsObeyLightpanda(t *testing.T) {
+	steps := []string{"goto-private", "goto-public", "click", "redirect"}
+	t.Run("relay", func(t *testing.T) {
+		lp := startLightpanda(t)
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
+		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
+		t.Logf("steps: %s", out)
+		got := map[string]string{}
+		json.Unmarshal(out, &got)
+		if got["goto-public"] != "ok" || !seen(s, "/public/x") {
+			t.Errorf("goto-public: got %q, want ok", got["goto-public"])
+		}
+		for _, step := range []string{"goto-private", "redirect"} {
+			if !strings.Contains(got[step], "net::ERR_BLOCKED_BY_CLIENT") {
+				t.Errorf("%s: got %q, want net::ERR_BLOCKED_BY_CLIENT", step, got[step])
+			}
+		}
+		if got["click"] == "ok" {
+			t.Errorf("click into /private/: loaded, want refused")
+		}
+		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+			if seen(s, path) {
+				t.Errorf("the site saw %s, which its robots.txt disallows", path)
+			}
+		}
+		body, _ := httpGet(r.url + "/metrics")
+		t.Logf("%s", grepMetric(body, `outcome="disallowed"`))
+		if m := grepMetric(body, `outcome="disallowed"`); !strings.HasSuffix(m, " 3") {
+			t.Errorf("/metrics: got %q, want 3 disallowed navigations", m)
+		}
+	})
+	t.Run("lightpanda --obey-robots directly", func(t *testing.T) {
+		lp := startLightpanda(t, "--obey-robots")
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+lp, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
+		t.Logf("steps: %s", out)
+		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+			t.Logf("the site saw %s: %v", path, seen(s, path))
+		}
+	})
+}

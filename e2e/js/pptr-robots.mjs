@@ -1,7 +1,8 @@
 // Puppeteer through a relay that may obey robots.txt (--robots obey): each
 // step of STEPS (comma-separated) navigates to BASE one way, and the script
 // prints, for each, "ok" or the error it ended with. The Go test checks
-// what the web server saw.
+// what the web server saw. With LP=1 (Lightpanda, one page per connection,
+// no browser contexts of its own) the page is the connection's.
 //   goto-private: page.goto(/private/x)
 //   goto-public:  page.goto(/public/x)
 //   click:        a link click into /private/y
@@ -14,11 +15,12 @@ const relay = env('RELAY');
 const base = env('BASE');
 const steps = env('STEPS').split(',');
 
+const lp = !!process.env.LP;
 const browser = await puppeteer.connect({ browserURL: relay, defaultViewport: null, protocolTimeout: 30000 });
-const ctx = await browser.createBrowserContext();
+const ctx = lp ? null : await browser.createBrowserContext();
 const result = {};
 try {
-  const p = await ctx.newPage();
+  const p = lp ? await browser.newPage() : await ctx.newPage();
   const goto = async (path) => {
     const res = await p.goto(base + path);
     if (!res || res.status() !== 200) throw new Error(`HTTP ${res ? res.status() : 'no response'}`);
@@ -44,7 +46,7 @@ try {
     }
   }
 } finally {
-  await ctx.close();
+  if (ctx) await ctx.close();
   await browser.disconnect();
 }
 console.log(JSON.stringify(result));
