@@ -22,6 +22,11 @@ import (
 // robots.txt (--robots obey) with rules, every robots.txt served by one
 // test site whatever its host, and the limiter the policy books in.
 func obeying(t *testing.T, robots string, rules ...string) (func(*Proxy), **limiter.Limiter) {
+	return obeyingFlags(t, robots, policy.Flags{Robots: "obey", Rules: rules})
+}
+
+// obeyingFlags is obeying with the policy's flags f.
+func obeyingFlags(t *testing.T, robots string, f policy.Flags) (func(*Proxy), **limiter.Limiter) {
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/robots.txt" {
 			http.NotFound(w, r)
@@ -32,7 +37,7 @@ func obeying(t *testing.T, robots string, rules ...string) (func(*Proxy), **limi
 	t.Cleanup(site.Close)
 	var lim *limiter.Limiter
 	return func(p *Proxy) {
-		cfg, err := policy.FromFlags(policy.Flags{Robots: "obey", Rules: rules})
+		cfg, err := policy.FromFlags(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,5 +189,32 @@ func TestStreamHoldRefusesDisallowed(t *testing.T) {
 	}
 	if body := metricsBody(t, tp); !strings.Contains(body, `cdp_throttle_navigations_total{outcome="disallowed"} 1`) {
 		t.Errorf("/metrics: want 1 disallowed navigation, got\n%s", grepLines(body, "navigations_total"))
+	}
+}
+
+// TestFetchHolderRefusesUnspaced: --robots obey with --http-nav-delay 0
+// (nothing spaced, nothing capped) still holds navigations, to refuse the
+// disallowed ones; the others go at once, booking nothing.
+func TestFetchHolderRefusesUnspaced(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	obey, lim := obeyingFlags(t, "User-agent: *\nDisallow: /private/\n", policy.Flags{Robots: "obey", Delay: "0"})
+	tp := relayTo(t, fb, limiter.Config{}, obey)
+	relayConns(t, fb, false)
+	chain := fb.fetch.chain(t, "/page?first")
+	if hops := fb.navigate(t, rewritten(chain, "/page?first", "/private/x")); len(hops) != 1 || hops[0].failed != "BlockedByClient" {
+		t.Fatalf("got %+v, want failed with BlockedByClient", hops)
+	}
+	for range 2 {
+		if hops := fb.navigate(t, chain); len(hops) == 0 || hops[0].failed != "" {
+			t.Fatalf("allowed navigation: got %+v, want it let go", hops)
+		}
+	}
+	if n := (*lim).Len(); n != 0 {
+		t.Errorf("limiter knows %d hosts, want none: nothing is spaced", n)
+	}
+	body := metricsBody(t, tp)
+	if !strings.Contains(body, `cdp_throttle_navigations_total{outcome="disallowed"} 1`) || !strings.Contains(body, `cdp_throttle_navigations_total{outcome="exempt"} 2`) {
+		t.Errorf("/metrics: want 1 disallowed and 2 exempt, got\n%s", grepLines(body, "navigations_total"))
 	}
 }
