@@ -218,3 +218,27 @@ func TestFetchHolderRefusesUnspaced(t *testing.T) {
 		t.Errorf("/metrics: want 1 disallowed and 2 exempt, got\n%s", grepLines(body, "navigations_total"))
 	}
 }
+
+// TestSessionHoldRefusesCreateTarget: held in the client's session, a
+// Target.createTarget with a disallowed URL never reaches the browser and
+// is answered with a CDP error net::ERR_BLOCKED_BY_CLIENT.
+func TestSessionHoldRefusesCreateTarget(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
+	tp := relayTo(t, fb, limiter.Config{}, obey)
+	c := tp.dial(t, "/", nil)
+	fc := fb.accept(t)
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/private/x"}}`))
+	_, data := readClient(t, c)
+	if got := string(data); !strings.Contains(got, `"id":1`) || !strings.Contains(got, `"error":`) || !strings.Contains(got, "net::ERR_BLOCKED_BY_CLIENT") {
+		t.Fatalf("client got %s, want a CDP error net::ERR_BLOCKED_BY_CLIENT", got)
+	}
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Target.createTarget","params":{"url":"http://a.test/public/x"}}`))
+	if m := fc.next(t); m.m.Method != "Target.createTarget" || !strings.Contains(string(m.data), "/public/x") {
+		t.Fatalf("browser got %s, want the allowed createTarget (and never the refused one)", m.data)
+	}
+	if n := (*lim).Len(); n != 1 {
+		t.Errorf("limiter knows %d hosts, want a.test, booked once by the allowed one", n)
+	}
+}

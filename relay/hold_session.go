@@ -279,7 +279,13 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 	held := append([]byte(nil), msg...)
 	w.pr.held.Add(1)
 	fl := w.h.newFlight(w.pr.ctx)
-	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, nil, func() {
+	session, id := string(hd.SessionID), hd.ID
+	refuse := func() {
+		// Answered as in the stream: its result has no room for an error.
+		fl.end()
+		w.answerError(session, id, blockedByClient)
+	}
+	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, refuse, func() {
 		w.mu.Lock()
 		if len(s.prebooked) >= maxTracked {
 			for _, pb := range s.prebooked {
