@@ -103,6 +103,14 @@ func TestRobotsObey(t *testing.T) {
 		if w := r.logLines("navigation refused: robots.txt disallows it", `"host":"robots.test"`); len(w) != 1 || !strings.Contains(w[0], `"level":"warn"`) {
 			t.Errorf("warnings: got %q, want one", w)
 		}
+		hosts, _ := httpGet(r.url + "/hosts")
+		if !strings.Contains(string(hosts), `"host":"robots.test"`) || !strings.Contains(string(hosts), `"refused":3`) {
+			t.Errorf("/hosts: got %s, want robots.test with 3 refused", hosts)
+		}
+		status, _ := httpGet(r.url + "/status")
+		if !strings.Contains(string(status), `"disallowed":3`) || !strings.Contains(string(status), `"refused":3`) {
+			t.Errorf("/status (the page's): got %s, want 3 disallowed, 3 refused for robots.test", status)
+		}
 	})
 	t.Run("crawl-delay", func(t *testing.T) {
 		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
