@@ -96,6 +96,7 @@ type heldNav struct {
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
 	fl       *flight       // set once: the navigation, whichever connection holds it
+	refused  bool          // guarded by fetchHold.mu; refused, not let go: whoever holds it fails it
 }
 
 // passedNav is a document request a connection let go.
@@ -977,7 +978,12 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	// The wait for a place in flight lasts as long as the navigation, the
 	// one for its slot as long as this connection: when it drops, net gets
 	// the request and holds it on hn.
-	refuse := func() { fc.refuse(session, id, th, fl) }
+	refuse := func() {
+		f.mu.Lock()
+		hn.refused = true // handed to net meanwhile: net fails it (handedOver)
+		f.mu.Unlock()
+		fc.refuse(session, id, th, fl)
+	}
 	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, refuse, func() { f.let(fc, key, hn, session, id) })
 }
 
@@ -1269,7 +1275,13 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 		case <-hn.booked:
 		case <-fc.held.Done():
 			return
-		case <-hn.fl.ctx.Done(): // its page went while it waited
+		case <-hn.fl.ctx.Done(): // its page went while it waited, or it was refused
+			f.mu.Lock()
+			refused := hn.refused
+			f.mu.Unlock()
+			if refused {
+				fc.refuse("", id, nil, hn.fl)
+			}
 			return
 		}
 		if late := time.Since(hn.start); late > handOverLate {
