@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // robotsSite is a site whose robots.txt is robots (served by serve when
@@ -125,6 +126,19 @@ func TestRobotsObey(t *testing.T) {
 			if !seen(s, path) {
 				t.Errorf("the site never saw %s", path)
 			}
+		}
+	})
+	t.Run("in the stream", func(t *testing.T) {
+		// --intercept navigate: Page.navigate answered by the relay with
+		// Chromium's errorText, never sent.
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}), func(p *relay.Proxy) { p.Intercept = relay.InterceptNavigate })
+		got := robotsSteps(t, r, s, "robots.test", "goto-private", "goto-public")
+		if !strings.Contains(got["goto-private"], "net::ERR_BLOCKED_BY_CLIENT") || got["goto-public"] != "ok" {
+			t.Errorf("got %v, want goto-private net::ERR_BLOCKED_BY_CLIENT, goto-public ok", got)
+		}
+		if seen(s, "/private/x") || !seen(s, "/public/x") {
+			t.Errorf("the site saw /private/x: %v, /public/x: %v; want false, true", seen(s, "/private/x"), seen(s, "/public/x"))
 		}
 	})
 	t.Run("404 allows all", func(t *testing.T) {
