@@ -229,7 +229,7 @@ type relayConfig struct {
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, crawl-delay (each site's robots.txt Crawl-delay is its least spacing), or obey (Crawl-delay, and a navigation its robots.txt disallows is refused: net::ERR_BLOCKED_BY_CLIENT); a rule says robots:ignore", EnvVars: env("ROBOTS")},
+		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "what each site's robots.txt is read for, `MODE`: ignore; crawl-delay (its Crawl-delay is the site's least spacing); obey (that, and a navigation it disallows is refused: net::ERR_BLOCKED_BY_CLIENT); a rule says robots:MODE", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
 		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
