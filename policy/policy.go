@@ -2,7 +2,8 @@
 // in and with which setting: per-site rules by host pattern (first match
 // wins, the global flags otherwise), exempt hosts (loopback unless a rule
 // names it), one schedule per host or per registrable domain, a robots.txt
-// Crawl-delay as a floor under the spacing, the cap on navigations in
+// Crawl-delay as a floor under the spacing and, with --robots obey, the
+// navigations its Disallow refuses (Allowed), the cap on navigations in
 // flight, the answers that count as overload, and the latency baseline that
 // turns slow answers into pressure. It owns the parsing of those settings
 // and of every duration the command line reads, and implements the relay's
@@ -460,6 +461,7 @@ func (ls *labels) get(bucket string) (label, bool) {
 
 // refusals counts the navigations refused in each bucket. Memory is
 // bounded as labels': past maxLabels buckets the older half is forgotten.
+// It is safe for concurrent use; the zero value counts none.
 type refusals struct {
 	mu       sync.Mutex
 	cur, old map[string]uint64 // guarded by mu
