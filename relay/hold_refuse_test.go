@@ -242,3 +242,21 @@ func TestSessionHoldRefusesCreateTarget(t *testing.T) {
 		t.Errorf("limiter knows %d hosts, want a.test, booked once by the allowed one", n)
 	}
 }
+
+// TestFetchHolderRefusesRedirectHop: a redirect within its host into a
+// path robots.txt disallows (a.test/r2 → a.test/y, recorded off Chromium)
+// is failed at its hop, which books nothing more.
+func TestFetchHolderRefusesRedirectHop(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	obey, _ := obeying(t, "User-agent: *\nDisallow: /y\n", "a.test=fixed:1h,burst:1")
+	tp := relayTo(t, fb, limiter.Config{}, obey)
+	relayConns(t, fb, false)
+	hops := fb.navigate(t, fb.fetch.chain(t, "/r2"))
+	if len(hops) != 2 || hops[0].failed != "" || hops[1].failed != "BlockedByClient" {
+		t.Fatalf("got %+v, want /r2 let go and its hop to /y failed with BlockedByClient", hops)
+	}
+	if body := metricsBody(t, tp); !strings.Contains(body, `cdp_throttle_navigations_total{outcome="disallowed"} 1`) {
+		t.Errorf("/metrics: want 1 disallowed navigation, got\n%s", grepLines(body, "navigations_total"))
+	}
+}
