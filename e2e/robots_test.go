@@ -23,6 +23,11 @@ func robotsSite(t *testing.T, serve http.HandlerFunc) *site {
 	s.handle("/public/redir", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/private/z", http.StatusFound)
 	})
+	s.handle("/public/withsub", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<!doctype html><title>sub</title><img src="/private/img"><iframe src="/private/frame"></iframe>
+<script>fetch("/private/fetch").then(() => { window.fetched = true; });</script>`)
+	})
 	return s
 }
 
@@ -68,7 +73,7 @@ func (r *relayed) logLines(parts ...string) []string {
 // refusals are counted and said once. With --robots crawl-delay all of
 // them load.
 func TestRobotsObey(t *testing.T) {
-	all := []string{"goto-private", "goto-public", "click", "redirect"}
+	all := []string{"goto-private", "goto-public", "click", "redirect", "subresources"}
 	t.Run("obey", func(t *testing.T) {
 		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
 		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
@@ -89,7 +94,8 @@ func TestRobotsObey(t *testing.T) {
 				t.Errorf("the site saw %s, which its robots.txt disallows", path)
 			}
 		}
-		for _, path := range []string{"/public/x", "/public/redir", "/page"} {
+		// Subresources are never held, so never refused.
+		for _, path := range []string{"/public/x", "/public/redir", "/page", "/private/img", "/private/frame", "/private/fetch"} {
 			if !seen(s, path) {
 				t.Errorf("the site never saw %s", path)
 			}

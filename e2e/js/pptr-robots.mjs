@@ -8,6 +8,8 @@
 //   click:        a link click into /private/y
 //   redirect:     page.goto(/public/redir), which redirects to /private/z
 //   goto-private-again: page.goto(/private/x2)
+//   subresources: page.goto(/public/withsub), whose image, iframe and fetch
+//                 are under /private/
 import puppeteer from 'puppeteer-core';
 import { env } from './lib.mjs';
 
@@ -36,6 +38,10 @@ try {
       if (!res || res.status() !== 200) throw new Error(`click landed on ${p.url()} with ${res ? 'HTTP ' + res.status() : 'no response'}`);
     },
     redirect: () => goto('/public/redir'),
+    subresources: async () => {
+      await goto('/public/withsub');
+      await p.waitForFunction(() => window.fetched === true, { timeout: 10000 });
+    },
   };
   for (const step of steps) {
     try {
