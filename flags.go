@@ -229,7 +229,7 @@ type relayConfig struct {
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: each site's robots.txt Crawl-delay is its least spacing", EnvVars: env("ROBOTS")},
+		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "what each site's robots.txt is read for, `MODE`: ignore; crawl-delay (its Crawl-delay is the site's least spacing); obey (that, and a navigation it disallows is refused: net::ERR_BLOCKED_BY_CLIENT); a rule says robots:MODE", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
 		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
@@ -343,7 +343,7 @@ func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, jitter:F (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, jitter:F, robots:ignore|crawl-delay|obey (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
 		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
 		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},

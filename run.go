@@ -20,7 +20,7 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	log := cfg.log
 	local := limiter.New(cfg.policy.Default)
 	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
-		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Bool("robots", cfg.policy.Robots != nil)
+		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Str("robots", cfg.policy.RobotsUse.String())
 	if cfg.policy.Concurrency > 0 {
 		start = start.Int("concurrency", cfg.policy.Concurrency)
 	}

@@ -125,7 +125,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"simulate", "--bucket", "domain"}, `--bucket "domain": want host or site`},
 		{[]string{"simulate", "--host", "HTTP://x/"}, `--host "HTTP://x/"`},
 		{[]string{"--rules", "/no/such/rules.txt"}, `--rules: open /no/such/rules.txt`},
-		{[]string{"--robots", "obey"}, `--robots "obey": want ignore or crawl-delay`},
+		{[]string{"--robots", "never"}, `--robots "never": want ignore, crawl-delay`},
 		{[]string{"--exempt-host", "http://a/"}, `--exempt-host "http://a/"`},
 		{[]string{"simulate", "--http-nav-burst", "ten"}, `--http-nav-burst "ten"`},
 		{[]string{"simulate", "--navigations", "0"}, "--navigations 0"},

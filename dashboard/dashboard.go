@@ -51,6 +51,9 @@ type Browser struct {
 // Navigations counts top-level navigations by outcome, as /metrics does.
 type Navigations struct {
 	Passed, Delayed, Exempt, Untracked, Foreign, Unheld uint64
+	// Disallowed counts navigations refused because robots.txt disallows
+	// them (--robots obey).
+	Disallowed uint64
 }
 
 // Answers counts answers to held navigations by class.
@@ -72,6 +75,9 @@ type Bucket struct {
 	// answer and the most it may have, for a limiter that caps them; a
 	// Cap of 0 is none, and the page shows neither.
 	InFlight, Cap int
+	// Refused counts the bucket's navigations refused because robots.txt
+	// disallows them (--robots obey).
+	Refused uint64
 }
 
 // Source gives the page the relay's state. Status must be safe for
@@ -162,7 +168,7 @@ func (h *Handler) snapshot(since uint64, n int) snapshotJSON {
 		Clients:   st.Clients,
 		Browsers:  []browserJSON{},
 		Navigations: navigationsJSON{st.Navigations.Passed, st.Navigations.Delayed, st.Navigations.Exempt,
-			st.Navigations.Untracked, st.Navigations.Foreign, st.Navigations.Unheld},
+			st.Navigations.Untracked, st.Navigations.Foreign, st.Navigations.Unheld, st.Navigations.Disallowed},
 		Answers: answersJSON{st.Answers.OK, st.Answers.Overload, st.Answers.Failure},
 		Buckets: []bucketJSON{},
 	}
@@ -175,7 +181,7 @@ func (h *Handler) snapshot(since uint64, n int) snapshotJSON {
 		out.Buckets = append(out.Buckets, bucketJSON{
 			Bucket: b.Name, Pressure: b.Pressure, SpacingMS: millis(b.Spacing), NextFreeMS: millis(b.NextFree),
 			Mode: b.Mode, Source: b.Source, Rule: b.Rule, CrawlDelayMS: millis(b.CrawlDelay),
-			InFlight: b.InFlight, Cap: b.Cap, Navigations: []markJSON{},
+			InFlight: b.InFlight, Cap: b.Cap, Refused: b.Refused, Navigations: []markJSON{},
 		})
 	}
 	for _, tr := range trails {
@@ -243,6 +249,8 @@ type (
 		Untracked uint64 `json:"untracked"`
 		Foreign   uint64 `json:"foreign"`
 		Unheld    uint64 `json:"unheld"`
+		// Disallowed: refused, robots.txt disallows them.
+		Disallowed uint64 `json:"disallowed"`
 	}
 	answersJSON struct {
 		OK       uint64 `json:"ok"`
@@ -260,6 +268,7 @@ type (
 		CrawlDelayMS float64    `json:"crawl_delay_ms,omitempty"`
 		InFlight     int        `json:"in_flight,omitempty"`
 		Cap          int        `json:"cap,omitempty"`
+		Refused      uint64     `json:"refused,omitempty"`
 		Passed       uint64     `json:"passed"`
 		Delayed      uint64     `json:"delayed"`
 		LastAnswer   string     `json:"last_answer,omitempty"`

@@ -78,10 +78,10 @@ func TestStatus(t *testing.T) {
 	src := &fakeSource{
 		Mode: "adaptive", Clients: 2,
 		Browsers:    []Browser{{Upstream: "http://127.0.0.1:9222", Browser: "Chrome/156", Alive: true, Clients: 2, Holding: "fetch"}},
-		Navigations: Navigations{Passed: 3, Delayed: 2, Unheld: 1},
+		Navigations: Navigations{Passed: 3, Delayed: 2, Unheld: 1, Disallowed: 4},
 		Answers:     Answers{OK: 4, Overload: 1},
 		Buckets: []Bucket{
-			{Name: "a.test", Pressure: 61, Spacing: 140 * time.Millisecond, NextFree: 123456 * time.Microsecond, Mode: "adaptive", Source: "flag"},
+			{Name: "a.test", Pressure: 61, Spacing: 140 * time.Millisecond, NextFree: 123456 * time.Microsecond, Mode: "adaptive", Source: "flag", Refused: 4},
 			{Name: "other.test", Pressure: 3, Spacing: 20 * time.Millisecond, Mode: "adaptive", Source: "flag"}, // booked by another relay
 		},
 	}
@@ -107,6 +107,7 @@ func TestStatus(t *testing.T) {
 			NextFreeMS  float64 `json:"next_free_ms"`
 			Passed      int
 			Delayed     int
+			Refused     int
 			LastAnswer  string `json:"last_answer"`
 			LastStatus  int    `json:"last_status"`
 			Navigations []map[string]any
@@ -123,7 +124,7 @@ func TestStatus(t *testing.T) {
 	}
 	st := read("/status")
 	if st.Now != uint64(at(1000).UnixMilli()) || st.Version != 4 || st.Mode != "adaptive" || st.BucketsBy != "host" || st.Clients != 2 ||
-		len(st.Browsers) != 1 || st.Browsers[0]["holding"] != "fetch" || st.Navigations["unheld"] != 1 || st.Answers["overload"] != 1 {
+		len(st.Browsers) != 1 || st.Browsers[0]["holding"] != "fetch" || st.Navigations["unheld"] != 1 || st.Navigations["disallowed"] != 4 || st.Answers["overload"] != 1 {
 		t.Errorf("got %+v", st)
 	}
 	var names []string
@@ -134,7 +135,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("buckets: got %s, want a.test other.test idle.test (by pressure, then latest booking)", got)
 	}
 	a := st.Buckets[0]
-	if a.SpacingMS != 140 || a.NextFreeMS != 123.5 || a.Passed != 1 || a.Delayed != 1 || a.LastAnswer != "overload" || a.LastStatus != 503 || len(a.Navigations) != 2 {
+	if a.SpacingMS != 140 || a.NextFreeMS != 123.5 || a.Passed != 1 || a.Delayed != 1 || a.Refused != 4 || a.LastAnswer != "overload" || a.LastStatus != 503 || len(a.Navigations) != 2 {
 		t.Errorf("a.test: got %+v", a)
 	}
 	if n := a.Navigations[1]; n["at"] != float64(at(130).UnixMilli()) || n["waited_ms"] != 120.0 || n["spacing_ms"] != 140.0 || n["answer"] != "pending" || n["host"] != nil {

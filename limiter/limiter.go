@@ -567,6 +567,9 @@ type HostState struct {
 	// Baseline and LastAnswer are the bucket's answer-time baseline and
 	// its last answer time (limiter.Baselines); a policy fills them in.
 	Baseline, LastAnswer time.Duration `json:"-"`
+	// Refused counts the bucket's navigations refused because its
+	// robots.txt disallows them (--robots obey); a policy fills it in.
+	Refused uint64 `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,

@@ -20,7 +20,7 @@ type Flags struct {
 	RulesFile   string   // --rules
 	Bucket      string   // --bucket: host or site
 	ExemptHosts []string // --exempt-host
-	Robots      string   // --robots: ignore or crawl-delay
+	Robots      string   // --robots: ignore, crawl-delay or obey
 	RobotsAgent string   // --robots-user-agent
 	CrawlDelay  string   // simulate's --crawl-delay
 
@@ -98,19 +98,24 @@ func FromFlags(f Flags) (Config, error) {
 		}
 		c.Exempt = append(c.Exempt, p)
 	}
-	switch strings.ToLower(strings.TrimSpace(f.Robots)) {
-	case "", "ignore":
-		if f.RobotsAgent != "" {
-			return c, fmt.Errorf("--robots-user-agent %q: needs --robots crawl-delay", f.RobotsAgent)
+	c.RobotsUse = RobotsIgnore
+	if strings.TrimSpace(f.Robots) != "" {
+		if c.RobotsUse, err = ParseRobotsUse(f.Robots); err != nil {
+			return c, fmt.Errorf("--robots %q: %w", f.Robots, err)
 		}
-	case "crawl-delay":
-		agent := strings.TrimSpace(f.RobotsAgent)
-		if agent != "" && agent != "*" && !isToken(agent) {
-			return c, fmt.Errorf("--robots-user-agent %q: want a product token (letters, digits, _ and -) or *", f.RobotsAgent)
-		}
+	}
+	reads := c.RobotsUse != RobotsIgnore
+	for _, r := range c.Rules {
+		reads = reads || r.Robots == RobotsCrawlDelay || r.Robots == RobotsObey
+	}
+	agent := strings.TrimSpace(f.RobotsAgent)
+	switch {
+	case !reads && f.RobotsAgent != "":
+		return c, fmt.Errorf("--robots-user-agent %q: needs --robots crawl-delay or obey", f.RobotsAgent)
+	case agent != "" && agent != "*" && !isToken(agent):
+		return c, fmt.Errorf("--robots-user-agent %q: want a product token (letters, digits, _ and -) or *", f.RobotsAgent)
+	case reads:
 		c.Robots = &Robots{UserAgent: agent}
-	default:
-		return c, fmt.Errorf("--robots %q: want ignore or crawl-delay", f.Robots)
 	}
 	if f.CrawlDelay != "" {
 		if c.CrawlDelay, err = FlagDuration("crawl-delay", f.CrawlDelay, false); err != nil {

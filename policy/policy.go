@@ -2,7 +2,8 @@
 // in and with which setting: per-site rules by host pattern (first match
 // wins, the global flags otherwise), exempt hosts (loopback unless a rule
 // names it), one schedule per host or per registrable domain, a robots.txt
-// Crawl-delay as a floor under the spacing, the cap on navigations in
+// Crawl-delay as a floor under the spacing and, with --robots obey, the
+// navigations its Disallow refuses (Allowed), the cap on navigations in
 // flight, the answers that count as overload, and the latency baseline that
 // turns slow answers into pressure. It owns the parsing of those settings
 // and of every duration the command line reads, and implements the relay's
@@ -15,7 +16,9 @@
 package policy
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -46,9 +49,14 @@ type Config struct {
 	Exempt []string
 	// Bucket chooses which hosts share one schedule.
 	Bucket Bucket
-	// Robots, when set, reads each site's robots.txt Crawl-delay as a floor
-	// under its spacing.
+	// Robots, when set, reads each site's robots.txt: its Crawl-delay as
+	// a floor under its spacing, and with RobotsObey the paths it
+	// disallows.
 	Robots *Robots
+	// RobotsUse is what robots.txt is read for (--robots), for hosts
+	// whose rule does not say robots:…: RobotsDefault means
+	// RobotsCrawlDelay when Robots is set, else RobotsIgnore.
+	RobotsUse RobotsUse
 	// CrawlDelay is a floor under every host's spacing, as if each site's
 	// robots.txt asked for it: simulate's --crawl-delay.
 	CrawlDelay time.Duration
@@ -83,6 +91,7 @@ type decision struct {
 	rule      string // the rule's text, or the exempt glob
 	cap       int    // navigations of the bucket in flight at most; 0 no cap
 	capSource string // SourceFlags or "rule N"
+	robots    RobotsUse
 }
 
 // Policy books navigations as its Config says, in a Booker. It implements
@@ -97,6 +106,8 @@ type Policy struct {
 	labels  labels             // what each bucket was last booked with, for Busiest
 	cap     *inflight.Cap      // places of the buckets' navigations in flight
 	lat     *limiter.Baselines // answer times; nil without --latency-backoff
+	refuses bool               // some host obeys its robots.txt's Disallow
+	refused refusals           // by bucket
 }
 
 // pollShared is how often the first navigation waiting for a place asks a
@@ -110,7 +121,14 @@ func New(cfg Config, b Booker) *Policy {
 	if cfg.Robots != nil && cfg.Robots.Log == nil {
 		cfg.Robots.Log = cfg.Log
 	}
+	switch {
+	case cfg.Robots == nil:
+		cfg.RobotsUse = RobotsIgnore // nothing reads robots.txt, whatever rules say
+	case cfg.RobotsUse == RobotsDefault:
+		cfg.RobotsUse = RobotsCrawlDelay
+	}
 	p := &Policy{cfg: cfg, book: b, mode: limiter.Off, caps: cfg.Concurrency > 0}
+	p.refuses = cfg.RobotsUse == RobotsObey
 	if spaces(cfg.Default) {
 		p.mode = cfg.Default.Mode
 	}
@@ -120,6 +138,7 @@ func New(cfg Config, b Booker) *Policy {
 			p.mode = r.Setting.Mode
 		}
 		p.caps = p.caps || r.Concurrency > 0
+		p.refuses = p.refuses || cfg.Robots != nil && r.Robots == RobotsObey
 	}
 	p.cap = &inflight.Cap{Bound: cfg.ConcurrencyBound}
 	if t, ok := b.(inflight.Table); ok {
@@ -164,9 +183,15 @@ func (p *Policy) decide(host string) decision {
 	}
 	for i, r := range p.cfg.Rules {
 		if match(r.Pattern, host) {
-			d := decision{set: r.Setting, tracked: spaces(r.Setting), source: p.sources[i], rule: r.Text, cap: r.Concurrency, capSource: SourceFlags}
+			d := decision{set: r.Setting, tracked: spaces(r.Setting), source: p.sources[i], rule: r.Text, cap: r.Concurrency, capSource: SourceFlags, robots: p.cfg.RobotsUse}
 			if r.OwnConcurrency {
 				d.capSource = p.sources[i]
+			}
+			if r.Robots != RobotsDefault && p.cfg.Robots != nil {
+				d.robots = r.Robots
+			}
+			if r.Exempt {
+				d.robots = RobotsIgnore
 			}
 			return d
 		}
@@ -174,15 +199,37 @@ func (p *Policy) decide(host string) decision {
 	if limiter.Exempt(host) {
 		return decision{source: SourceLoopback}
 	}
-	return decision{set: p.cfg.Default, tracked: spaces(p.cfg.Default), source: SourceFlags, cap: p.cfg.Concurrency, capSource: SourceFlags}
+	return decision{set: p.cfg.Default, tracked: spaces(p.cfg.Default), source: SourceFlags, cap: p.cfg.Concurrency, capSource: SourceFlags, robots: p.cfg.RobotsUse}
 }
 
-// Exempt reports whether navigations to host are neither spaced nor
-// capped: the relay need not hold them at all. Loopback is, unless a rule
-// names it (or a glob of one matches it).
+// Exempt reports whether navigations to host are neither spaced, capped
+// nor checked against its robots.txt: the relay need not hold them at
+// all. Loopback is, unless a rule names it (or a glob of one matches it).
 func (p *Policy) Exempt(host string) bool {
 	d := p.decide(host)
-	return !d.tracked && d.cap <= 0
+	return !d.tracked && d.cap <= 0 && d.robots != RobotsObey
+}
+
+// Refuses reports whether some host obeys its robots.txt's Disallow
+// (--robots obey, or a rule's robots:obey): then navigations are held,
+// to be checked, even when nothing is spaced or capped.
+func (p *Policy) Refuses() bool { return p.refuses }
+
+// Allowed reports whether a navigation to rawURL, whose host (as
+// limiter.Key returns it) is host, may go: false when host obeys its
+// robots.txt and that disallows rawURL for the robots.txt user agent.
+// Then rule says what disallowed it, for the log, and the refusal is
+// counted for host's bucket (Busiest). It may wait for the site's
+// robots.txt as Reserve does, and the fetch serves both.
+func (p *Policy) Allowed(ctx context.Context, host, rawURL string) (ok bool, rule string) {
+	if !p.refuses || p.decide(host).robots != RobotsObey {
+		return true, ""
+	}
+	ok, rule = p.cfg.Robots.Allowed(ctx, rawURL)
+	if !ok {
+		p.refused.add(p.Bucket(host))
+	}
+	return ok, rule
 }
 
 // Cap reports the bucket of host and the cap on its navigations in
@@ -243,7 +290,7 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 	bucket := p.Bucket(host)
 	set := d.set
 	set.Floor = p.cfg.CrawlDelay
-	if p.cfg.Robots != nil {
+	if d.robots == RobotsCrawlDelay || d.robots == RobotsObey {
 		asked := time.Now()
 		set.Floor = max(set.Floor, p.cfg.Robots.CrawlDelay(ctx, rawURL))
 		now = now.Add(time.Since(asked))
@@ -315,11 +362,19 @@ func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 		hs[i].Source, hs[i].Rule = d.source, d.rule
 	}
 	// Buckets with navigations in flight or waiting here that the
-	// schedule has forgotten (idle, or never spaced) are shown too.
+	// schedule has forgotten (idle, or never spaced) are shown too, and
+	// so are those with navigations refused.
 	for _, st := range p.cap.Busy() {
 		if !listed[st.Bucket] && len(hs) < n {
+			listed[st.Bucket] = true
 			d := p.decide(st.Bucket)
 			hs = append(hs, limiter.HostState{Host: st.Bucket, Mode: d.set.Mode, Source: d.source, Rule: d.rule})
+		}
+	}
+	for _, bucket := range p.refused.buckets() {
+		if !listed[bucket] && len(hs) < n {
+			d := p.decide(bucket)
+			hs = append(hs, limiter.HostState{Host: bucket, Mode: d.set.Mode, Source: d.source, Rule: d.rule})
 		}
 	}
 	for i := range hs {
@@ -345,6 +400,7 @@ func (p *Policy) describe(h *limiter.HostState, now time.Time) {
 	if p.lat != nil {
 		h.Baseline, h.LastAnswer, _ = p.lat.State(h.Host, now)
 	}
+	h.Refused = p.refused.of(h.Host)
 }
 
 // SetBrowser tells the policy the browser's User-Agent, as its
@@ -401,4 +457,50 @@ func (ls *labels) get(bucket string) (label, bool) {
 	}
 	l, ok := ls.old[bucket]
 	return l, ok
+}
+
+// refusals counts the navigations refused in each bucket. Memory is
+// bounded as labels': past maxLabels buckets the older half is forgotten.
+// It is safe for concurrent use; the zero value counts none.
+type refusals struct {
+	mu       sync.Mutex
+	cur, old map[string]uint64 // guarded by mu
+}
+
+func (rs *refusals) add(bucket string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.cur == nil || len(rs.cur) >= maxLabels/2 {
+		if _, ok := rs.cur[bucket]; !ok {
+			rs.old, rs.cur = rs.cur, make(map[string]uint64)
+		}
+	}
+	if n, ok := rs.old[bucket]; ok {
+		delete(rs.old, bucket)
+		rs.cur[bucket] = n
+	}
+	rs.cur[bucket]++
+}
+
+func (rs *refusals) of(bucket string) uint64 {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if n, ok := rs.cur[bucket]; ok {
+		return n
+	}
+	return rs.old[bucket]
+}
+
+// buckets returns the buckets with refusals, the most refused first.
+func (rs *refusals) buckets() []string {
+	rs.mu.Lock()
+	var bs []string
+	for _, m := range []map[string]uint64{rs.cur, rs.old} {
+		for b := range m {
+			bs = append(bs, b)
+		}
+	}
+	rs.mu.Unlock()
+	slices.SortFunc(bs, func(a, b string) int { return cmp.Compare(rs.of(b), rs.of(a)) })
+	return bs
 }

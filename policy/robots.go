@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,8 +45,9 @@ const (
 	MaxCrawlDelay = limiter.RetryAfterMax
 )
 
-// Robots reads the Crawl-delay a site's robots.txt asks of the group
-// matching UserAgent. It fetches /robots.txt once per scheme, host and
+// Robots reads what a site's robots.txt asks of the group matching
+// UserAgent: its Crawl-delay (CrawlDelay) and which paths it disallows
+// (Allowed); one fetch serves both. It fetches /robots.txt once per scheme, host and
 // port with its own HTTP client, keeps what it read for as long as the
 // answer's caching headers say (DefaultRobotsTTL without them, within a
 // minute and a day), and remembers at most MaxEntries origins, the least
@@ -55,7 +57,11 @@ const (
 // A robots.txt that is slow, missing, too big or malformed never holds a
 // navigation for longer than Wait after its fetch began, gives what could
 // be read (nothing, when it is missing or malformed), and is logged once
-// per fetch.
+// per fetch. As RFC 9309 says, a 4xx answer allows everything and a 5xx
+// one disallows everything (until it is fetched again, after 10 minutes);
+// unlike RFC 9309, a robots.txt that could not be reached (no answer, or
+// none within Wait) allows everything: the relay's network is not always
+// the browser's.
 //
 // Set its fields before the first CrawlDelay; the zero Robots uses the
 // defaults. It is safe for concurrent use. Close ends its fetches.
@@ -100,16 +106,23 @@ type Robots struct {
 type robotsEntry struct {
 	origin  string
 	started time.Time
-	ready   chan struct{} // closed once delay, expires and note are set
-	stale   time.Duration // the previous fetch's delay, used meanwhile
+	ready   chan struct{} // closed once rules, expires and note are set
+	stale   robotsRules   // the previous fetch's, used meanwhile
 	refetch bool          // stale is set
 
-	delay   time.Duration
+	rules   robotsRules
 	expires time.Time
 	note    string        // why nothing was read; "" when robots.txt was read
 	level   zerolog.Level // of note
 
 	logged bool // guarded by Robots.mu; a slow fetch was logged
+}
+
+// robotsRules is what one robots.txt says to the agent it was read for.
+type robotsRules struct {
+	delay time.Duration
+	group *robotstxt.Group // nil: no rules, everything allowed
+	none  bool             // everything disallowed: it answered 5xx
 }
 
 func (r *Robots) init() {
@@ -176,26 +189,76 @@ func (r *Robots) CrawlDelay(ctx context.Context, rawURL string) time.Duration {
 	if !ok {
 		return 0
 	}
+	rules, _ := r.rules(ctx, origin)
+	return rules.delay
+}
+
+// Allowed reports whether the robots.txt of rawURL's origin allows
+// fetching rawURL (its path and query), as RFC 9309 matches them through
+// temoto/robotstxt: the longest matching rule wins, Allow on a tie. It
+// waits as CrawlDelay does; a robots.txt not read in time, missing (4xx)
+// or unreachable allows everything, one that answered 5xx disallows
+// everything. When it disallows rawURL, rule says what did: the
+// robots.txt's address and the group read.
+func (r *Robots) Allowed(ctx context.Context, rawURL string) (ok bool, rule string) {
+	origin, ok := robotsOrigin(rawURL)
+	if !ok {
+		return true, ""
+	}
+	rules, agent := r.rules(ctx, origin)
+	switch {
+	case rules.none:
+		return false, origin + "/robots.txt answered 5xx: every path disallowed (RFC 9309)"
+	case rules.group == nil:
+		return true, ""
+	case rules.group.Test(robotsPath(rawURL)):
+		return true, ""
+	}
+	return false, origin + "/robots.txt, group of User-agent " + agent
+}
+
+// robotsPath is what of rawURL robots.txt rules match: its path, "/" when
+// empty, with its query.
+func robotsPath(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "/"
+	}
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	if u.RawQuery != "" {
+		p += "?" + u.RawQuery
+	}
+	return p
+}
+
+// rules returns what origin's robots.txt says, and the agent it was read
+// for, waiting for a fetch at most Wait after it began and never once ctx
+// is done; nothing (everything allowed) when it was not read in time. A
+// fetch that has not answered in time is logged once.
+func (r *Robots) rules(ctx context.Context, origin string) (robotsRules, string) {
 	r.init()
-	e := r.lookup(origin, time.Now())
+	e, agent := r.lookup(origin, time.Now())
 	if e == nil {
-		return 0
+		return robotsRules{}, agent
 	}
 	select {
 	case <-e.ready:
-		return e.delay
+		return e.rules, agent
 	default:
 	}
 	if e.refetch {
-		return e.stale
+		return e.stale, agent
 	}
 	timer := time.NewTimer(time.Until(e.started.Add(r.Wait)))
 	defer timer.Stop()
 	select {
 	case <-e.ready:
-		return e.delay
+		return e.rules, agent
 	case <-ctx.Done():
-		return 0
+		return robotsRules{}, agent
 	case <-timer.C:
 		r.mu.Lock()
 		first := !e.logged
@@ -203,19 +266,20 @@ func (r *Robots) CrawlDelay(ctx context.Context, rawURL string) time.Duration {
 		r.mu.Unlock()
 		if first && r.Log != nil {
 			r.Log.Info().Str("robots", e.origin+"/robots.txt").Float64("waited_ms", limiter.ShownMillis(r.Wait)).
-				Msg("robots.txt did not answer in time: navigating without its Crawl-delay until it does")
+				Msg("robots.txt did not answer in time: navigating without it (no Crawl-delay, nothing disallowed) until it does")
 		}
-		return 0
+		return robotsRules{}, agent
 	}
 }
 
 // lookup returns origin's entry, starting a fetch when there is none or
-// it has expired; nil once Close was called.
-func (r *Robots) lookup(origin string, now time.Time) *robotsEntry {
+// it has expired, and the agent robots.txt files are read for; nil once
+// Close was called.
+func (r *Robots) lookup(origin string, now time.Time) (*robotsEntry, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil
+		return nil, r.agent()
 	}
 	if el, ok := r.entries[origin]; ok {
 		e := el.Value.(*robotsEntry)
@@ -223,14 +287,14 @@ func (r *Robots) lookup(origin string, now time.Time) *robotsEntry {
 		select {
 		case <-e.ready:
 			if now.Before(e.expires) {
-				return e
+				return e, r.agent()
 			}
 			next := r.fetch(origin, now)
-			next.stale, next.refetch = e.delay, true
+			next.stale, next.refetch = e.rules, true
 			el.Value = next
-			return next
+			return next, r.agent()
 		default:
-			return e
+			return e, r.agent()
 		}
 	}
 	for r.lru.Len() >= r.MaxEntries {
@@ -240,7 +304,7 @@ func (r *Robots) lookup(origin string, now time.Time) *robotsEntry {
 	}
 	e := r.fetch(origin, now)
 	r.entries[origin] = r.lru.PushFront(e)
-	return e
+	return e, r.agent()
 }
 
 // fetch starts fetching origin's robots.txt. Callers hold mu.
@@ -251,11 +315,12 @@ func (r *Robots) fetch(origin string, now time.Time) *robotsEntry {
 	go func() {
 		defer r.fetches.Done()
 		r.read(e, agent, ua)
-		close(e.ready)
 		if e.note != "" && r.Log != nil {
 			r.Log.WithLevel(e.level).Str("robots", e.origin+"/robots.txt").Str("why", e.note).
-				Msg("no Crawl-delay read from robots.txt")
+				Msg("robots.txt not read as it is")
 		}
+		close(e.ready) // after its line: who reads it finds the line written
+
 	}()
 	return e
 }
@@ -285,6 +350,11 @@ func (r *Robots) read(e *robotsEntry, agent, ua string) {
 		e.expires = time.Now().Add(ttlOf(resp.Header, r.TTL))
 		e.note, e.level = "missing: "+resp.Status, zerolog.DebugLevel
 		return
+	case resp.StatusCode >= 500:
+		// RFC 9309 2.3.1.4: unreachable, so everything is disallowed.
+		e.rules.none = true
+		e.note, e.level = "answered "+resp.Status+": no Crawl-delay, and with --robots obey every path disallowed (RFC 9309) until it is fetched again", zerolog.InfoLevel
+		return
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		e.note, e.level = "answered "+resp.Status, zerolog.InfoLevel
 		return
@@ -306,9 +376,10 @@ func (r *Robots) read(e *robotsEntry, agent, ua string) {
 		e.note, e.level = "malformed: "+strings.ReplaceAll(err.Error(), "\n", "; "), zerolog.InfoLevel
 		return
 	}
-	e.delay = min(data.FindGroup(agent).CrawlDelay, MaxCrawlDelay)
+	g := data.FindGroup(agent)
+	e.rules = robotsRules{delay: min(g.CrawlDelay, MaxCrawlDelay), group: g}
 	if e.note != "" {
-		e.note += fmt.Sprintf(", Crawl-delay %v", e.delay)
+		e.note += fmt.Sprintf(", Crawl-delay %v", e.rules.delay)
 	}
 }
 
@@ -367,7 +438,7 @@ func robotsOrigin(rawURL string) (string, bool) {
 }
 
 // Close ends the fetches under way and waits for them; CrawlDelay then
-// returns 0 at once.
+// returns 0 at once, and Allowed true.
 func (r *Robots) Close() {
 	r.init()
 	r.mu.Lock()
@@ -424,4 +495,37 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// RobotsUse is what a site's robots.txt is read for.
+type RobotsUse uint8
+
+const (
+	// RobotsDefault is a rule's when it does not say: as --robots says.
+	RobotsDefault RobotsUse = iota
+	// RobotsIgnore reads nothing.
+	RobotsIgnore
+	// RobotsCrawlDelay reads its Crawl-delay, a floor under the spacing.
+	RobotsCrawlDelay
+	// RobotsObey reads its Crawl-delay and refuses the navigations it
+	// disallows.
+	RobotsObey
+)
+
+func (u RobotsUse) String() string {
+	return [...]string{"", "ignore", "crawl-delay", "obey"}[u]
+}
+
+// ParseRobotsUse reads --robots and a rule's robots:…: ignore,
+// crawl-delay or obey.
+func ParseRobotsUse(s string) (RobotsUse, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "ignore":
+		return RobotsIgnore, nil
+	case "crawl-delay":
+		return RobotsCrawlDelay, nil
+	case "obey":
+		return RobotsObey, nil
+	}
+	return RobotsDefault, errors.New("want ignore, crawl-delay (each site's Crawl-delay is its least spacing) or obey (Crawl-delay, and navigations its Disallow rules name are refused)")
 }

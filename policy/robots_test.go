@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // robotsSite serves body as /robots.txt (or runs serve) and counts fetches.
@@ -249,6 +251,216 @@ func TestProductToken(t *testing.T) {
 	for _, tt := range tests {
 		if got := ProductToken(tt.ua); got != tt.want {
 			t.Errorf("ProductToken(%q): got %q, want %q", tt.ua, got, tt.want)
+		}
+	}
+}
+
+func TestRobotsAllowed(t *testing.T) {
+	const body = `User-agent: HeadlessChrome
+Disallow: /chrome-only/
+
+User-agent: *
+Disallow: /private/
+Disallow: /*.pdf$
+Disallow: /search*q=
+Disallow: /shop/
+Allow: /shop/public/
+Allow: /tie
+Disallow: /tie
+`
+	site := newRobotsSite(t, text(body))
+	tests := []struct {
+		agent, path string
+		want        bool
+	}{
+		{"*", "/", true},
+		{"*", "/public/x", true},
+		{"*", "/private/x", false},
+		{"*", "/private", true}, // the rule is /private/
+		{"*", "/doc.pdf", false},
+		{"*", "/doc.pdf?v=1", true}, // $ anchors the end
+		{"*", "/search?x=1&q=a", false},
+		{"*", "/search?x=1", true},
+		{"*", "/shop/cart", false},
+		{"*", "/shop/public/item", true}, // the longer Allow beats the Disallow
+		{"*", "/chrome-only/x", true},
+		{"HeadlessChrome", "/chrome-only/x", false},
+		{"HeadlessChrome", "/private/x", true}, // its own group only
+		{"otherbot", "/private/x", false},      // falls back to *
+	}
+	for _, tt := range tests {
+		t.Run(tt.agent+tt.path, func(t *testing.T) {
+			r, _ := newRobots(t, &Robots{UserAgent: tt.agent})
+			ok, rule := r.Allowed(context.Background(), site.URL+tt.path)
+			if ok != tt.want {
+				t.Errorf("Allowed(%s) for %s: got %v (%q), want %v", tt.path, tt.agent, ok, rule, tt.want)
+			}
+			if !ok && !strings.Contains(rule, "/robots.txt") {
+				t.Errorf("rule %q: want the robots.txt named", rule)
+			}
+		})
+	}
+}
+
+func TestRobotsAllowedAnswers(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve func(http.ResponseWriter, *http.Request)
+		want  bool
+	}{
+		{"missing", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }, true},
+		{"forbidden", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", 403) }, true},
+		{"server error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", 503) }, false}, // RFC 9309 2.3.1.4
+		{"empty", text(""), true},
+		{"malformed", text("User-agent: *\nCrawl-delay: soon\n"), true},
+		{"disallow all", text("User-agent: *\nDisallow: /\n"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			site := newRobotsSite(t, tt.serve)
+			r, _ := newRobots(t, &Robots{})
+			for range 3 {
+				if ok, rule := r.Allowed(context.Background(), site.URL+"/private/x"); ok != tt.want {
+					t.Fatalf("got %v (%q), want %v", ok, rule, tt.want)
+				}
+			}
+			if n := site.fetches.Load(); n != 1 {
+				t.Errorf("fetched %d times, want once", n)
+			}
+		})
+	}
+	r, _ := newRobots(t, &Robots{})
+	if ok, _ := r.Allowed(context.Background(), "http://127.0.0.1:1/private/x"); !ok {
+		t.Error("unreachable robots.txt: got disallowed, want allowed (the relay's network is not the browser's)")
+	}
+}
+
+func TestRobotsAllowedHangs(t *testing.T) {
+	release := make(chan struct{})
+	site := newRobotsSite(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+			fmt.Fprint(w, "User-agent: *\nDisallow: /\n")
+		}
+	})
+	r, logs := newRobots(t, &Robots{Wait: 200 * time.Millisecond})
+	start := time.Now()
+	for _, path := range []string{"/a", "/b", "/c"} {
+		if ok, rule := r.Allowed(context.Background(), site.URL+path); !ok {
+			t.Errorf("%s while robots.txt hangs: got disallowed (%q), want allowed", path, rule)
+		}
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("waited %v, want the bound", d)
+	}
+	if n := logs.count("did not answer in time"); n != 1 {
+		t.Errorf("logged the hang %d times, want once", n)
+	}
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ok, _ := r.Allowed(context.Background(), site.URL+"/d"); !ok {
+			break // once it answers, it counts
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the robots.txt that answered late was never read")
+		}
+	}
+}
+
+func TestRobotsOneFetchServesBoth(t *testing.T) {
+	site := newRobotsSite(t, text("User-agent: *\nCrawl-delay: 1\nDisallow: /private/\n"))
+	r, _ := newRobots(t, &Robots{})
+	ctx := context.Background()
+	if ok, _ := r.Allowed(ctx, site.URL+"/private/x"); ok {
+		t.Error("Allowed /private/x: got true, want false")
+	}
+	if got := r.CrawlDelay(ctx, site.URL+"/public/x"); got != time.Second {
+		t.Errorf("CrawlDelay: got %v, want 1s", got)
+	}
+	if ok, _ := r.Allowed(ctx, site.URL+"/public/x"); !ok {
+		t.Error("Allowed /public/x: got false, want true")
+	}
+	if n := site.fetches.Load(); n != 1 {
+		t.Errorf("fetched %d times, want once for both", n)
+	}
+}
+
+func TestPolicyObeysRobots(t *testing.T) {
+	site := newRobotsSite(t, text("User-agent: *\nDisallow: /private/\n"))
+	// The site is on loopback: rules name it, as a site elsewhere needs none.
+	tests := []struct {
+		name     string
+		flags    Flags
+		refuses  bool // some host's navigations may be refused
+		refuse   bool // this one's are
+		exempted bool
+	}{
+		{"obey", Flags{Robots: "obey", Delay: "0", Rules: []string{"127.0.0.1=fixed:1ms"}}, true, true, false},
+		{"obey, off rule: held to be checked", Flags{Robots: "obey", Rules: []string{"127.0.0.1=off"}}, true, true, false},
+		{"crawl-delay", Flags{Robots: "crawl-delay", Rules: []string{"127.0.0.1=off"}}, false, false, true},
+		{"rule turns it off", Flags{Robots: "obey", Rules: []string{"127.0.0.1=off,robots:ignore"}}, true, false, true},
+		{"rule turns it on", Flags{Rules: []string{"127.0.0.1=off robots:obey"}}, true, true, false},
+		{"not named: loopback exempt", Flags{Robots: "obey"}, true, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := FromFlags(tt.flags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := New(cfg, limiter.New(cfg.Default))
+			t.Cleanup(p.Close)
+			host, _ := limiter.Key(site.URL)
+			if got := p.Refuses(); got != tt.refuses {
+				t.Errorf("Refuses: got %v, want %v", got, tt.refuses)
+			}
+			if got := p.Exempt(host); got != tt.exempted {
+				t.Errorf("Exempt: got %v, want %v", got, tt.exempted)
+			}
+			ok, _ := p.Allowed(context.Background(), host, site.URL+"/private/x")
+			if ok == tt.refuse {
+				t.Errorf("Allowed /private/x: got %v, want %v", ok, !tt.refuse)
+			}
+			if ok, rule := p.Allowed(context.Background(), host, site.URL+"/public/x"); !ok {
+				t.Errorf("Allowed /public/x: got false (%q), want true", rule)
+			}
+			var refused uint64
+			for _, h := range p.Busiest(time.Now(), 10) {
+				if h.Host == host {
+					refused = h.Refused
+				}
+			}
+			if want := map[bool]uint64{true: 1, false: 0}[tt.refuse]; refused != want {
+				t.Errorf("Busiest counts %d refusals of %s, want %d", refused, host, want)
+			}
+		})
+	}
+}
+
+func TestRobotsRuleSetting(t *testing.T) {
+	tests := []struct {
+		in   string
+		want RobotsUse
+		err  string
+	}{
+		{"a.test=fixed:1s", RobotsDefault, ""},
+		{"a.test=robots:ignore", RobotsIgnore, ""},
+		{"a.test=fixed:1s,robots:crawl-delay", RobotsCrawlDelay, ""},
+		{"a.test=off robots:OBEY", RobotsObey, ""},
+		{"a.test=robots:never", RobotsDefault, "want ignore, crawl-delay"},
+		{"a.test=robots:obey,robots:ignore", RobotsDefault, "one robots:"},
+		{"a.test=exempt,robots:obey", RobotsDefault, "means nothing for exempt hosts"},
+	}
+	for _, tt := range tests {
+		r, err := ParseRule(tt.in, limiter.Config{}, 0)
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: got error %v, want one saying %q", tt.in, err, tt.err)
+		case tt.err == "" && err != nil:
+			t.Errorf("%s: %v", tt.in, err)
+		case tt.err == "" && r.Robots != tt.want:
+			t.Errorf("%s: got robots %v, want %v", tt.in, r.Robots, tt.want)
 		}
 	}
 }

@@ -35,6 +35,10 @@ type Rule struct {
 	Concurrency int
 	// OwnConcurrency is set when the rule says concurrency:N itself.
 	OwnConcurrency bool
+	// Robots is what the hosts' robots.txt is read for (robots:ignore,
+	// robots:crawl-delay, robots:obey); RobotsDefault, as --robots says.
+	// It reads nothing unless --robots reads some robots.txt.
+	Robots RobotsUse
 	// Text is the rule as written, and where, for logs and /hosts:
 	// "*.slow.test=fixed:300ms", or "… (rules.txt:4)".
 	Text string
@@ -45,8 +49,9 @@ const maxRules = 10_000
 
 // ParseRule reads one rule, PATTERN=SETTING, where SETTING is adaptive,
 // fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N,
-// overload:STATUSES (429+503, or none) and jitter:F (0 to 1, 1 excluded),
-// each after a comma or a space;
+// overload:STATUSES (429+503, or none), jitter:F (0 to 1, 1 excluded)
+// and robots:ignore, robots:crawl-delay or robots:obey, each after a
+// comma or a space;
 // a setting of only those keeps the mode of def. def is the setting of the
 // global flags and concurrency their --http-nav-concurrency, which a rule
 // starts from.
@@ -62,7 +67,7 @@ func ParseRule(s string, def limiter.Config, concurrency int) (Rule, error) {
 	}
 	var st parsed
 	st, err = parseSetting(setting, def, concurrency)
-	r.Setting, r.Exempt, r.Concurrency, r.OwnConcurrency = st.set, st.exempt, st.concurrency, st.ownConcurrency
+	r.Setting, r.Exempt, r.Concurrency, r.OwnConcurrency, r.Robots = st.set, st.exempt, st.concurrency, st.ownConcurrency, st.robots
 	return r, err
 }
 
@@ -118,7 +123,7 @@ func match(pattern, host string) bool {
 	return ok
 }
 
-const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES or jitter:F"
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES, jitter:F or robots:ignore|crawl-delay|obey"
 
 // MaxConcurrency bounds --http-nav-concurrency and concurrency:N.
 const MaxConcurrency = 10_000
@@ -129,6 +134,7 @@ type parsed struct {
 	exempt         bool
 	concurrency    int
 	ownConcurrency bool
+	robots         RobotsUse
 }
 
 // parseSetting reads SETTING, starting from def and concurrency.
@@ -173,6 +179,16 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			}
 			st.set.Jitter, jitter = x, true
 			continue
+		case name == "robots" && hasArg:
+			u, err := ParseRobotsUse(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v", f, err)
+			}
+			if st.robots != RobotsDefault {
+				return st, fmt.Errorf("%q: one robots:… only", f)
+			}
+			st.robots = u
+			continue
 		case name == "overload" && hasArg:
 			codes, err := ParseStatuses(arg)
 			if err != nil {
@@ -210,6 +226,8 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("jitter:F means nothing for hosts that are never spaced")
 	case st.set.Mode != limiter.Adaptive && overload:
 		return st, errors.New("overload:STATUSES means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
+	case st.exempt && st.robots != RobotsDefault && st.robots != RobotsIgnore:
+		return st, errors.New("robots:" + st.robots.String() + " means nothing for exempt hosts, which are never held (off,robots:obey checks without spacing)")
 	case st.exempt && st.ownConcurrency && st.concurrency > 0:
 		return st, errors.New("concurrency:N means nothing for exempt hosts, which are never held (off,concurrency:N caps without spacing)")
 	case st.exempt:

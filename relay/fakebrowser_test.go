@@ -689,7 +689,8 @@ type fakeConn struct {
 	msgs      []fakeMsg            // guarded by mu; everything received, in order
 	nread     int                  // guarded by mu; msgs handed out by next
 	arrived   chan struct{}        // guarded by mu; closed and replaced on each message
-	continued map[string]time.Time // guarded by mu; Fetch.continueRequest by requestId
+	continued map[string]time.Time // guarded by mu; Fetch.continueRequest (or failRequest) by requestId
+	failed    map[string]string    // guarded by mu; Fetch.failRequest's errorReason by requestId
 	answers   bool                 // guarded by mu; its Fetch patterns pause answers too
 	watching  map[string]bool      // guarded by mu; requests continued with interceptResponse
 	pings     int                  // guarded by mu
@@ -782,6 +783,8 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 			fb.mu.Unlock()
 		case "Fetch.continueRequest":
 			fc.continuedNow(m.Params, msg.at)
+		case "Fetch.failRequest":
+			fc.failedNow(m.Params, msg.at)
 		}
 		send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, id, m.SessionID))
 		return
@@ -895,6 +898,9 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 	case "Fetch.continueRequest":
 		send(withID(fb.fetch.reply(fb.t, m.Method, nil), id))
 		fc.continuedNow(m.Params, msg.at)
+	case "Fetch.failRequest":
+		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		fc.failedNow(m.Params, msg.at)
 	case "Target.closeTarget", "Target.disposeBrowserContext":
 		// As Chromium answers: a target or context whose id starts with
 		// GONE is not there (any more).
@@ -992,6 +998,28 @@ func (fc *fakeConn) continuedNow(params []byte, at time.Time) {
 		fc.watching[p.RequestID] = true
 	}
 	fc.mu.Unlock()
+}
+
+// failedNow records a Fetch.failRequest received at at: the pause is
+// over (continuedAt returns), the request failed with its errorReason.
+func (fc *fakeConn) failedNow(params []byte, at time.Time) {
+	var p struct{ RequestID, ErrorReason string }
+	json.Unmarshal(params, &p)
+	fc.mu.Lock()
+	if fc.failed == nil {
+		fc.failed = map[string]string{}
+	}
+	fc.failed[p.RequestID] = p.ErrorReason
+	fc.continued[p.RequestID] = at
+	fc.mu.Unlock()
+}
+
+// failedWith returns the errorReason requestID was failed with, "" when
+// it was not.
+func (fc *fakeConn) failedWith(requestID string) string {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.failed[requestID]
 }
 
 // attach attaches fc, the relay's pages connection, to a page, as
@@ -1161,7 +1189,8 @@ type hopTimes struct {
 	requestID string
 	paused    time.Time
 	continued time.Time
-	pauses    int // how many interceptors paused it (navigate)
+	pauses    int    // how many interceptors paused it (navigate)
+	failed    string // the errorReason it was failed with, "" when let go (navigate)
 }
 
 // play replays a recorded chain of paused requests the way Chromium
@@ -1550,6 +1579,13 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 				}
 				ht.continued = cont
 				ht.pauses++
+				if reason := ic.fc.failedWith(mp.RequestID); reason != "" {
+					// Failed where it paused: no one else sees it, and the
+					// navigation is over.
+					ht.failed = reason
+					fb.networkEnd(frame, networkID, pause{ResponseErrorReason: reason}, time.Now(), false)
+					return append(out, ht)
+				}
 			}
 			sent = time.Now()
 			if ht.paused.IsZero() {
@@ -1638,6 +1674,8 @@ func netError(reason string) string {
 		return "TIMED_OUT"
 	case "Aborted":
 		return "ABORTED"
+	case "BlockedByClient":
+		return "BLOCKED_BY_CLIENT"
 	}
 	return "FAILED"
 }

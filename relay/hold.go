@@ -331,7 +331,7 @@ func (fl *flight) took(now time.Time) time.Duration {
 // navigation's flight, which ends with ctx.
 func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
 	fl := h.newFlight(ctx)
-	h.holdFlight(ctx, fl, host, rawURL, log, nil, release, done)
+	h.holdFlight(ctx, fl, host, rawURL, log, nil, nil, release, done)
 	return fl
 }
 
@@ -339,13 +339,15 @@ func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Log
 // place among its bucket's navigations in flight, when the bucket has a
 // cap and fl has no place yet (for as long as fl lives, whatever ctx
 // does), then it books; booked (when set) is told the start of the slot
-// once it is booked.
-func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), release, done func()) {
+// once it is booked. Before either, a navigation the Limiter refuses
+// (Refuser) is handed to refuse instead, when set, and nothing is booked;
+// a nil refuse is never asked for.
+func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
 	var b func(time.Time, *pace.Nav)
 	if booked != nil {
 		b = func(start time.Time, _ *pace.Nav) { booked(start) }
 	}
-	h.holdFor(ctx, fl, host, rawURL, log, false, b, nil, release, done)
+	h.holdFor(ctx, fl, host, rawURL, log, false, b, nil, refuse, release, done)
 }
 
 // holdNav is holdFlight for a navigation whose departure the caller
@@ -353,17 +355,23 @@ func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string
 // tells it when the request left, and fl's end ends it; the release waits,
 // past the slot, for what late departures before it in its bucket ask
 // (package pace). Without depart, it is booked's nil. waits, when set, is
-// called once, when the navigation may have to wait at all.
-func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release func()) {
-	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, release, nil)
+// called once, when the navigation may have to wait at all; refuse is
+// holdFlight's.
+func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
+	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, refuse, release, nil)
 }
 
-func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, release, done func()) {
+func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
 	h.waiting.Add(1)
 	h.p.limiting.Add(1)
 	go func() {
 		defer h.p.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
+		if refuse != nil && h.refused(ctx, host, rawURL, log) {
+			refuse() // before a place or a slot: it books nothing
+			h.end(nil, done)
+			return
+		}
 		if h.p.capper != nil && h.p.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}

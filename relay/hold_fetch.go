@@ -96,6 +96,7 @@ type heldNav struct {
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
 	fl       *flight       // set once: the navigation, whichever connection holds it
+	refused  bool          // guarded by fetchHold.mu; refused, not let go: whoever holds it fails it
 }
 
 // passedNav is a document request a connection let go.
@@ -977,7 +978,13 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	// The wait for a place in flight lasts as long as the navigation, the
 	// one for its slot as long as this connection: when it drops, net gets
 	// the request and holds it on hn.
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, func() { f.let(fc, key, hn, session, id) })
+	refuse := func() {
+		f.mu.Lock()
+		hn.refused = true // handed to net meanwhile: net fails it (handedOver)
+		f.mu.Unlock()
+		fc.refuse(session, id, th, fl)
+	}
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, refuse, func() { f.let(fc, key, hn, session, id) })
 }
 
 // forget drops a held request whose navigation ended before its release
@@ -1268,7 +1275,13 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 		case <-hn.booked:
 		case <-fc.held.Done():
 			return
-		case <-hn.fl.ctx.Done(): // its page went while it waited
+		case <-hn.fl.ctx.Done(): // its page went while it waited, or it was refused
+			f.mu.Lock()
+			refused := hn.refused
+			f.mu.Unlock()
+			if refused {
+				fc.refuse("", id, nil, hn.fl)
+			}
 			return
 		}
 		if late := time.Since(hn.start); late > handOverLate {
@@ -1277,7 +1290,7 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := pageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, nil, func() { f.let(fc, key, hn, "", id) })
 			return
 		}
 		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
@@ -1299,7 +1312,13 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		refuse := func() {
+			fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: prev.fl})
+			fc.refuse("", id, nil, prev.fl)
+		}
+		f.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
+			fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		})
 		return
 	}
 	f.mu.Unlock()
@@ -1321,7 +1340,11 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		hn.start = start
 		close(hn.booked)
 	}
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, func() { f.let(fc, key, hn, "", id) })
+	refuse := func() {
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: fl})
+		fc.refuse("", id, nil, fl)
+	}
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, refuse, func() { f.let(fc, key, hn, "", id) })
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -235,6 +235,23 @@ func (fc *fetchConn) call(ctx context.Context, session, method string, params an
 // release lets a paused request go on, at either stage.
 func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, id, false) }
 
+// refuse fails a paused document request the Limiter refused, as one its
+// client blocked (Chromium reports net::ERR_BLOCKED_BY_CLIENT), and ends
+// its navigation fl. th, its hop when the pages connection follows it
+// (nil otherwise), books nothing: its failure is no answer of the site.
+func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *flight) {
+	if th != nil {
+		fc.mu.Lock()
+		th.booked = false
+		fc.mu.Unlock()
+	}
+	p := &fetch.FailRequestParams{RequestID: fetch.RequestID(id), ErrorReason: network.ErrorReasonBlockedByClient}
+	if _, err := fc.send(session, "Fetch.failRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
+		fc.log.Debug().Err(err).Str("request", id).Msg("refusing a request failed")
+	}
+	fl.end()
+}
+
 // continueRequest lets a paused request go on, asking for its answer when
 // answer is set.
 func (fc *fetchConn) continueRequest(session, id string, answer bool) {

@@ -557,8 +557,11 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		// before it was booked.
 		th.booked = prev.booked
 		fc.fly(th, prev.fl)
-		fc.f.pass(navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}, fc)
-		fc.release(session, id)
+		refuse := func() { fc.refuse(session, id, th, prev.fl) }
+		fc.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
+			fc.f.pass(navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}, fc)
+			fc.release(session, id)
+		})
 		return
 	}
 	if prev != nil {

@@ -279,7 +279,13 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 	held := append([]byte(nil), msg...)
 	w.pr.held.Add(1)
 	fl := w.h.newFlight(w.pr.ctx)
-	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, func() {
+	session, id := string(hd.SessionID), hd.ID
+	refuse := func() {
+		// Answered as in the stream: its result has no room for an error.
+		fl.end()
+		w.answerError(session, id, blockedByClient)
+	}
+	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, refuse, func() {
 		w.mu.Lock()
 		if len(s.prebooked) >= maxTracked {
 			for _, pb := range s.prebooked {
@@ -464,13 +470,24 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 			s.goOn(session, ev.RequestID)
 		}
 	}
+	refuse := func() {
+		w.mu.Lock()
+		s.held--
+		if d, ok := st.docs[networkOr(&ev)]; ok && d.fl == fl {
+			delete(st.docs, networkOr(&ev)) // its failure is no answer of the site
+		}
+		w.mu.Unlock()
+		s.fail(session, ev.RequestID)
+		fl.end()
+	}
 	if hop && prev.host == host || prebooked {
-		// A hop within the host, or the page of a held createTarget: booked already.
-		release()
+		// A hop within the host, or the page of a held createTarget:
+		// booked already, and asked about only now.
+		w.h.checkThen(w.pr.ctx, host, ev.Request.URL, w.navLog(session), refuse, release)
 		return true
 	}
 	w.pr.held.Add(1)
-	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, release, w.pr.held.Done)
+	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, refuse, release, w.pr.held.Done)
 	return true
 }
 
@@ -485,6 +502,13 @@ func (st *sessState) endDocs() {
 // goOn lets a request paused in a client session go on.
 func (s *sessionHold) goOn(session, requestID string) {
 	s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, nil)
+}
+
+// fail fails a paused request the Limiter refused, as one the client
+// blocked: Chromium reports net::ERR_BLOCKED_BY_CLIENT; Lightpanda, which
+// takes the reason, aborts the request.
+func (s *sessionHold) fail(session, requestID string) {
+	s.w.send(session, "Fetch.failRequest", map[string]string{"requestId": requestID, "errorReason": "BlockedByClient"}, nil)
 }
 
 // networkOr names a paused request by what its Network events will call it.

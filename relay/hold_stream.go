@@ -196,7 +196,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), booked, func() { s.release(cmd, host) }, func() { close(done) })
+		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), booked, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -239,20 +239,11 @@ func (s *streamHold) supersede(old *heldCmd) {
 // overtook it, expects its document, and starts the session's next one.
 func (s *streamHold) release(cmd *heldCmd, host string) {
 	w := s.w
-	var next *heldCmd
 	w.mu.Lock()
-	if cmd.method != "Target.createTarget" {
-		q := s.queues[cmd.session]
-		if len(q) == 0 || q[0] != cmd {
-			w.mu.Unlock()
-			return // overtaken, and answered already
-		}
-		q = q[1:]
-		if len(q) == 0 {
-			delete(s.queues, cmd.session)
-		} else {
-			s.queues[cmd.session], next = q, q[0]
-		}
+	next, ok := s.dequeueLocked(cmd)
+	if !ok {
+		w.mu.Unlock()
+		return // overtaken, and answered already
 	}
 	var ended []*flight
 	if host == "" {
@@ -289,6 +280,53 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 		fl.end()
 	}
 	w.pass(cmd.msg)
+	if next != nil {
+		s.start(next)
+	}
+}
+
+// dequeueLocked takes cmd off its session's queue and returns the
+// command after it; false when cmd is not at its head (overtaken, and
+// answered already). Callers hold w.mu.
+func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
+	if cmd.method == "Target.createTarget" {
+		return nil, true // in no queue
+	}
+	q := s.queues[cmd.session]
+	if len(q) == 0 || q[0] != cmd {
+		return nil, false
+	}
+	q = q[1:]
+	if len(q) == 0 {
+		delete(s.queues, cmd.session)
+	} else {
+		s.queues[cmd.session], next = q, q[0]
+	}
+	return next, true
+}
+
+// refuse answers a held command whose navigation the Limiter refused,
+// without writing it to the browser, and starts the session's next one.
+// A Page.navigate gets what Chromium answers for a navigation blocked in
+// it, a result whose errorText is net::ERR_BLOCKED_BY_CLIENT (Puppeteer's
+// goto throws it); a reload, history navigation or Target.createTarget,
+// whose results carry no error, get a CDP error with that message.
+func (s *streamHold) refuse(cmd *heldCmd) {
+	w := s.w
+	w.mu.Lock()
+	next, ok := s.dequeueLocked(cmd)
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	cmd.fl.end()
+	if cmd.method == "Page.navigate" {
+		target, _ := w.pageOf(cmd.session)
+		f, _ := json.Marshal(target)
+		w.answer(cmd.session, cmd.id, `{"frameId":`+string(f)+`,"errorText":"`+blockedByClient+`"}`)
+	} else {
+		w.answerError(cmd.session, cmd.id, blockedByClient)
+	}
 	if next != nil {
 		s.start(next)
 	}

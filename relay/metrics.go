@@ -20,7 +20,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
-	navForeign, navUnheld                          prometheus.Counter
+	navForeign, navUnheld, navDisallowed           prometheus.Counter
 	delay, concurrency                             prometheus.Histogram
 	overload, failure, slow, answered              prometheus.Counter
 	late                                           prometheus.Counter
@@ -47,11 +47,13 @@ func NewMetrics(ls ...any) *Metrics {
 		Help: "Top-level navigations by outcome: passed (booked, went at once), delayed (held for their slot), " +
 			"exempt (loopback, --exempt-host, a rule that is exempt or off), untracked (not a page's main frame, or not http), " +
 			"foreign (a page none of the relay's clients drives: let go at once), " +
-			"unheld (a client's navigation that reached the network without a booking).",
+			"unheld (a client's navigation that reached the network without a booking), " +
+			"disallowed (refused because its site's robots.txt disallows it: --robots obey).",
 	}, []string{"outcome"})
 	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")
 	m.navExempt, m.navUntracked = nav.WithLabelValues("exempt"), nav.WithLabelValues("untracked")
 	m.navForeign, m.navUnheld = nav.WithLabelValues("foreign"), nav.WithLabelValues("unheld")
+	m.navDisallowed = nav.WithLabelValues("disallowed")
 	m.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cdp_throttle_navigation_delay_seconds",
 		Help:    "How long delayed navigations were held.",
@@ -217,6 +219,8 @@ func (m *Metrics) navigation(outcome navOutcome, d time.Duration) {
 		m.navUntracked.Inc()
 	case navForeign:
 		m.navForeign.Inc()
+	case navDisallowed:
+		m.navDisallowed.Inc()
 	}
 }
 
@@ -246,6 +250,7 @@ const (
 	navExempt
 	navUntracked
 	navForeign
+	navDisallowed
 )
 
 // feedback counts one answer fed back to the limiter.
@@ -298,7 +303,7 @@ func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
 		return uint64(d.GetCounter().GetValue())
 	}
 	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
-			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld)},
+			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld), Disallowed: n(m.navDisallowed)},
 		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure) + n(m.slow)}
 }
 

@@ -234,17 +234,18 @@ type Proxy struct {
 
 	capper Capper // set once by Start: the Limiter, when it caps navigations in flight
 
-	log          zerolog.Logger    // set once by Start
-	ups          []*upstream       // set once by Start
-	dialer       *websocket.Dialer // the relay's own connections to the browsers
-	clientDialer *websocket.Dialer // a client's connection to its browser
-	upgrader     *websocket.Upgrader
-	warned       warnOnce
-	pace         pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
-	gate         *admission.Gate    // set once by Start: places in the browsers for clients
-	stop         context.CancelFunc // set once by Start; ends the background goroutines
-	done         sync.WaitGroup     // background goroutines
-	limiting     sync.WaitGroup     // bookings and answers on their way to the limiter
+	log           zerolog.Logger    // set once by Start
+	ups           []*upstream       // set once by Start
+	dialer        *websocket.Dialer // the relay's own connections to the browsers
+	clientDialer  *websocket.Dialer // a client's connection to its browser
+	upgrader      *websocket.Upgrader
+	warned        warnOnce
+	refusedWarned warnOnce           // hosts whose refusal was said
+	pace          pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
+	gate          *admission.Gate    // set once by Start: places in the browsers for clients
+	stop          context.CancelFunc // set once by Start; ends the background goroutines
+	done          sync.WaitGroup     // background goroutines
+	limiting      sync.WaitGroup     // bookings and answers on their way to the limiter
 
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
@@ -401,7 +402,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	if c, ok := p.Limiter.(Capper); ok && c.Caps() {
 		p.capper = c
 	}
-	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil {
+	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil && p.refuser() == nil {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
 	}

@@ -57,7 +57,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	}); ok {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
-				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency})
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency, Refused: h.Refused})
 		}
 	}
 	return st
@@ -109,6 +109,8 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		// With --latency-backoff.
 		BaselineMS   float64 `json:"answer_baseline_ms,omitempty"`
 		LastAnswerMS float64 `json:"last_answer_ms,omitempty"`
+		// With --robots obey: navigations refused, robots.txt disallows them.
+		Refused uint64 `json:"refused,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
@@ -116,7 +118,7 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.ShownMillis(spacingNow(h)), NextFreeMS: limiter.ShownMillis(h.NextFree),
 				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
 				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
-				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer)}
+				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer), Refused: h.Refused}
 			if p.capper != nil {
 				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
 			}

@@ -194,6 +194,7 @@
       ['passed', n.passed], ['delayed', n.delayed], ['exempt', n.exempt], ['untracked', n.untracked],
       ['foreign', n.foreign, false, 'pages none of the relay\'s clients drives, let go at once'],
       ['unheld', n.unheld, n.unheld > 0, 'navigations of the relay\'s clients that reached the network without a booking: should stay 0'],
+      ['disallowed', n.disallowed || 0, false, 'navigations refused because their site\'s robots.txt disallows them (--robots obey)'],
     ]);
     counts($('answers'), [['ok', d.answers.ok], ['overload', d.answers.overload], ['failure', d.answers.failure]]);
 
@@ -268,7 +269,10 @@
     r.setting.title = setting;
     nums(r.line1, [['pressure', fmtN(b.pressure)], ['spacing', b.spacing_ms > 0 ? fmtMs(b.spacing_ms) : '–'], ['next free', b.next_free_ms > 0 ? 'in ' + fmtMs(b.next_free_ms) : 'now']]);
     const last = b.last_answer ? [(b.last_status || '') + ' ' + b.last_answer, b.last_answer] : ['–', ''];
-    nums(r.line2, [['passed', fmtN(b.passed)], ['delayed', fmtN(b.delayed)], ['last answer', last[0].trim(), last[1]]]);
+    const line2 = [['passed', fmtN(b.passed)], ['delayed', fmtN(b.delayed)]];
+    if (b.refused > 0) line2.push(['refused', fmtN(b.refused)]);
+    line2.push(['last answer', last[0].trim(), last[1]]);
+    nums(r.line2, line2);
     draw(r.svg, e, now, win, ymax);
   }
 

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/url"
+	"strconv"
+
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/redact"
+)
+
+// Refuser is what a Limiter adds when it refuses some navigations
+// outright (*policy.Policy does with --robots obey: those its site's
+// robots.txt disallows). The relay asks it before a navigation takes a
+// place in flight or books a slot; a refused navigation books nothing and
+// fails in the browser as one its client blocked
+// (net::ERR_BLOCKED_BY_CLIENT). Its methods must be safe for concurrent
+// use.
+type Refuser interface {
+	// Refuses reports whether any navigation may be refused: then
+	// navigations are held, to be asked about, even where nothing is
+	// spaced or capped.
+	Refuses() bool
+	// Allowed reports whether a navigation to rawURL, whose host is
+	// limiter.Key(rawURL), may go; rule says what refused it. It may
+	// block (to read robots.txt), never past ctx.
+	Allowed(ctx context.Context, host, rawURL string) (ok bool, rule string)
+}
+
+// blockedByClient is the net error a refused navigation fails with, as
+// Chromium names it in Page.navigate's errorText and Puppeteer throws it.
+const blockedByClient = "net::ERR_BLOCKED_BY_CLIENT"
+
+// refuser returns the Limiter as a Refuser when it refuses anything.
+func (p *Proxy) refuser() Refuser {
+	if r, ok := p.Limiter.(Refuser); ok && r.Refuses() {
+		return r
+	}
+	return nil
+}
+
+// refused asks the Limiter whether a navigation to rawURL must be
+// refused, and when it must, counts it and says so, once per host.
+func (h *holder) refused(ctx context.Context, host, rawURL string, log *zerolog.Logger) bool {
+	r := h.p.refuser()
+	if r == nil {
+		return false
+	}
+	ok, rule := r.Allowed(ctx, host, rawURL)
+	if ok || ctx.Err() != nil {
+		return false
+	}
+	h.p.Metrics.navigation(navDisallowed, 0)
+	path := "/"
+	if u, err := url.Parse(redact.URL(rawURL)); err == nil && u.Path != "" {
+		path = u.Path
+	}
+	if h.p.refusedWarned.first(host) {
+		h.p.log.Warn().Str("host", host).Str("path", path).Str("source", "robots.txt").Str("rule", rule).
+			Msg("navigation refused: robots.txt disallows it")
+	}
+	log.Debug().Str("host", host).Str("path", path).Str("rule", rule).Msg("navigation refused")
+	return true
+}
+
+// checkThen calls release for a navigation that books nothing more (a
+// redirect hop within its host, the page of a held Target.createTarget)
+// unless the Limiter refuses it: then refuse. Asking may block, so it is
+// done on a goroutine of its own when the Limiter refuses anything; at
+// once otherwise. Neither is called when ctx ends first.
+func (h *holder) checkThen(ctx context.Context, host, rawURL string, log *zerolog.Logger, refuse, release func()) {
+	if refuse == nil || h.p.refuser() == nil {
+		release()
+		return
+	}
+	h.p.limiting.Add(1)
+	go func() {
+		defer h.p.limiting.Done()
+		switch {
+		case h.refused(ctx, host, rawURL, log):
+			refuse()
+		case ctx.Err() == nil:
+			release()
+		}
+	}()
+}
+
+// answerError answers a client's command with a CDP error, as the
+// browser would answer one it could not carry out.
+func (w *watch) answerError(session string, id int64, message string) {
+	var b bytes.Buffer
+	b.WriteString(`{"id":`)
+	b.WriteString(strconv.FormatInt(id, 10))
+	m, _ := json.Marshal(message)
+	b.WriteString(`,"error":{"code":-32000,"message":`)
+	b.Write(m)
+	b.WriteString(`}`)
+	if session != "" {
+		s, _ := json.Marshal(session)
+		b.WriteString(`,"sessionId":`)
+		b.Write(s)
+	}
+	b.WriteByte('}')
+	w.toClient(b.Bytes())
+}
