@@ -3,9 +3,12 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +121,7 @@ func TestRobotsObey(t *testing.T) {
 		if !strings.Contains(string(status), `"disallowed":3`) || !strings.Contains(string(status), `"refused":3`) {
 			t.Errorf("/status (the page's): got %s, want 3 disallowed, 3 refused for robots.test", status)
 		}
+		robotsOnPage(t, r)
 	})
 	t.Run("crawl-delay", func(t *testing.T) {
 		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
@@ -225,4 +229,41 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 			t.Logf("the site saw %s: %v", path, seen(s, path))
 		}
 	})
+}
+
+// robotsOnPage opens the relay's page in a browser of its own, as a user
+// would, and checks what it shows of TestRobotsObey's refusals: the
+// navigations' "disallowed 3" and robots.test's "refused 3". Its
+// screenshot goes to the test's log directory (CDP_E2E_SHOTS, when set).
+func robotsOnPage(t *testing.T, r *relayed) {
+	t.Helper()
+	w := openWatcher(t)
+	w.open(t, r.url+"/")
+	var shown struct{ Navs, Row string }
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		w.eval(t, `({navs: document.getElementById("navs").innerText,
+			row: (document.querySelector('#rows .bucket[data-bucket="robots.test"]') || {innerText: ""}).innerText})`, &shown)
+		if strings.Contains(shown.Navs, "disallowed 3") && strings.Contains(shown.Row, "refused 3") {
+			break
+		}
+	}
+	if !strings.Contains(shown.Navs, "disallowed 3") {
+		t.Errorf("the page's navigations: %q, want disallowed 3", shown.Navs)
+	}
+	if !strings.Contains(shown.Row, "refused 3") {
+		t.Errorf("the page's robots.test row: %q, want refused 3", shown.Row)
+	}
+	if dir := os.Getenv("CDP_E2E_SHOTS"); dir != "" {
+		var shot struct {
+			Data string `json:"data"`
+		}
+		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
+		raw, err := base64.StdEncoding.DecodeString(shot.Data)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "robots-dashboard.png"), raw, 0o644)
+		}
+		if err != nil {
+			t.Errorf("screenshot: %v", err)
+		}
+	}
 }
