@@ -20,7 +20,7 @@ CHROMIUM_FLAGS = --headless --no-sandbox --disable-gpu --disable-quic --no-first
 	--disable-background-networking --disable-component-update --disable-sync \
 	--disable-dev-shm-usage --remote-debugging-port=$(PORT)
 
-.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium chromium-tools redis node-deps lightpanda py-deps bench bench-e2e bench-crawl fuzz fmt vet clean
+.PHONY: all build demo demo-lightpanda run run-lightpanda test unit e2e deps chromium chromium-tools redis node-deps lightpanda py-deps bench bench-e2e bench-crawl bench-crawl-lightpanda fuzz fmt vet clean
 
 all: build
 
@@ -130,6 +130,10 @@ bench-e2e: deps
 # as e2e/crawl_bench_test.go says; about 5 minutes a round.
 bench-crawl: deps
 	cd e2e && $(GO) test -tags e2e -run XXX -bench 'BenchmarkCrawl$$' -benchtime 1x -timeout 120m .
+
+# The same in front of four lightpanda serve, 16 clients each (BENCHMARKS.md).
+bench-crawl-lightpanda: deps
+	cd e2e && CRAWL_LOADS=$${CRAWL_LOADS:-20} CRAWL_RUNS=$${CRAWL_RUNS:-floor,off,hold} $(GO) test -tags e2e -run XXX -bench 'BenchmarkCrawlLightpanda$$' -benchtime 1x -timeout 60m .
 
 # Longer fuzzing than the seed runs in `make test`: FUZZTIME per target.
 FUZZTIME ?= 2m

@@ -60,40 +60,48 @@ func BenchmarkCrawl(b *testing.B) {
 			for k := range names {
 				name := names[(r+k)%len(names)]
 				cr := crawlOnce(b, bin, name, page, clients, loads)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n", r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType))
+				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n", r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType))
 				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s",
-					r+1, name, cr.wall.Seconds(), cr.chromium.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
+					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
 				got[name] = append(got[name], cr)
 			}
 		}
-		for _, name := range names {
-			runs := got[name]
-			wall := median(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }))
-			chrome := median(mapRuns(runs, func(c crawlRun) float64 { return c.chromium.Seconds() }))
-			proxy := median(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }))
-			b.ReportMetric(wall, name+"-wall-s")
-			b.ReportMetric(chrome, name+"-chromium-cpu-s")
-			b.ReportMetric(proxy, name+"-proxy-cpu-s")
-			if name == "floor" || len(got["floor"]) == 0 {
-				continue
-			}
-			fl := got["floor"]
-			rw := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.wall.Seconds() })))
-			rc := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.chromium.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.chromium.Seconds() })))
-			rp := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.proxy.Seconds() })))
-			b.Logf("%-12s ÷ floor, medians of %d rounds: wall %.3f  chromium CPU %.3f  proxy CPU %.3f", name, len(runs), rw, rc, rp)
-			b.ReportMetric(rw, name+"/floor-wall")
-			b.ReportMetric(rc, name+"/floor-chromium")
-			b.ReportMetric(rp, name+"/floor-proxy")
+		reportCrawl(b, names, got, "chromium")
+	}
+}
+
+// reportCrawl reports each run's medians over the rounds in got, and each
+// one's ratios to the floor's of the same round; browser names the
+// browser's CPU in the metrics.
+func reportCrawl(b *testing.B, names []string, got map[string][]crawlRun, browser string) {
+	for _, name := range names {
+		runs := got[name]
+		wall := median(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }))
+		chrome := median(mapRuns(runs, func(c crawlRun) float64 { return c.browser.Seconds() }))
+		proxy := median(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }))
+		b.ReportMetric(wall, name+"-wall-s")
+		b.ReportMetric(chrome, name+"-"+browser+"-cpu-s")
+		b.ReportMetric(proxy, name+"-proxy-cpu-s")
+		if name == "floor" || len(got["floor"]) == 0 {
+			continue
 		}
+		fl := got["floor"]
+		rw := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.wall.Seconds() })))
+		rc := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.browser.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.browser.Seconds() })))
+		rp := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.proxy.Seconds() })))
+		b.Logf("%-12s ÷ floor, medians of %d rounds: wall %.3f  %s CPU %.3f  proxy CPU %.3f", name, len(runs), rw, browser, rc, rp)
+		b.ReportMetric(rw, name+"/floor-wall")
+		b.ReportMetric(rc, name+"/floor-"+browser)
+		b.ReportMetric(rp, name+"/floor-proxy")
 	}
 }
 
 // crawlRun is what one run of BenchmarkCrawl measured.
 type crawlRun struct {
-	wall, chromium, proxy time.Duration
-	ok, failed, unheld    int
-	byType                map[string]time.Duration // Chromium's CPU by process type, sampled
+	wall, browser, proxy time.Duration // browser: the CPU of Chromium, or of the Lightpanda processes
+	ok, failed, unheld   int
+	booked               int                      // navigations the relay booked (passed or delayed)
+	byType               map[string]time.Duration // Chromium's CPU by process type, sampled
 }
 
 func mapRuns(runs []crawlRun, f func(crawlRun) float64) []float64 {
@@ -124,11 +132,31 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 		chrome.stop()
 		b.Fatal(err)
 	}
+	proxy, url, err := startCrawlProxy(b, bin, name, []string{"http://" + endpoint})
+	if err != nil {
+		chrome.stop()
+		b.Fatalf("%s: %v", name, err)
+	}
+	sampler := chrome.sampleByType()
+	cr := runCrawl(b, name, proxy, "CDP_URL="+url, "SITE_URL="+page, "CLIENTS="+clients, "LOADS="+loads)
+	cr.byType = sampler()
+	cr.proxy = proxy.stop()
+	cr.browser = chrome.stop()
+	return cr
+}
+
+// startCrawlProxy starts the proxy a crawl run goes through: floor (one
+// byte-copying process in front of upstreams, each connection to the next
+// in turn) or the relay in front of them, nothing held (off) or holding
+// every navigation with the flags CRAWL_FLAGS_<NAME> adds. It returns the
+// proxy's http:// address.
+func startCrawlProxy(b *testing.B, bin, name string, upstreams []string) (*measured, string, error) {
 	var proxy *measured
 	var url string
+	var err error
 	switch name {
 	case "floor":
-		proxy, err = startMeasured(b, "floor", []string{os.Args[0], "-test.run=^$"}, floorProcessEnv+"="+endpoint)
+		proxy, err = startMeasured(b, "floor", []string{os.Args[0], "-test.run=^$"}, floorProcessEnv+"="+strings.Join(upstreams, ","))
 		if err == nil {
 			var addr string
 			addr, err = proxy.await(regexp.MustCompile(`^floor listening on (\S+)`), 10*time.Second)
@@ -140,7 +168,10 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 		if b := os.Getenv("CRAWL_BIN_" + strings.ToUpper(name)); b != "" {
 			exe = b
 		}
-		args := []string{exe, "--listen", "127.0.0.1:" + port, "--upstream", "http://" + endpoint, "--log-level", "warn", "--log-format", "json"}
+		args := []string{exe, "--listen", "127.0.0.1:" + port, "--log-level", "warn", "--log-format", "json"}
+		for _, u := range upstreams {
+			args = append(args, "--upstream", u)
+		}
 		if name == "off" {
 			args = append(args, "--http-nav-delay", "0")
 		} else {
@@ -153,15 +184,17 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 			err = awaitHTTP(url+"/json/version", 30*time.Second)
 		}
 	}
-	if err != nil {
-		if proxy != nil {
-			proxy.stop()
-		}
-		chrome.stop()
-		b.Fatalf("%s: %v", name, err)
+	if err != nil && proxy != nil {
+		proxy.stop()
 	}
-	sampler := chrome.sampleByType()
-	out := runNode(b, 20*time.Minute, "bench-crawl.mjs", "CDP_URL="+url, "SITE_URL="+page, "CLIENTS="+clients, "LOADS="+loads)
+	return proxy, url, err
+}
+
+// runCrawl runs bench-crawl.mjs with env through proxy, the run name, and
+// returns its wall time, its loads and the relay's unheld count; the
+// proxy goes on.
+func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRun {
+	out := runNode(b, 20*time.Minute, "bench-crawl.mjs", env...)
 	var res struct {
 		MS     float64
 		OK     int
@@ -173,13 +206,15 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 	}
 	cr := crawlRun{wall: time.Duration(res.MS * float64(time.Millisecond)), ok: res.OK, failed: res.Failed}
 	if name != "floor" {
-		if m, err := httpGet(url + "/metrics"); err == nil {
-			cr.unheld = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="unheld"`))
+		for _, e := range env {
+			if u, ok := strings.CutPrefix(e, "CDP_URL="); ok {
+				if m, err := httpGet(u + "/metrics"); err == nil {
+					cr.unheld = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="unheld"`))
+					cr.booked = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="passed"`) + metricValue(string(m), `cdp_throttle_navigations_total{outcome="delayed"`))
+				}
+			}
 		}
 	}
-	cr.byType = sampler()
-	cr.proxy = proxy.stop()
-	cr.chromium = chrome.stop()
 	if os.Getenv("CRAWL_SHOW_PROXY") != "" {
 		fmt.Fprintf(os.Stderr, "%s said:\n%s\n", name, lastLines(proxy.stderr.String(), 60))
 	}
@@ -188,6 +223,9 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 	}
 	if cr.unheld > 0 {
 		b.Errorf("%s: %d navigations unheld", name, cr.unheld)
+	}
+	if name != "floor" && name != "off" && cr.booked < cr.ok {
+		b.Errorf("%s: %d navigations booked, %d loads: want every load held", name, cr.booked, cr.ok)
 	}
 	return cr
 }
@@ -404,7 +442,8 @@ func cpuGroupUsage(dir string, v2 bool) (time.Duration, error) {
 	return 0, errors.New("no usage_usec in cpu.stat")
 }
 
-// floorProcessEnv, set to a host:port, makes the test binary a floor in
+// floorProcessEnv, set to host:port (several, comma-separated, each
+// connection to the next in turn), makes the test binary a floor in
 // front of it (floorProcessMain): a process of its own, whose CPU time is
 // counted apart from the test's.
 const floorProcessEnv = "CDP_E2E_FLOOR_PROCESS"
@@ -417,7 +456,11 @@ func floorProcessMain(upstream string) {
 		fmt.Fprintln(os.Stderr, "floor process:", err)
 		os.Exit(1)
 	}
-	f := &floor{ln: ln, ups: []string{upstream}}
+	f := &floor{ln: ln}
+	for _, u := range strings.Split(upstream, ",") {
+		u = strings.TrimPrefix(u, "http://")
+		f.ups = append(f.ups, u)
+	}
 	fmt.Println("floor listening on", ln.Addr().String())
 	f.wg.Add(1)
 	f.serve()

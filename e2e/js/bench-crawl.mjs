@@ -5,7 +5,9 @@
 // milliseconds, the loads that succeeded and the errors, as JSON.
 //
 // env: CDP_URL (http://HOST:PORT), SITE_URL (a page's URL, to which
-// &c=CLIENT&k=LOAD is added), CLIENTS, LOADS.
+// &c=CLIENT&k=LOAD is added), CLIENTS, LOADS; WS_URL, when set, is
+// connected to instead of what CDP_URL's /json/version names (a byte
+// copier in front of Lightpanda, which names its own address there).
 import puppeteer from 'puppeteer-core';
 import { env } from './lib.mjs';
 
@@ -13,12 +15,14 @@ const cdpURL = env('CDP_URL');
 const siteURL = env('SITE_URL');
 const clients = Number(env('CLIENTS'));
 const loads = Number(env('LOADS'));
+const wsURL = process.env.WS_URL;
 
 let ok = 0;
 const errors = [];
 
 async function client(i) {
-  const browser = await puppeteer.connect({ browserURL: cdpURL, protocolTimeout: 600000, defaultViewport: null });
+  const at = wsURL ? { browserWSEndpoint: wsURL } : { browserURL: cdpURL };
+  const browser = await puppeteer.connect({ ...at, protocolTimeout: 600000, defaultViewport: null });
   try {
     const page = await browser.newPage();
     page.setDefaultNavigationTimeout(600000);
