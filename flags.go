@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -348,12 +349,25 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 // addrsFromBrowser fits --bucket ip to the browser the relay starts. Its
 // --host-resolver-rules (or --host-rules) map names for the relay as they
 // do for the browser, so a name mapped there is on its address from its
-// first navigation. A browser behind a proxy (Chromium's --proxy-server or
-// --proxy-pac-url, Lightpanda's --http_proxy) connects to the proxy for
-// every host: unless --bucket-ip-source says otherwise, addresses then
-// come from the resolver alone (cfg.ipNote says so in the log).
+// first navigation. A browser behind a proxy (Chromium's --proxy-server
+// or --proxy-pac-url, Lightpanda's --http-proxy, or an http_proxy,
+// https_proxy or all_proxy in the environment it inherits) connects to
+// the proxy for every host: unless --bucket-ip-source says otherwise,
+// addresses then come from the resolver alone (cfg.ipNote says so in the
+// log).
 func addrsFromBrowser(cfg *relayConfig, sourceSet bool) error {
-	for _, arg := range cfg.browserCmd {
+	args := cfg.browserCmd
+	if len(args) > 0 {
+		// The browser inherits the relay's environment, and Chromium on
+		// Linux reads a proxy from it.
+		for _, v := range []string{"https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"} {
+			if os.Getenv(v) != "" {
+				args = append(slices.Clone(args), "$"+v)
+				break
+			}
+		}
+	}
+	for _, arg := range args {
 		name, value, _ := strings.Cut(arg, "=")
 		switch name {
 		case "--host-resolver-rules", "--host-rules":
@@ -365,7 +379,8 @@ func addrsFromBrowser(cfg *relayConfig, sourceSet bool) error {
 				return usagef("--bucket ip reads the browser's %s: %v", name, err)
 			}
 			cfg.policy.Addrs.Rules = rules
-		case "--proxy-server", "--proxy-pac-url", "--http_proxy":
+		case "--proxy-server", "--proxy-pac-url", "--http-proxy", "--http_proxy",
+			"$https_proxy", "$HTTPS_PROXY", "$http_proxy", "$HTTP_PROXY", "$all_proxy", "$ALL_PROXY":
 			switch {
 			case !sourceSet:
 				cfg.policy.Addrs.Source = resolve.Resolver

@@ -437,7 +437,8 @@ func TestBucketIPFlags(t *testing.T) {
 		{"default", []string{"--bucket", "ip"}, "both", false, ""},
 		{"the browser's rules", []string{"--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--host-resolver-rules=MAP *.test 127.0.0.2"}, "both", true, ""},
 		{"a proxy", []string{"--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
-		{"Lightpanda's proxy", []string{"--bucket", "ip", "--", "lightpanda", "serve", "--http_proxy", "http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
+		{"Lightpanda's proxy", []string{"--bucket", "ip", "--", "lightpanda", "serve", "--http-proxy", "http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
+		{"an older Lightpanda's proxy", []string{"--bucket", "ip", "--", "lightpanda", "serve", "--http_proxy=http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
 		{"a proxy, browser asked for", []string{"--bucket", "ip", "--bucket-ip-source", "browser", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://p:1"}, "browser", false, "shares one schedule"},
 		{"a proxy, resolver asked for", []string{"--bucket", "ip", "--bucket-ip-source", "resolver", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://p:1"}, "resolver", false, ""},
 	}
@@ -464,6 +465,13 @@ func TestBucketIPFlags(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a proxy in the environment", func(t *testing.T) {
+		t.Setenv("https_proxy", "http://10.0.0.1:3128")
+		cfg, err := relayConfigOf(t, "--bucket", "ip", "--", "chromium", "--remote-debugging-port=0")
+		if err != nil || cfg.policy.Addrs.Source.String() != "resolver" || !strings.Contains(cfg.ipNote, "$https_proxy") {
+			t.Errorf("got %v, source %v, note %q; want resolver, a note naming $https_proxy", err, cfg.policy.Addrs.Source, cfg.ipNote)
+		}
+	})
 	if _, err := relayConfigOf(t, "--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--host-resolver-rules=REWRITE x"); err == nil || !strings.Contains(err.Error(), "--host-resolver-rules") {
 		t.Errorf("bad browser rules: got %v, want an error naming --host-resolver-rules", err)
 	}
