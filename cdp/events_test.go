@@ -338,3 +338,16 @@ func BenchmarkReadTargetInfo(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReadNetworkEvent reads the answer of a followed document as
+// Chromium sends it (its address, timing and security details included).
+func BenchmarkReadNetworkEvent(b *testing.B) {
+	params := []byte(`{"requestId":"8886","loaderId":"8886","timestamp":4346.137252,"type":"Document","response":{"url":"http://a.test:34997/page?first","status":200,"statusText":"OK","headers":{"Cache-Control":"no-store","Content-Length":"120","Content-Type":"text/html","Date":"Thu, 03 Dec 2026 12:00:00 GMT"},"mimeType":"text/html","charset":"","connectionReused":false,"connectionId":42,"remoteIPAddress":"127.0.0.2","remotePort":34997,"fromDiskCache":false,"fromServiceWorker":false,"fromPrefetchCache":false,"encodedDataLength":183,"timing":{"requestTime":4346.125,"proxyStart":-1,"proxyEnd":-1,"dnsStart":0.1,"dnsEnd":0.2,"connectStart":0.2,"connectEnd":0.5,"sslStart":-1,"sslEnd":-1,"workerStart":-1,"workerReady":-1,"workerFetchStart":-1,"workerRespondWithSettled":-1,"sendStart":0.5,"sendEnd":0.6,"pushStart":0,"pushEnd":0,"receiveHeadersStart":1.5,"receiveHeadersEnd":1.6},"responseTime":1.7645e+12,"protocol":"http/1.1","alternateProtocolUsage":"unspecifiedReason","securityState":"insecure"},"hasExtraInfo":true,"frameId":"E6E"}`)
+	method := []byte("Network.responseReceived")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ReadNetworkEvent(method, params); !ok {
+			b.Fatal("unread")
+		}
+	}
+}
