@@ -1607,10 +1607,10 @@ func (fb *fakeBrowser) networkEnd(frame, networkID string, p pause, sent time.Ti
 			ev = fmt.Sprintf(`{"method":"Network.loadingFailed","params":{"requestId":%q,"timestamp":%.6f,"type":"Document","errorText":"net::ERR_%s","canceled":false},"sessionId":%q}`,
 				networkID, now, netError(p.ResponseErrorReason), ns.session)
 		case redirect:
-			ev = fmt.Sprintf(`{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"wallTime":%.6f,"type":"Document","frameId":%q,"request":{"url":"http://next.test/"},"redirectResponse":{"status":%d,"headers":%s,"timing":%s}},"sessionId":%q}`,
+			ev = fmt.Sprintf(`{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"wallTime":%.6f,"type":"Document","frameId":%q,"request":{"url":"http://next.test/"},"redirectResponse":{"status":%d,"headers":%s,"remoteIPAddress":"127.0.0.2","remotePort":42557,"timing":%s}},"sessionId":%q}`,
 				networkID, networkID, now, now, frame, p.ResponseStatusCode, headersOf(p), timing, ns.session)
 		default:
-			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"timing":%s},"frameId":%q},"sessionId":%q}`,
+			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"remoteIPAddress":"127.0.0.2","remotePort":42557,"timing":%s},"frameId":%q},"sessionId":%q}`,
 				networkID, networkID, now, p.ResponseStatusCode, headersOf(p), timing, frame, ns.session)
 		}
 		ns.fc.send([]byte(ev))

@@ -65,3 +65,33 @@ func TestFetchHolderRules(t *testing.T) {
 		t.Errorf("got %q, want one debug line naming rule 1 and the delay in ms", warned)
 	}
 }
+
+// TestFetchHolderLearnsAddress: with --bucket ip, the address a document's
+// answer came from (Chromium's remoteIPAddress) reaches the policy, and
+// the host's next navigation is booked on it.
+func TestFetchHolderLearnsAddress(t *testing.T) {
+	checkLeaks(t)
+	fb := newFakeBrowser(t, fakeConfig{})
+	var pol *policy.Policy
+	relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
+		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol = policy.New(cfg, limiter.New(cfg.Default))
+		t.Cleanup(pol.Close)
+		p.Limiter = pol
+	})
+	relayConns(t, fb, false)
+	if got := pol.Bucket("a.test"); got != "a.test" {
+		t.Fatalf("before any answer: bucket %q, want a.test", got)
+	}
+	fb.navigate(t, fb.fetch.chain(t, "/page?first"))
+	deadline := time.Now().Add(5 * time.Second)
+	for pol.Bucket("a.test") != "127.0.0.2" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := pol.Bucket("a.test"); got != "127.0.0.2" {
+		t.Errorf("after its answer: bucket %q, want 127.0.0.2", got)
+	}
+}
