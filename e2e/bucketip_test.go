@@ -188,3 +188,50 @@ func bookedIn(r *relayed, host string) []string {
 	}
 	return out
 }
+
+// TestBucketIPCommand: the relay command with --bucket ip, starting
+// Chromium with --host-resolver-rules=MAP *.test 127.0.0.2, reads the
+// rules: the first navigation to each of a.test, b.test and c.test is
+// booked on 127.0.0.2, and the site sees them 200 ms apart from the first.
+func TestBucketIPCommand(t *testing.T) {
+	chromium, err := findChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSite(t)
+	args := []string{"--bucket", "ip", "--http-nav-delay", "200ms", "--http-nav-burst", "1", "--log-level", "debug", "--", chromium}
+	args = append(append(args, ChromiumFlags...), "--user-data-dir="+t.TempDir(), "--remote-debugging-port=0")
+	l, ready := launch(t, args...)
+	if !ready {
+		t.Fatalf("the relay did not start:\n%s", l.logs.raw.String())
+	}
+	start := l.logs.waitFor(t, "cdp-throttle starting", time.Second)
+	if start["bucket"] != "ip" || start["bucket_ip_source"] != "both" || start["host_resolver_rules"] != true {
+		t.Errorf("starting line: %v; want bucket ip, source both, the browser's rules read", start)
+	}
+	rc := dialRaw(t, browserWSVia(t, &relayed{url: "http://" + l.listen}))
+	session, _ := rc.newPage()
+	warm(t, rc, session, s, "warm.test") // on 127.0.0.2 too: then its schedule idles
+	time.Sleep(hostForgotten)
+	hosts := []string{"a.test", "b.test", "c.test"}
+	for i := range 6 {
+		rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(hosts[i%3], fmt.Sprintf("/page/cmd-%d", i))})
+	}
+	docs := byArrival(t, "command", s.hitsOf(func(h hit) bool { return strings.HasPrefix(h.Path, "/page/cmd-") }))
+	gaps := gapsAfter(docs, 1)
+	t.Logf("through the command: gaps at the site %v ms", msList(gaps))
+	checkGaps(t, "command", gaps, 200*time.Millisecond, exactSlack)
+	l.logs.mu.Lock()
+	defer l.logs.mu.Unlock()
+	for _, h := range hosts {
+		var buckets []string
+		for _, m := range l.logs.lines {
+			if m["host"] == h && (m["message"] == "navigation held" || m["message"] == "navigation goes at once") {
+				buckets = append(buckets, fmt.Sprint(m["bucket"]))
+			}
+		}
+		if !slices.Equal(buckets, []string{siteIP, siteIP}) {
+			t.Errorf("%s booked in %v, want %s twice", h, buckets, siteIP)
+		}
+	}
+}
