@@ -1,10 +1,11 @@
 // Package policy decides, for each navigation, which schedule it is booked
 // in and with which setting: per-site rules by host pattern (first match
 // wins, the global flags otherwise), exempt hosts (loopback unless a rule
-// names it), one schedule per host or per registrable domain, a robots.txt
-// Crawl-delay as a floor under the spacing, the cap on navigations in
-// flight, the answers that count as overload, and the latency baseline that
-// turns slow answers into pressure. It owns the parsing of those settings
+// names it), one schedule per host, per registrable domain or per server
+// address (learned from the browser's answers and the resolver, package
+// resolve), a robots.txt Crawl-delay as a floor under the spacing, the cap
+// on navigations in flight, the answers that count as overload, and the
+// latency baseline that turns slow answers into pressure. It owns the parsing of those settings
 // and of every duration the command line reads, and implements the relay's
 // Limiter on top of a Booker: the in-process limiter.Limiter or the shared
 // Redis store (whose places of the in-flight cap it also uses, when the
