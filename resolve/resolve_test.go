@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -331,6 +332,33 @@ func TestRules(t *testing.T) {
 		}
 		if n := r.n.Load(); n != 1 {
 			t.Errorf("got %d lookups, want 1 (real.example's)", n)
+		}
+	})
+}
+
+// TestOneLookupPerName: navigations to a name asked for at once share one
+// lookup.
+func TestOneLookupPerName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		c := &Cache{Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			n.Add(1)
+			time.Sleep(100 * time.Millisecond)
+			return []netip.Addr{site}, nil
+		}}
+		defer c.Close()
+		var wg sync.WaitGroup
+		var wrong atomic.Int32
+		for range 50 {
+			wg.Go(func() {
+				if a, ok := c.Addr(context.Background(), "a.test"); !ok || a != site {
+					wrong.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n.Load() != 1 || wrong.Load() != 0 {
+			t.Errorf("50 at once: %d lookups, %d without the address; want 1 and 0", n.Load(), wrong.Load())
 		}
 	})
 }
