@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 	"github.com/cdp-throttle/cdp-throttle/relay"
-	"github.com/cdp-throttle/cdp-throttle/resolve"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 	"github.com/cdp-throttle/cdp-throttle/store"
 )
@@ -339,58 +337,27 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		cfg.upstreams = nil // the relay fronts the browsers it starts, where they say they serve
 	}
 	if cfg.policy.Addrs != nil {
-		if err := addrsFromBrowser(&cfg, c.IsSet("bucket-ip-source")); err != nil {
+		if err := addrsFromBrowser(&cfg); err != nil {
 			return cfg, err
 		}
 	}
 	return cfg, nil
 }
 
-// addrsFromBrowser fits --bucket ip to the browser the relay starts. Its
-// --host-resolver-rules (or --host-rules) map names for the relay as they
-// do for the browser, so a name mapped there is on its address from its
-// first navigation. A browser behind a proxy (Chromium's --proxy-server
-// or --proxy-pac-url, Lightpanda's --http-proxy, or an http_proxy,
-// https_proxy or all_proxy in the environment it inherits) connects to
-// the proxy for every host: unless --bucket-ip-source says otherwise,
-// addresses then come from the resolver alone (cfg.ipNote says so in the
-// log).
-func addrsFromBrowser(cfg *relayConfig, sourceSet bool) error {
-	args := cfg.browserCmd
-	if len(args) > 0 {
-		// The browser inherits the relay's environment, and Chromium on
-		// Linux reads a proxy from it.
-		for _, v := range []string{"https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"} {
-			if os.Getenv(v) != "" {
-				args = append(slices.Clone(args), "$"+v)
-				break
-			}
-		}
+// addrsFromBrowser fits --bucket ip to the browser the relay starts
+// (resolve.Cache.FitBrowser): its --host-resolver-rules map names for the
+// relay too, and behind a proxy (its flags, or the environment it
+// inherits from the relay) addresses come from the resolver alone unless
+// --bucket-ip-source says otherwise (cfg.ipNote says so in the log).
+func addrsFromBrowser(cfg *relayConfig) error {
+	if len(cfg.browserCmd) == 0 {
+		return nil
 	}
-	for _, arg := range args {
-		name, value, _ := strings.Cut(arg, "=")
-		switch name {
-		case "--host-resolver-rules", "--host-rules":
-			if cfg.policy.Addrs.Rules != nil && name == "--host-rules" {
-				continue // --host-resolver-rules wins
-			}
-			rules, err := resolve.ParseRules(value)
-			if err != nil {
-				return usagef("--bucket ip reads the browser's %s: %v", name, err)
-			}
-			cfg.policy.Addrs.Rules = rules
-		case "--proxy-server", "--proxy-pac-url", "--http-proxy", "--http_proxy",
-			"$https_proxy", "$HTTPS_PROXY", "$http_proxy", "$HTTP_PROXY", "$all_proxy", "$ALL_PROXY":
-			switch {
-			case !sourceSet:
-				cfg.policy.Addrs.Source = resolve.Resolver
-				cfg.ipNote = "the browser connects through a proxy (" + name + "): --bucket ip takes addresses from the resolver only"
-			case cfg.policy.Addrs.Source != resolve.Resolver:
-				cfg.ipNote = "the browser connects through a proxy (" + name + "), and --bucket-ip-source " + cfg.policy.Addrs.Source.String() +
-					" learns its address for every host: every host it answers for shares one schedule; --bucket-ip-source resolver avoids it"
-			}
-		}
+	note, err := cfg.policy.Addrs.FitBrowser(cfg.browserCmd, os.Getenv)
+	if err != nil {
+		return usagef("--bucket ip reads the browser's --host-resolver-rules: %v", err)
 	}
+	cfg.ipNote = note
 	return nil
 }
 

@@ -235,3 +235,55 @@ func TestBucketIPCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketIPUpstreamArgs: a Chromium the relay does not start tells its
+// command line when started with --enable-automation (as Puppeteer and
+// Playwright start it): --bucket ip reads its --host-resolver-rules from
+// there, and a.test, b.test and c.test are on 127.0.0.2 from their first
+// navigation. Without --enable-automation it tells nothing, and each
+// name's first navigation goes on its host's bucket.
+func TestBucketIPUpstreamArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  []string // where the first navigation of each name is booked
+	}{
+		{"--enable-automation", []string{"--enable-automation"}, []string{siteIP, siteIP, siteIP}},
+		{"without", nil, []string{"a.test", "b.test", "c.test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			httpURL, _, stop, err := startChromium(tc.extra...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			s := newSite(t)
+			cfg, err := policy.FromFlags(policy.Flags{Delay: "200ms", Burst: "1", Bucket: "ip"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := startRelayTo(t, httpURL, cfg.Default, withConfig(t, cfg))
+			rc := dialRaw(t, browserWSVia(t, r))
+			session, _ := rc.newPage()
+			warm(t, rc, session, s, "warm.test")
+			time.Sleep(hostForgotten)
+			hosts := []string{"a.test", "b.test", "c.test"}
+			for i := range 6 {
+				rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(hosts[i%3], fmt.Sprintf("/page/args-%d", i))})
+			}
+			var first []string
+			for _, h := range hosts {
+				first = append(first, bookedIn(r, h)[0])
+			}
+			docs := byArrival(t, tc.name, s.hitsOf(func(h hit) bool { return strings.HasPrefix(h.Path, "/page/args-") }))
+			gaps := gapsAfter(docs, 1)
+			t.Logf("%s: first navigations booked in %v; gaps at the site %v ms", tc.name, first, msList(gaps))
+			if !slices.Equal(first, tc.want) {
+				t.Errorf("first navigations booked in %v, want %v", first, tc.want)
+			}
+			if tc.want[0] == siteIP {
+				checkGaps(t, tc.name, gaps, 200*time.Millisecond, exactSlack)
+			}
+		})
+	}
+}

@@ -98,7 +98,7 @@ func FromFlags(f Flags) (Config, error) {
 	case err != nil:
 		return c, err
 	case c.Bucket == ByIP:
-		c.Addrs = &resolve.Cache{Source: src}
+		c.Addrs = &resolve.Cache{Source: src, SourceSet: strings.TrimSpace(f.IPSource) != ""}
 	case strings.TrimSpace(f.IPSource) != "":
 		return c, fmt.Errorf("--bucket-ip-source %q: needs --bucket ip", f.IPSource)
 	}

@@ -392,6 +392,24 @@ func (p *Policy) SetBrowser(userAgent string) {
 	}
 }
 
+// WantsBrowserArgs reports whether the policy reads the browser's command
+// line (SetBrowserArgs): with --bucket ip.
+func (p *Policy) WantsBrowserArgs() bool { return p.cfg.Bucket == ByIP }
+
+// SetBrowserArgs tells the policy the command line of the browser, as
+// Browser.getBrowserCommandLine gives it (Chromium does when started with
+// --enable-automation, as Puppeteer and Playwright start it): with
+// --bucket ip its --host-resolver-rules and a proxy are read as for a
+// browser the relay starts (resolve.Cache.FitBrowser); rules already read
+// stand. note says what a proxy made of the address source, for the log.
+// Call it before the first navigation.
+func (p *Policy) SetBrowserArgs(args []string) (note string, err error) {
+	if p.cfg.Bucket != ByIP {
+		return "", nil
+	}
+	return p.cfg.Addrs.FitBrowser(args, nil)
+}
+
 // Close ends the policy's robots.txt fetches and gives back every place of
 // its cap still held (to a shared store too, so a relay that stops leaves
 // none behind).

@@ -302,6 +302,9 @@ type fakeConfig struct {
 	// listener, when set, is where the fake serves instead of a port of
 	// its own choosing.
 	listener net.Listener
+	// commandLine is what Browser.getBrowserCommandLine answers; nil
+	// answers the error of a Chromium started without --enable-automation.
+	commandLine []string
 }
 
 // fakeBrowser is a CDP browser on an httptest.Server.
@@ -805,6 +808,14 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		return
 	case "Target.getTargets":
 		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
+		return
+	case "Browser.getBrowserCommandLine":
+		if fb.cfg.commandLine == nil {
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32000,"message":"Command line not returned because --enable-automation not set."}}`, id))
+			return
+		}
+		args, _ := json.Marshal(fb.cfg.commandLine)
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"arguments":%s}}`, id, args))
 		return
 	case "Target.detachFromTarget":
 		var p struct{ SessionID string }

@@ -389,6 +389,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		}()
 	}
 
+	p.readBrowserArgs(ctx, versions, errs)
 	// robots.txt is read for the browser's own user agent, unless told
 	// otherwise.
 	if b, ok := p.Limiter.(interface{ SetBrowser(string) }); ok {

@@ -80,6 +80,9 @@ const (
 type Cache struct {
 	// Source says which of the browser and the resolver it learns from.
 	Source Source
+	// SourceSet reports that the user chose Source (--bucket-ip-source):
+	// FitBrowser leaves it as it is.
+	SourceSet bool
 	// Rules, when set, map names before anything else, as the browser's
 	// --host-resolver-rules do.
 	Rules *Rules

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,4 +362,40 @@ func TestOneLookupPerName(t *testing.T) {
 			t.Errorf("50 at once: %d lookups, %d without the address; want 1 and 0", n.Load(), wrong.Load())
 		}
 	})
+}
+
+func TestFitBrowser(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		sourceSet bool
+		source    Source
+		a         string // what a.test maps to, "" for nothing
+		note      string // a part of the note, "" for none
+	}{
+		{"nothing", []string{"chromium", "--headless"}, nil, false, Both, "", ""},
+		{"resolver rules", []string{"chromium", "--host-resolver-rules=MAP *.test 127.0.0.2"}, nil, false, Both, "127.0.0.2", ""},
+		{"--host-resolver-rules wins over --host-rules", []string{"chromium", "--host-resolver-rules=MAP *.test 127.0.0.2", "--host-rules=MAP *.test 127.0.0.3"}, nil, false, Both, "127.0.0.2", ""},
+		{"whichever comes first", []string{"chromium", "--host-rules=MAP *.test 127.0.0.3", "--host-resolver-rules=MAP *.test 127.0.0.2"}, nil, false, Both, "127.0.0.2", ""},
+		{"a proxy", []string{"chromium", "--proxy-pac-url=http://p/pac"}, nil, false, Resolver, "", "resolver only"},
+		{"a proxy, the source chosen", []string{"chromium", "--proxy-server=p:1"}, nil, true, Both, "", "shares one schedule"},
+		{"a proxy in the environment", []string{"chromium"}, map[string]string{"ALL_PROXY": "socks5://p:1"}, false, Resolver, "", "$ALL_PROXY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Cache{SourceSet: tt.sourceSet}
+			note, err := c.FitBrowser(tt.args, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, _ := c.Rules.Map("a.test")
+			if c.Source != tt.source || to != tt.a || tt.note == "" && note != "" || !strings.Contains(note, tt.note) {
+				t.Errorf("got source %v, a.test → %q, note %q; want %v, %q, one with %q", c.Source, to, note, tt.source, tt.a, tt.note)
+			}
+		})
+	}
+	if _, err := (&Cache{}).FitBrowser([]string{"--host-resolver-rules=MAP only-two"}, nil); err == nil {
+		t.Error("bad rules: no error")
+	}
 }
