@@ -230,7 +230,7 @@ type relayConfig struct {
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "bucket-ip-source", Category: catPerSite, Value: "both", DefaultText: "both, or resolver when the browser started after -- has a proxy", Usage: "with --bucket ip, where a host's address comes from: both (the browser's answers, and the system resolver for a host it has not answered for yet), browser, or resolver (for a browser behind an HTTP proxy)", EnvVars: env("BUCKET_IP_SOURCE")},
+		&cli.StringFlag{Name: "bucket-ip-source", Category: catPerSite, Value: "both", DefaultText: "both, or resolver for a browser the relay sees is behind a proxy", Usage: "with --bucket ip, where a host's address comes from: both (the browser's answers, and the system resolver for a host it has not answered for yet), browser, or resolver (for a browser behind an HTTP proxy)", EnvVars: env("BUCKET_IP_SOURCE")},
 		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "ignore, or crawl-delay: each site's robots.txt Crawl-delay is its least spacing", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
