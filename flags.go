@@ -223,12 +223,14 @@ type relayConfig struct {
 	policy     policy.Config
 	browsers   int      // how many it starts from browserCmd
 	browserCmd []string // after --: a browser the relay starts and stops
+	ipNote     string   // what --bucket ip made of the browser's proxy, for the log
 	log        zerolog.Logger
 	proxy      *relay.Proxy // the flags that are the relay's own fields
 }
 
 func relayFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "bucket-ip-source", Category: catPerSite, Value: "both", DefaultText: "both, or resolver for a browser the relay sees is behind a proxy", Usage: "with --bucket ip, where a host's address comes from: both (the browser's answers, and the system resolver for a host it has not answered for yet), browser, or resolver (for a browser behind an HTTP proxy)", EnvVars: env("BUCKET_IP_SOURCE")},
 		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "what each site's robots.txt is read for, `MODE`: ignore; crawl-delay (its Crawl-delay is the site's least spacing); obey (that, and a navigation it disallows is refused: net::ERR_BLOCKED_BY_CLIENT); a rule says robots:MODE", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
@@ -334,7 +336,29 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 	if len(cfg.browserCmd) > 0 && !c.IsSet("upstream") {
 		cfg.upstreams = nil // the relay fronts the browsers it starts, where they say they serve
 	}
+	if cfg.policy.Addrs != nil {
+		if err := addrsFromBrowser(&cfg); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
+}
+
+// addrsFromBrowser fits --bucket ip to the browser the relay starts
+// (resolve.Cache.FitBrowser): its --host-resolver-rules map names for the
+// relay too, and behind a proxy (its flags, or the environment it
+// inherits from the relay) addresses come from the resolver alone unless
+// --bucket-ip-source says otherwise (cfg.ipNote says so in the log).
+func addrsFromBrowser(cfg *relayConfig) error {
+	if len(cfg.browserCmd) == 0 {
+		return nil
+	}
+	note, err := cfg.policy.Addrs.FitBrowser(cfg.browserCmd, os.Getenv)
+	if err != nil {
+		return usagef("--bucket ip reads the browser's --host-resolver-rules: %v", err)
+	}
+	cfg.ipNote = note
+	return nil
 }
 
 // limiterFlags are the policy's flags the relay and simulate share, with
@@ -345,7 +369,7 @@ func limiterFlags(env func(string) []string) []cli.Flag {
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
 		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, jitter:F, robots:ignore|crawl-delay|obey (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
-		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule: host, or site (www.example.com and example.com share one)", EnvVars: env("BUCKET")},
+		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule (and cap): host, site (www.example.com and example.com share one) or ip (the hosts on one server address share one)", EnvVars: env("BUCKET")},
 		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},
 		&cli.StringFlag{Name: "http-nav-concurrency", Category: catPerSite, Value: "0", Usage: "at most `N` navigations of one host (or site) in flight, from their release to their answer; the others wait in arrival order (0: no cap)", EnvVars: env("HTTP_NAV_CONCURRENCY")},
 		&cli.StringFlag{Name: "jitter", Category: catPerSite, Value: "0", Usage: "move each held navigation's slot by a random amount up to `F` × its spacing either way (0.5: gaps of 0.5 to 1.5 spacings), the mean rate unchanged; F from 0 (none) up to 1, 1 excluded", EnvVars: env("JITTER")},
@@ -359,7 +383,7 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 		rules = *r
 	}
 	cfg, err := policy.FromFlags(policy.Flags{Delay: c.String("http-nav-delay"), Burst: c.String("http-nav-burst"),
-		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), ExemptHosts: c.StringSlice("exempt-host"),
+		Rules: rules, RulesFile: c.String("rules"), Bucket: c.String("bucket"), IPSource: setOnly(c, "bucket-ip-source"), ExemptHosts: c.StringSlice("exempt-host"),
 		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
 		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
 		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff"), Jitter: c.String("jitter")})
@@ -367,6 +391,15 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 		return cfg, usageError{err}
 	}
 	return cfg, nil
+}
+
+// setOnly is a flag's value when the command line or the environment set
+// it, "" otherwise: a flag whose default only matters with another.
+func setOnly(c *cli.Context, name string) string {
+	if !c.IsSet(name) {
+		return ""
+	}
+	return c.String(name)
 }
 
 func logFlags(stderr io.Writer) []cli.Flag {
@@ -444,6 +477,9 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 	var err error
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err
+	}
+	if o.Policy.Bucket == policy.ByIP {
+		return usagef("--bucket ip: simulate has no browser or network to learn addresses from; replay hosts on one address as one --host")
 	}
 	if err := durations(c, false, "load", &o.Load, "idle", &o.Idle); err != nil {
 		return err

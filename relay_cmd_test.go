@@ -422,3 +422,63 @@ func TestAdmissionFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketIPFlags: --bucket ip reads the started browser's
+// --host-resolver-rules, and a browser behind a proxy takes its
+// addresses from the resolver unless --bucket-ip-source says otherwise.
+func TestBucketIPFlags(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		source string
+		rules  bool
+		note   string // a part of the log's note, "" for none
+	}{
+		{"default", []string{"--bucket", "ip"}, "both", false, ""},
+		{"the browser's rules", []string{"--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--host-resolver-rules=MAP *.test 127.0.0.2"}, "both", true, ""},
+		{"a proxy", []string{"--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
+		{"Lightpanda's proxy", []string{"--bucket", "ip", "--", "lightpanda", "serve", "--http-proxy", "http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
+		{"an older Lightpanda's proxy", []string{"--bucket", "ip", "--", "lightpanda", "serve", "--http_proxy=http://10.0.0.1:3128"}, "resolver", false, "resolver only"},
+		{"a proxy, browser asked for", []string{"--bucket", "ip", "--bucket-ip-source", "browser", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://p:1"}, "browser", false, "shares one schedule"},
+		{"a proxy, resolver asked for", []string{"--bucket", "ip", "--bucket-ip-source", "resolver", "--", "chromium", "--remote-debugging-port=0", "--proxy-server=http://p:1"}, "resolver", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := relayConfigOf(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cfg.policy.Addrs
+			if a == nil || a.Source.String() != tt.source || (a.Rules != nil) != tt.rules {
+				t.Fatalf("got %+v; want source %s, rules %v", a, tt.source, tt.rules)
+			}
+			if tt.note == "" && cfg.ipNote != "" || !strings.Contains(cfg.ipNote, tt.note) {
+				t.Errorf("note: got %q, want one with %q", cfg.ipNote, tt.note)
+			}
+			if tt.rules {
+				if got := cfg.policy.Addrs; got.Rules == nil {
+					t.Fatal("no rules")
+				}
+				if to, ok := cfg.policy.Addrs.Rules.Map("a.test"); !ok || to != "127.0.0.2" {
+					t.Errorf("a.test: got %q, %v; want 127.0.0.2", to, ok)
+				}
+			}
+		})
+	}
+	t.Run("a proxy in the environment", func(t *testing.T) {
+		t.Setenv("https_proxy", "http://10.0.0.1:3128")
+		cfg, err := relayConfigOf(t, "--bucket", "ip", "--", "chromium", "--remote-debugging-port=0")
+		if err != nil || cfg.policy.Addrs.Source.String() != "resolver" || !strings.Contains(cfg.ipNote, "$https_proxy") {
+			t.Errorf("got %v, source %v, note %q; want resolver, a note naming $https_proxy", err, cfg.policy.Addrs.Source, cfg.ipNote)
+		}
+	})
+	if _, err := relayConfigOf(t, "--bucket", "ip", "--", "chromium", "--remote-debugging-port=0", "--host-resolver-rules=REWRITE x"); err == nil || !strings.Contains(err.Error(), "--host-resolver-rules") {
+		t.Errorf("bad browser rules: got %v, want an error naming --host-resolver-rules", err)
+	}
+	if _, err := relayConfigOf(t, "--bucket-ip-source", "resolver"); err == nil || !strings.Contains(err.Error(), "needs --bucket ip") {
+		t.Errorf("--bucket-ip-source alone: got %v, want needs --bucket ip", err)
+	}
+	if _, _, err := runCLI(t, "simulate", "--bucket", "ip"); err == nil || !strings.Contains(err.Error(), "--bucket ip") {
+		t.Errorf("simulate --bucket ip: got %v, want a refusal", err)
+	}
+}

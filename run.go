@@ -21,6 +21,9 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	local := limiter.New(cfg.policy.Default)
 	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
 		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Str("robots", cfg.policy.RobotsUse.String())
+	if cfg.policy.Addrs != nil {
+		start = start.Str("bucket_ip_source", cfg.policy.Addrs.Source.String()).Bool("host_resolver_rules", cfg.policy.Addrs.Rules != nil)
+	}
 	if cfg.policy.Concurrency > 0 {
 		start = start.Int("concurrency", cfg.policy.Concurrency)
 	}
@@ -39,6 +42,9 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 		start = start.Str("store", redact.URL(cfg.store))
 	}
 	start.Msg("cdp-throttle starting")
+	if cfg.ipNote != "" {
+		log.Warn().Msg(cfg.ipNote)
+	}
 
 	var book policy.Booker = local
 	if cfg.store != "" {

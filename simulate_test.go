@@ -122,7 +122,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"simulate", "--http-nav-burst", "-1"}, `--http-nav-burst "-1": want a whole number of navigations ≥ 0 (0 acts as 1)`},
 		{[]string{"simulate", "--rule", "*.slow.test=fast"}, `--rule "*.slow.test=fast": "fast": want adaptive, fixed:DURATION, off or exempt`},
 		{[]string{"simulate", "--rule", "*.slow.test"}, `--rule "*.slow.test": want PATTERN=SETTING`},
-		{[]string{"simulate", "--bucket", "domain"}, `--bucket "domain": want host or site`},
+		{[]string{"simulate", "--bucket", "domain"}, `--bucket "domain": want host, site or ip`},
 		{[]string{"simulate", "--host", "HTTP://x/"}, `--host "HTTP://x/"`},
 		{[]string{"--rules", "/no/such/rules.txt"}, `--rules: open /no/such/rules.txt`},
 		{[]string{"--robots", "never"}, `--robots "never": want ignore, crawl-delay`},

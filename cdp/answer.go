@@ -2,6 +2,7 @@ package cdp
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strings"
 )
 
@@ -17,6 +18,11 @@ type Outcome struct {
 	// NoAnswer reports that the request got no answer at all: the connection
 	// was refused, reset or closed, or it timed out.
 	NoAnswer bool
+	// RemoteIP is the server address the browser connected to for the
+	// answer (Chromium's response.remoteIPAddress), invalid when it did not
+	// say: a failure, an answer from its cache or a service worker, a
+	// browser that does not tell (Lightpanda), the Fetch Response stage.
+	RemoteIP netip.Addr
 }
 
 // RequestPaused is what the relay reads of a Fetch.requestPaused event.

@@ -8,6 +8,7 @@ package cdp
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"strings"
 )
 
@@ -139,12 +140,17 @@ func RequestWillBeSent(params []byte) (Request, bool) {
 }
 
 type response struct {
-	Status  float64           `json:"status"`
-	Headers map[string]string `json:"headers"`
+	Status   float64           `json:"status"`
+	Headers  map[string]string `json:"headers"`
+	RemoteIP string            `json:"remoteIPAddress"`
 }
 
 func (r *response) outcome() Outcome {
 	o := Outcome{Status: int(r.Status)}
+	if r.RemoteIP != "" {
+		// Chromium writes an IPv6 address bare; brackets are read too.
+		o.RemoteIP, _ = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(r.RemoteIP, "["), "]"))
+	}
 	for k, v := range r.Headers {
 		if strings.EqualFold(k, "Retry-After") {
 			// Lightpanda joins repeated headers with newlines; the first counts.

@@ -2,6 +2,7 @@ package cdp
 
 import (
 	"encoding/json"
+	"net/netip"
 	"testing"
 )
 
@@ -138,6 +139,15 @@ func TestDocumentAnswer(t *testing.T) {
 		{name: "lower-case retry-after", method: "Network.responseReceived",
 			params: `{"requestId":"R","type":"Document","response":{"status":503,"headers":{"retry-after":"120"}}}`,
 			want:   Answer{RequestID: "R", Outcome: Outcome{Status: 503, RetryAfter: "120"}}, wantOK: true},
+		{name: "the address the browser connected to", method: "Network.responseReceived",
+			params: `{"requestId":"943","type":"Document","response":{"url":"http://b.test:38201/","status":200,"headers":{},"remoteIPAddress":"127.0.0.2","remotePort":38201}}`,
+			want:   Answer{RequestID: "943", Outcome: Outcome{Status: 200, RemoteIP: netip.MustParseAddr("127.0.0.2")}}, wantOK: true},
+		{name: "an IPv6 address, bare or in brackets", method: "Network.responseReceived",
+			params: `{"requestId":"R","type":"Document","response":{"status":200,"remoteIPAddress":"[2001:db8::1]"}}`,
+			want:   Answer{RequestID: "R", Outcome: Outcome{Status: 200, RemoteIP: netip.MustParseAddr("2001:db8::1")}}, wantOK: true},
+		{name: "an address that is not one", method: "Network.responseReceived",
+			params: `{"requestId":"R","type":"Document","response":{"status":200,"remoteIPAddress":"proxy"}}`,
+			want:   Answer{RequestID: "R", Outcome: Outcome{Status: 200}}, wantOK: true},
 		{name: "not a document", method: "Network.responseReceived",
 			params: `{"requestId":"6882.2","type":"Other","response":{"url":"http://b.test:38201/favicon.ico","status":404}}`},
 		{name: "no response", method: "Network.responseReceived", params: `{"requestId":"R","type":"Document"}`},
@@ -232,6 +242,12 @@ func TestReadNetworkEvent(t *testing.T) {
 		{name: "answer, timed", method: "Network.responseReceived",
 			params: `{"requestId":"8886","loaderId":"8886","timestamp":4346.137252,"type":"Document","response":{"url":"http://a.test:34997/page?first","status":200,"headers":{"Content-Type":"text/html"},"timing":{"requestTime":4346.125,"proxyStart":-1,"sendStart":0.5,"sendEnd":125}}}`,
 			want:   NetworkEvent{RequestID: "8886", Timestamp: 4346.137252, Sent: 4346.25, Ended: true, Outcome: Outcome{Status: 200}}, wantOK: true},
+		{name: "answer with its address", method: "Network.responseReceived",
+			params: `{"requestId":"8886","timestamp":4,"type":"Document","response":{"status":200,"headers":{},"remoteIPAddress":"127.0.0.2","remotePort":34997,"timing":{"requestTime":3.5,"sendStart":0.5,"sendEnd":1}}}`,
+			want:   NetworkEvent{RequestID: "8886", Timestamp: 4, Sent: 3.501, Ended: true, Outcome: Outcome{Status: 200, RemoteIP: netip.MustParseAddr("127.0.0.2")}}, wantOK: true},
+		{name: "redirect hop with the address it came from", method: "Network.requestWillBeSent",
+			params: `{"requestId":"R","timestamp":5,"type":"Document","request":{"url":"http://b.test/x"},"redirectResponse":{"status":302,"headers":{},"remoteIPAddress":"10.0.0.7"}}`,
+			want:   NetworkEvent{RequestID: "R", Timestamp: 5, Ended: true, Redirect: true, Outcome: Outcome{Status: 302, RemoteIP: netip.MustParseAddr("10.0.0.7")}}, wantOK: true},
 		{name: "429, no timing", method: "Network.responseReceived",
 			params: `{"requestId":"R","timestamp":2,"type":"Document","response":{"status":429,"headers":{"Retry-After":"3"}}}`,
 			want:   NetworkEvent{RequestID: "R", Timestamp: 2, Ended: true, Outcome: Outcome{Status: 429, RetryAfter: "3"}}, wantOK: true},
@@ -321,4 +337,17 @@ func BenchmarkReadTargetInfo(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkReadNetworkEvent reads the answer of a followed document as
+// Chromium sends it (its address, timing and security details included).
+func BenchmarkReadNetworkEvent(b *testing.B) {
+	params := []byte(`{"requestId":"8886","loaderId":"8886","timestamp":4346.137252,"type":"Document","response":{"url":"http://a.test:34997/page?first","status":200,"statusText":"OK","headers":{"Cache-Control":"no-store","Content-Length":"120","Content-Type":"text/html","Date":"Thu, 03 Dec 2026 12:00:00 GMT"},"mimeType":"text/html","charset":"","connectionReused":false,"connectionId":42,"remoteIPAddress":"127.0.0.2","remotePort":34997,"fromDiskCache":false,"fromServiceWorker":false,"fromPrefetchCache":false,"encodedDataLength":183,"timing":{"requestTime":4346.125,"proxyStart":-1,"proxyEnd":-1,"dnsStart":0.1,"dnsEnd":0.2,"connectStart":0.2,"connectEnd":0.5,"sslStart":-1,"sslEnd":-1,"workerStart":-1,"workerReady":-1,"workerFetchStart":-1,"workerRespondWithSettled":-1,"sendStart":0.5,"sendEnd":0.6,"pushStart":0,"pushEnd":0,"receiveHeadersStart":1.5,"receiveHeadersEnd":1.6},"responseTime":1.7645e+12,"protocol":"http/1.1","alternateProtocolUsage":"unspecifiedReason","securityState":"insecure"},"hasExtraInfo":true,"frameId":"E6E"}`)
+	method := []byte("Network.responseReceived")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ReadNetworkEvent(method, params); !ok {
+			b.Fatal("unread")
+		}
+	}
 }

@@ -228,7 +228,7 @@ type (
 		Now         int64           `json:"now"`     // the relay's clock, ms since the Unix epoch
 		Version     uint64          `json:"version"` // give it back as since= to get only what changed
 		Mode        string          `json:"mode"`
-		BucketsBy   string          `json:"buckets_by"` // host or site
+		BucketsBy   string          `json:"buckets_by"` // host, site or ip
 		Clients     int             `json:"clients"`
 		Browsers    []browserJSON   `json:"browsers"`
 		Navigations navigationsJSON `json:"navigations"`

@@ -21,6 +21,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -225,6 +226,10 @@ type Outcome struct {
 	// allows (Baselines.Answer): it adds the failure pressure, as a 5xx
 	// does. A policy sets it; the rule never measures time itself.
 	Slow bool
+	// Addr is the server address the browser reached the host at, when
+	// it said (Chromium's remoteIPAddress). Only a policy that buckets
+	// hosts by address reads it; the rule does not.
+	Addr netip.Addr
 }
 
 // Reservation is a slot booked by Reserve.

@@ -19,22 +19,32 @@ const (
 	// static.example.com and example.com share one, a.github.io and
 	// b.github.io do not.
 	BySite
+	// ByIP gives all the hosts on one server address one schedule (and one
+	// cap on navigations in flight): the address the browser connected to,
+	// or the resolver gives, as package resolve learns it; a host whose
+	// address is not known yet is its own bucket meanwhile.
+	ByIP
 )
 
-// ParseBucket reads "host" or "site".
+// ParseBucket reads "host", "site" or "ip".
 func ParseBucket(s string) (Bucket, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "host":
 		return ByHost, nil
 	case "site":
 		return BySite, nil
+	case "ip":
+		return ByIP, nil
 	}
-	return ByHost, fmt.Errorf("--bucket %q: want host or site", s)
+	return ByHost, fmt.Errorf("--bucket %q: want host, site or ip", s)
 }
 
 func (b Bucket) String() string {
-	if b == BySite {
+	switch b {
+	case BySite:
 		return "site"
+	case ByIP:
+		return "ip"
 	}
 	return "host"
 }

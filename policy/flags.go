@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/resolve"
 )
 
 // Flags are the policy's command-line values as the user typed them (or
@@ -18,7 +19,8 @@ type Flags struct {
 	Burst       string   // --http-nav-burst
 	Rules       []string // --rule, in order
 	RulesFile   string   // --rules
-	Bucket      string   // --bucket: host or site
+	Bucket      string   // --bucket: host, site or ip
+	IPSource    string   // --bucket-ip-source: both, browser or resolver
 	ExemptHosts []string // --exempt-host
 	Robots      string   // --robots: ignore, crawl-delay or obey
 	RobotsAgent string   // --robots-user-agent
@@ -90,6 +92,15 @@ func FromFlags(f Flags) (Config, error) {
 	}
 	if c.Bucket, err = ParseBucket(f.Bucket); err != nil {
 		return c, err
+	}
+	src, err := resolve.ParseSource(f.IPSource)
+	switch {
+	case err != nil:
+		return c, err
+	case c.Bucket == ByIP:
+		c.Addrs = &resolve.Cache{Source: src, SourceSet: strings.TrimSpace(f.IPSource) != ""}
+	case strings.TrimSpace(f.IPSource) != "":
+		return c, fmt.Errorf("--bucket-ip-source %q: needs --bucket ip", f.IPSource)
 	}
 	for _, g := range f.ExemptHosts {
 		p, err := ParsePattern(g)

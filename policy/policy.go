@@ -1,11 +1,13 @@
 // Package policy decides, for each navigation, which schedule it is booked
 // in and with which setting: per-site rules by host pattern (first match
 // wins, the global flags otherwise), exempt hosts (loopback unless a rule
-// names it), one schedule per host or per registrable domain, a robots.txt
-// Crawl-delay as a floor under the spacing and, with --robots obey, the
-// navigations its Disallow refuses (Allowed), the cap on navigations in
-// flight, the answers that count as overload, and the latency baseline that
-// turns slow answers into pressure. It owns the parsing of those settings
+// names it), one schedule per host, per registrable domain or per server
+// address (learned from the browser's answers and the resolver, package
+// resolve), a robots.txt Crawl-delay as a floor under the spacing and,
+// with --robots obey, the navigations its Disallow refuses (Allowed), the
+// cap on navigations in flight, the answers that count as overload, and
+// the latency baseline that turns slow answers into pressure. It owns the
+// parsing of those settings
 // and of every duration the command line reads, and implements the relay's
 // Limiter on top of a Booker: the in-process limiter.Limiter or the shared
 // Redis store (whose places of the in-flight cap it also uses, when the
@@ -27,6 +29,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/resolve"
 )
 
 // Booker books navigations with a setting per booking, as
@@ -49,6 +52,11 @@ type Config struct {
 	Exempt []string
 	// Bucket chooses which hosts share one schedule.
 	Bucket Bucket
+	// Addrs says which address each host is on, with Bucket ByIP; nil
+	// means a resolve.Cache of its defaults (both sources). The policy
+	// learns into it from the answers it is fed (limiter.Outcome.Addr),
+	// and closes it.
+	Addrs *resolve.Cache
 	// Robots, when set, reads each site's robots.txt: its Crawl-delay as
 	// a floor under its spacing, and with RobotsObey the paths it
 	// disallows.
@@ -127,6 +135,9 @@ func New(cfg Config, b Booker) *Policy {
 	case cfg.RobotsUse == RobotsDefault:
 		cfg.RobotsUse = RobotsCrawlDelay
 	}
+	if cfg.Bucket == ByIP && cfg.Addrs == nil {
+		cfg.Addrs = &resolve.Cache{}
+	}
 	p := &Policy{cfg: cfg, book: b, mode: limiter.Off, caps: cfg.Concurrency > 0}
 	p.refuses = cfg.RobotsUse == RobotsObey
 	if spaces(cfg.Default) {
@@ -161,15 +172,36 @@ func (p *Policy) Caps() bool { return p.caps }
 // navigations at all.
 func (p *Policy) Mode() limiter.Mode { return p.mode }
 
-// Bucket returns the schedule host is booked in: host itself, or its site.
+// Bucket returns the schedule host is booked in: host itself, its site,
+// or the address it is known to be on (host itself while that is not
+// known). It never waits: a navigation's booking does, in bucketOf.
 func (p *Policy) Bucket(host string) string {
-	if p.cfg.Bucket == BySite {
+	switch p.cfg.Bucket {
+	case BySite:
 		return Site(host)
+	case ByIP:
+		if a, ok := p.cfg.Addrs.Peek(host); ok {
+			return resolve.Key(a)
+		}
 	}
 	return host
 }
 
-// Buckets names what a bucket is: "host", or "site" with --bucket site.
+// bucketOf is Bucket for a navigation about to be booked: by address, it
+// may ask the resolver for a host the browser has not told about, waiting
+// at most resolve.Cache.Wait (1 s) and never past ctx.
+func (p *Policy) bucketOf(ctx context.Context, host string) string {
+	if p.cfg.Bucket == ByIP {
+		if a, ok := p.cfg.Addrs.Addr(ctx, host); ok {
+			return resolve.Key(a)
+		}
+		return host
+	}
+	return p.Bucket(host)
+}
+
+// Buckets names what a bucket is: "host", or "site" with --bucket site,
+// "ip" with --bucket ip.
 func (p *Policy) Buckets() string { return p.cfg.Bucket.String() }
 
 // decide returns what applies to host: --exempt-host first, then the
@@ -249,7 +281,7 @@ func (p *Policy) Enter(ctx context.Context, host string) (*inflight.Place, error
 	if d.cap <= 0 {
 		return nil, nil
 	}
-	pl, err := p.cap.Enter(ctx, p.Bucket(host), d.cap)
+	pl, err := p.cap.Enter(ctx, p.bucketOf(ctx, host), d.cap)
 	if pl != nil {
 		pl.Source = d.capSource
 		if d.capSource != SourceFlags {
@@ -287,13 +319,15 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 	if !d.tracked {
 		return limiter.Reservation{Start: now, Mode: limiter.Off, Source: d.source, Rule: d.rule}
 	}
-	bucket := p.Bucket(host)
+	asked := time.Now()
+	bucket := p.bucketOf(ctx, host)
 	set := d.set
 	set.Floor = p.cfg.CrawlDelay
 	if d.robots == RobotsCrawlDelay || d.robots == RobotsObey {
-		asked := time.Now()
 		set.Floor = max(set.Floor, p.cfg.Robots.CrawlDelay(ctx, rawURL))
-		now = now.Add(time.Since(asked))
+	}
+	if p.cfg.Robots != nil || p.cfg.Bucket == ByIP {
+		now = now.Add(time.Since(asked)) // booked when the wait ended
 	}
 	r := p.book.ReserveWith(bucket, set, now)
 	r.Source, r.Rule = d.source, d.rule
@@ -311,6 +345,9 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 // --latency-backoff), or calm. The answer's time (o.Took) goes into the
 // baseline.
 func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect {
+	if p.cfg.Bucket == ByIP {
+		p.cfg.Addrs.Learn(host, o.Addr) // the bucket of host's next navigation
+	}
 	d := p.decide(host)
 	if !d.tracked || d.set.Mode != limiter.Adaptive {
 		return d.set.Effect(o)
@@ -412,12 +449,33 @@ func (p *Policy) SetBrowser(userAgent string) {
 	}
 }
 
+// WantsBrowserArgs reports whether the policy reads the browser's command
+// line (SetBrowserArgs): with --bucket ip.
+func (p *Policy) WantsBrowserArgs() bool { return p.cfg.Bucket == ByIP }
+
+// SetBrowserArgs tells the policy the command line of the browser, as
+// Browser.getBrowserCommandLine gives it (Chromium does when started with
+// --enable-automation, as Puppeteer and Playwright start it): with
+// --bucket ip its --host-resolver-rules and a proxy are read as for a
+// browser the relay starts (resolve.Cache.FitBrowser); rules already read
+// stand. note says what a proxy made of the address source, for the log.
+// Call it before the first navigation.
+func (p *Policy) SetBrowserArgs(args []string) (note string, err error) {
+	if p.cfg.Bucket != ByIP {
+		return "", nil
+	}
+	return p.cfg.Addrs.FitBrowser(args, nil)
+}
+
 // Close ends the policy's robots.txt fetches and gives back every place of
 // its cap still held (to a shared store too, so a relay that stops leaves
 // none behind).
 func (p *Policy) Close() {
 	if p.cfg.Robots != nil {
 		p.cfg.Robots.Close()
+	}
+	if p.cfg.Addrs != nil {
+		p.cfg.Addrs.Close()
 	}
 	p.cap.Close()
 }

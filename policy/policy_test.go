@@ -159,7 +159,7 @@ func TestFromFlagsErrors(t *testing.T) {
 		{Flags{Delay: "2h"}, `--http-nav-delay "2h": longer than an hour`},
 		{Flags{Burst: "-1"}, `--http-nav-burst "-1": want a whole number of navigations ≥ 0 (0 acts as 1)`},
 		{Flags{Rules: []string{"a.test=fast"}}, `--rule "a.test=fast": "fast": want adaptive, fixed:DURATION, off or exempt, optionally with burst:N`},
-		{Flags{Bucket: "domain"}, `--bucket "domain": want host or site`},
+		{Flags{Bucket: "domain"}, `--bucket "domain": want host, site or ip`},
 		{Flags{ExemptHosts: []string{"http://x/"}}, `--exempt-host "http://x/"`},
 		{Flags{Robots: "never"}, `--robots "never": want ignore, crawl-delay`},
 		{Flags{RobotsAgent: "bot"}, `--robots-user-agent "bot": needs --robots crawl-delay or obey`},

@@ -302,6 +302,9 @@ type fakeConfig struct {
 	// listener, when set, is where the fake serves instead of a port of
 	// its own choosing.
 	listener net.Listener
+	// commandLine is what Browser.getBrowserCommandLine answers; nil
+	// answers the error of a Chromium started without --enable-automation.
+	commandLine []string
 }
 
 // fakeBrowser is a CDP browser on an httptest.Server.
@@ -808,6 +811,14 @@ func (fc *fakeConn) answer(msg fakeMsg) {
 		return
 	case "Target.getTargets":
 		send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfos":[]}}`, id))
+		return
+	case "Browser.getBrowserCommandLine":
+		if fb.cfg.commandLine == nil {
+			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32000,"message":"Command line not returned because --enable-automation not set."}}`, id))
+			return
+		}
+		args, _ := json.Marshal(fb.cfg.commandLine)
+		send(fmt.Appendf(nil, `{"id":%d,"result":{"arguments":%s}}`, id, args))
 		return
 	case "Target.detachFromTarget":
 		var p struct{ SessionID string }
@@ -1643,10 +1654,10 @@ func (fb *fakeBrowser) networkEnd(frame, networkID string, p pause, sent time.Ti
 			ev = fmt.Sprintf(`{"method":"Network.loadingFailed","params":{"requestId":%q,"timestamp":%.6f,"type":"Document","errorText":"net::ERR_%s","canceled":false},"sessionId":%q}`,
 				networkID, now, netError(p.ResponseErrorReason), ns.session)
 		case redirect:
-			ev = fmt.Sprintf(`{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"wallTime":%.6f,"type":"Document","frameId":%q,"request":{"url":"http://next.test/"},"redirectResponse":{"status":%d,"headers":%s,"timing":%s}},"sessionId":%q}`,
+			ev = fmt.Sprintf(`{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"wallTime":%.6f,"type":"Document","frameId":%q,"request":{"url":"http://next.test/"},"redirectResponse":{"status":%d,"headers":%s,"remoteIPAddress":"127.0.0.2","remotePort":42557,"timing":%s}},"sessionId":%q}`,
 				networkID, networkID, now, now, frame, p.ResponseStatusCode, headersOf(p), timing, ns.session)
 		default:
-			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"timing":%s},"frameId":%q},"sessionId":%q}`,
+			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"remoteIPAddress":"127.0.0.2","remotePort":42557,"timing":%s},"frameId":%q},"sessionId":%q}`,
 				networkID, networkID, now, p.ResponseStatusCode, headersOf(p), timing, frame, ns.session)
 		}
 		ns.fc.send([]byte(ev))

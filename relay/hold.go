@@ -646,7 +646,7 @@ func logURL(rawURL string) func(*zerolog.Event) {
 // It does not end fl: a redirect's answer is not the navigation's end.
 func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
-	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now)}
+	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
 			Str("retry_after", o.RetryAfter).Msg("host pushed back")

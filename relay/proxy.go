@@ -98,8 +98,9 @@ type Limiter interface {
 	// that caps some host.
 	Mode() limiter.Mode
 	// Reserve books the slot of a navigation to rawURL, wanted at now; host
-	// is limiter.Key(rawURL). It may block, to read the site's robots.txt,
-	// but never past ctx. A reservation that is not Tracked has nothing to
+	// is limiter.Key(rawURL). It may block, to read the site's robots.txt
+	// or to learn the host's address (--bucket ip, 1 s at most), but never
+	// past ctx. A reservation that is not Tracked has nothing to
 	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
 	// what was booked and why.
 	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
@@ -389,6 +390,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 		}()
 	}
 
+	p.readBrowserArgs(ctx, versions, errs)
 	// robots.txt is read for the browser's own user agent, unless told
 	// otherwise.
 	if b, ok := p.Limiter.(interface{ SetBrowser(string) }); ok {

@@ -179,7 +179,7 @@
     if (!d) return;
     for (const b of document.querySelectorAll('.window button')) b.classList.toggle('on', +b.dataset.window === state.windowS);
     $('where').textContent = location.host + (d.mode ? ' · ' + d.mode : '');
-    $('title').textContent = 'Busiest ' + (d.buckets_by === 'site' ? 'sites' : 'hosts');
+    $('title').textContent = 'Busiest ' + ({site: 'sites', ip: 'server addresses'}[d.buckets_by] || 'hosts');
 
     $('browsers').replaceChildren(...(d.browsers.length ? d.browsers.map((b) => {
       const li = el('li', b.alive ? 'dot-up' : 'dot-down');
