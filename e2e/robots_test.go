@@ -184,8 +184,8 @@ func TestRobotsObey(t *testing.T) {
 // (held in the client's page session) and Puppeteer: /private/x is refused
 // before it leaves Lightpanda and the site never sees it, /public/x loads.
 // Goto and the redirect throw net::ERR_BLOCKED_BY_CLIENT (Lightpanda takes
-// Fetch.failRequest's BlockedByClient), a link click is refused too.
-// Lightpanda's own --obey-robots, without the relay, is recorded beside it
+// Fetch.failRequest's BlockedByClient), a link click is refused too; with
+// --robots crawl-delay all of them load. Lightpanda's own --obey-robots, without the relay, is recorded beside it
 // for docs/politeness.md: it refuses the same three, and goto throws
 // RobotsBlocked.
 func TestRobotsObeyLightpanda(t *testing.T) {
@@ -218,6 +218,25 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 		t.Logf("%s", grepMetric(body, `outcome="disallowed"`))
 		if m := grepMetric(body, `outcome="disallowed"`); !strings.HasSuffix(m, " 3") {
 			t.Errorf("/metrics: got %q, want 3 disallowed navigations", m)
+		}
+	})
+	t.Run("crawl-delay", func(t *testing.T) {
+		lp := startLightpanda(t)
+		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
+		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
+		t.Logf("steps: %s", out)
+		got := map[string]string{}
+		json.Unmarshal(out, &got)
+		for _, step := range steps {
+			if got[step] != "ok" {
+				t.Errorf("%s: got %q, want ok", step, got[step])
+			}
+		}
+		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+			if !seen(s, path) {
+				t.Errorf("the site never saw %s", path)
+			}
 		}
 	})
 	t.Run("lightpanda --obey-robots directly", func(t *testing.T) {
