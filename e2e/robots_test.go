@@ -126,17 +126,7 @@ func TestRobotsObey(t *testing.T) {
 	t.Run("crawl-delay", func(t *testing.T) {
 		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
 		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
-		got := robotsSteps(t, r, s, "robots.test", all...)
-		for _, step := range all {
-			if got[step] != "ok" {
-				t.Errorf("%s: got %q, want ok", step, got[step])
-			}
-		}
-		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
-			if !seen(s, path) {
-				t.Errorf("the site never saw %s", path)
-			}
-		}
+		allLoaded(t, s, robotsSteps(t, r, s, "robots.test", all...), all)
 	})
 	t.Run("in the stream", func(t *testing.T) {
 		// --intercept navigate: Page.navigate answered by the relay with
@@ -228,16 +218,7 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 		t.Logf("steps: %s", out)
 		got := map[string]string{}
 		json.Unmarshal(out, &got)
-		for _, step := range steps {
-			if got[step] != "ok" {
-				t.Errorf("%s: got %q, want ok", step, got[step])
-			}
-		}
-		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
-			if !seen(s, path) {
-				t.Errorf("the site never saw %s", path)
-			}
-		}
+		allLoaded(t, s, got, steps)
 	})
 	t.Run("lightpanda --obey-robots directly", func(t *testing.T) {
 		lp := startLightpanda(t, "--obey-robots")
@@ -283,6 +264,22 @@ func robotsOnPage(t *testing.T, r *relayed) {
 		}
 		if err != nil {
 			t.Errorf("screenshot: %v", err)
+		}
+	}
+}
+
+// allLoaded checks that, robots.txt read for its Crawl-delay only, every
+// step loaded and the site saw each /private/ path.
+func allLoaded(t *testing.T, s *site, got map[string]string, steps []string) {
+	t.Helper()
+	for _, step := range steps {
+		if got[step] != "ok" {
+			t.Errorf("%s: got %q, want ok", step, got[step])
+		}
+	}
+	for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+		if !seen(s, path) {
+			t.Errorf("the site never saw %s", path)
 		}
 	}
 }
