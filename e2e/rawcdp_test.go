@@ -118,15 +118,22 @@ func (rc *rawClient) send(session, method string, params any) (int64, <-chan raw
 // call sends a command and waits for its result.
 func (rc *rawClient) call(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
 	_, ch := rc.send(session, method, params)
+	var m rawMessage
 	select {
-	case m := <-ch:
-		if m.Error != nil {
-			return nil, fmt.Errorf("%s: %s (%d)", method, m.Error.Message, m.Error.Code)
+	case m = <-ch:
+	case <-rc.done:
+		select {
+		case m = <-ch: // answered before the connection ended
+		default:
+			return nil, fmt.Errorf("%s: the connection ended: %v", method, rc.closeErr)
 		}
-		return m.Result, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
+	if m.Error != nil {
+		return nil, fmt.Errorf("%s: %s (%d)", method, m.Error.Message, m.Error.Code)
+	}
+	return m.Result, nil
 }
 
 func (rc *rawClient) mustCall(session, method string, params any) json.RawMessage {
@@ -144,24 +151,47 @@ func (rc *rawClient) mustCall(session, method string, params any) json.RawMessag
 // returning the session and target ids. The context is disposed at cleanup.
 func (rc *rawClient) newPage() (session, targetID string) {
 	rc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	session, targetID, err := rc.tryNewPage(ctx)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return session, targetID
+}
+
+// tryNewPage is newPage for a caller that can do something about a
+// failure (a browser that is restarting): the error instead of the end of
+// the test.
+func (rc *rawClient) tryNewPage(ctx context.Context) (session, targetID string, err error) {
 	var bc struct {
 		BrowserContextID string `json:"browserContextId"`
 	}
-	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
-	var tg struct {
-		TargetID string `json:"targetId"`
+	res, err := rc.call(ctx, "", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true})
+	if err != nil {
+		return "", "", err
 	}
-	json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID}), &tg)
-	var at struct {
-		SessionID string `json:"sessionId"`
-	}
-	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
+	json.Unmarshal(res, &bc)
 	rc.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.BrowserContextID})
 	})
-	return at.SessionID, tg.TargetID
+	var tg struct {
+		TargetID string `json:"targetId"`
+	}
+	if res, err = rc.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID}); err != nil {
+		return "", "", err
+	}
+	json.Unmarshal(res, &tg)
+	var at struct {
+		SessionID string `json:"sessionId"`
+	}
+	if res, err = rc.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}); err != nil {
+		return "", "", err
+	}
+	json.Unmarshal(res, &at)
+	return at.SessionID, tg.TargetID, nil
 }
 
 // messages returns what the client has received so far.

@@ -436,24 +436,33 @@ func TestBrowserKilledMidCrawl(t *testing.T) {
 	var mu sync.Mutex
 	var rc *rawClient
 	var session string
-	connect := func() {
+	// connect opens a client and a page through the relay, trying again
+	// while the browser behind it is restarting.
+	connect := func() error {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			c, err := tryDialRaw(t, rp.url)
+			var sess string
 			if err == nil {
-				sess, _ := c.newPage()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				sess, _, err = c.tryNewPage(ctx)
+				cancel()
+			}
+			if err == nil {
 				mu.Lock()
 				rc, session = c, sess
 				mu.Unlock()
-				return
+				return nil
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("reconnecting through the relay: %v", err)
+				return fmt.Errorf("reconnecting through the relay: %v", err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	connect()
+	if err := connect(); err != nil {
+		t.Fatal(err)
+	}
 	warm(t, rc, session, s, "killed.test")
 	time.Sleep(hostForgotten)
 	k := 0
@@ -468,13 +477,20 @@ func TestBrowserKilledMidCrawl(t *testing.T) {
 				old := rc
 				mu.Unlock()
 				<-old.done
-				connect()
+				if err := connect(); err != nil {
+					t.Error(err)
+					return
+				}
 				mu.Lock()
 				c, sess := rc, session
 				mu.Unlock()
 				// A fresh browser's first request leaves it late: spend it
 				// on another host, as a crawler's first page would.
-				c.mustCall(sess, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?after-restart")})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if _, err := c.call(ctx, sess, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?after-restart")}); err != nil {
+					t.Errorf("the first navigation after the restart: %v", err)
+				}
 				c.send(sess, "Page.navigate", map[string]any{"url": url})
 			}()
 			return
@@ -498,16 +514,28 @@ func TestBrowserKilledMidCrawl(t *testing.T) {
 			t.Errorf("navigations %d and %d reached the host %v apart, want at least %v", i+10, i+11, g, spacing-leaveBound)
 		}
 	}
-	logged := 0
-	logs.mu.Lock()
-	for _, m := range logs.lines {
-		if m["message"] == "navigations reached the network unheld" {
-			logged += int(m["navigations"].(float64))
+	// The relay counts an unheld navigation, then logs it: the line may
+	// still be on its way.
+	var logged, counted int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		counted = int(rp.metric(t, `cdp_throttle_navigations_total{outcome="unheld"}`))
+		logged = 0
+		logs.mu.Lock()
+		for _, m := range logs.lines {
+			if m["message"] == "navigations reached the network unheld" {
+				logged += int(m["navigations"].(float64))
+			}
+		}
+		logs.mu.Unlock()
+		if counted == logged || time.Now().After(deadline) {
+			break
 		}
 	}
-	logs.mu.Unlock()
-	if got := int(rp.metric(t, `cdp_throttle_navigations_total{outcome="unheld"}`)); got != logged {
-		t.Errorf("unheld navigations: %d, want %d (what the relay logged)", got, logged)
+	if counted != logged {
+		t.Errorf("unheld navigations: %d, want %d (what the relay logged)", counted, logged)
+	}
+	if t.Failed() {
+		t.Logf("relay log:\n%s", logs.raw.String())
 	}
 	if !logs.has("browser exited") {
 		t.Errorf("the browser was not restarted:\n%s", logs.raw.String())
