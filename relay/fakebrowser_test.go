@@ -1632,7 +1632,7 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 			hc.mu.Unlock()
 		}
 		more := i+1 < len(chain)
-		fb.networkEnd(frame, networkID, p, sent, more && isRedirect(p.ResponseStatusCode))
+		fb.networkEnd(frame, networkID, p, sent, more && redirects(p.ResponseStatusCode))
 		answered = true
 	}
 	if !answered {
@@ -1701,4 +1701,13 @@ func (fb *fakeBrowser) navigateTo(t testing.TB, page, url string) <-chan []hopTi
 		ch <- fb.navigate(t, [][]byte{pausedDoc(fmt.Sprintf("interception-job-%d.0", job), page, url)})
 	}()
 	return ch
+}
+
+// redirects reports whether a status sends the browser on to another URL.
+func redirects(status int) bool {
+	switch status {
+	case 301, 302, 303, 307, 308:
+		return true
+	}
+	return false
 }

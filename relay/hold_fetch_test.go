@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -301,7 +302,7 @@ func waitFeedback(t *testing.T, tp *testProxy, n int) {
 			}
 		}
 		if got >= n {
-			tp.p.limiting.Wait() // Observe runs on a goroutine of its own
+			tp.p.holder.Wait() // Observe runs on a goroutine of its own
 			return
 		}
 		if time.Now().After(deadline) {
@@ -408,14 +409,14 @@ func TestFetchHolderReconnects(t *testing.T) {
 	}
 }
 
+// handOverWait is how long the relay waits for what a lost connection held
+// to reach the other one (hold's orphanWait).
+const handOverWait = 2 * time.Second
+
 // awaitArmed waits until the relay can hold navigations again.
 func awaitArmed(t *testing.T, tp *testProxy) {
 	t.Helper()
-	select {
-	case <-tp.p.ups[0].holder.whenArmed():
-	case <-time.After(waitFor):
-		t.Fatal("the relay never holds navigations again")
-	}
+	eventually(t, "the relay holding navigations again", func() bool { return tp.p.ups[0].holding() != "waiting" })
 }
 
 // TestFetchHolderBrowserGone: when the browser goes away (stopped, or
@@ -431,7 +432,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Target.getTargets": true}})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
 	hc1, hc2 := fb.holder(t), fb.pages(t)
-	for f := tp.p.ups[0].holder.fetch; f.up() < 2; { // the relay has them both, not only the fake
+	for st := hold.StateOf(tp.p.ups[0].holds); !st.Pages || !st.Net; st = hold.StateOf(tp.p.ups[0].holds) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
 	hc1.drop()
@@ -486,7 +487,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	if n := len(rec.bookings()); n != 2 {
 		t.Errorf("%d bookings, want 2: the handed-over navigation books nothing more", n)
 	}
-	time.Sleep(orphanWait + 200*time.Millisecond)
+	time.Sleep(handOverWait + 200*time.Millisecond)
 	if n := tp.p.Metrics.Unheld(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0", n)
 	}
@@ -495,7 +496,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 // gatedLimiter books nothing until gate is closed, and says on asked that
 // a booking waits.
 type gatedLimiter struct {
-	Limiter
+	hold.Limiter
 	asked chan struct{}
 	gate  chan struct{}
 }
@@ -531,8 +532,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Fatal("the navigation was never booked")
 	}
 	pages.drop()
-	f := tp.p.ups[0].holder.fetch
-	eventually(t, "the relay seeing its pages connection gone", func() bool { return f.pages.Load() == nil })
+	eventually(t, "the relay seeing its pages connection gone", func() bool { return !hold.StateOf(tp.p.ups[0].holds).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
 	var hops []hopTimes
 	select {
@@ -551,7 +551,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Error("net never let the handed-over request go")
 	}
-	time.Sleep(orphanWait + 200*time.Millisecond)
+	time.Sleep(handOverWait + 200*time.Millisecond)
 	if n := tp.p.Metrics.Unheld(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0: net held it", n)
 	}

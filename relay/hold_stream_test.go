@@ -11,11 +11,12 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // navigateInStream makes a relay hold navigations in the client streams.
-func navigateInStream(p *Proxy) { p.Intercept = InterceptNavigate }
+func navigateInStream(p *Proxy) { p.Intercept = hold.InterceptNavigate }
 
 // pageSession returns the recorded Target.attachedToTarget of the page the
 // session transcript navigates, with its session and target ids.

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -61,7 +62,7 @@ func (b *syncBuffer) lines(parts ...string) []string {
 
 // withPolicy is lim behind the policy of the global flags cfg alone, as
 // the relay command books without rules.
-func withPolicy(lim *limiter.Limiter, cfg limiter.Config) Limiter {
+func withPolicy(lim *limiter.Limiter, cfg limiter.Config) hold.Limiter {
 	return policy.New(policy.Config{Default: cfg}, lim)
 }
 
@@ -164,7 +165,7 @@ func TestStartChoosesInterception(t *testing.T) {
 		name      string
 		browser   fakeConfig
 		cfg       limiter.Config
-		intercept Intercept
+		intercept hold.Intercept
 		wantErr   string // Start fails with this
 		want      string // how navigations are held: fetch, session, navigate or off
 		wantWarn  string // the warning Start gives about it
@@ -174,10 +175,10 @@ func TestStartChoosesInterception(t *testing.T) {
 		{name: "lightpanda by name: session, no connection", browser: fakeConfig{lightpanda: true}, want: "session"},
 		{name: "fetch refused: session", browser: fakeConfig{rejectFetch: true}, want: "session", wantConns: 1,
 			wantWarn: "holding navigations through each client session instead of the relay's own connection"},
-		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: InterceptFetch,
+		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: hold.InterceptFetch,
 			wantErr: "browser refused browser-level Fetch", wantConns: 1},
-		{name: "navigate requested", intercept: InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
-		{name: "session requested", intercept: InterceptSession, want: "session"},
+		{name: "navigate requested", intercept: hold.InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
+		{name: "session requested", intercept: hold.InterceptSession, want: "session"},
 		{name: "limiter off: nothing held", cfg: limiter.Config{Mode: limiter.Off}, want: "off"},
 		{name: "fixed 0 acts as off", cfg: limiter.Config{Mode: limiter.Fixed}, want: "off"},
 	}

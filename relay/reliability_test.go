@@ -25,13 +25,14 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // recorder wraps the relay's limiter and remembers every booking, so a
 // test can tell what was booked and for when without timing the browser.
 type recorder struct {
-	Limiter
+	hold.Limiter
 	mu     sync.Mutex
 	booked []booking // guarded by mu
 }
@@ -625,12 +626,12 @@ func TestBrowserMisbehaves(t *testing.T) {
 func TestBrowserNeverAnswersStart(t *testing.T) {
 	for _, tt := range []struct {
 		method    string
-		intercept Intercept
+		intercept hold.Intercept
 		wantErr   string
 	}{
 		{method: "Target.setDiscoverTargets"},
 		{method: "Fetch.enable"},
-		{method: "Fetch.enable", intercept: InterceptFetch, wantErr: "browser refused browser-level Fetch: relay: Fetch.enable: context deadline exceeded"},
+		{method: "Fetch.enable", intercept: hold.InterceptFetch, wantErr: "browser refused browser-level Fetch: relay: Fetch.enable: context deadline exceeded"},
 	} {
 		t.Run(tt.method+"/"+tt.intercept.String(), func(t *testing.T) {
 			checkLeaks(t)
@@ -700,13 +701,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	}
 	// What the browser answers (net's pattern updates) may still be on its
 	// way; what it never answers must not be kept.
-	for _, fc := range []*fetchConn{tp.p.ups[0].holder.fetch.pages.Load(), tp.p.ups[0].holder.fetch.net.Load()} {
-		eventually(t, fmt.Sprintf("the %s connection keeping no command", fc.role), func() bool {
-			fc.mu.Lock()
-			defer fc.mu.Unlock()
-			return len(fc.calls) == 0
-		})
-	}
+	eventually(t, "the relay's own connections keeping no command", func() bool { return hold.StateOf(tp.p.ups[0].holds).Commands == 0 })
 	if n := len(commands(pc, "Fetch.continueRequest")); n != 25*2 {
 		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
 	}
@@ -1038,7 +1033,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			lim := limiter.New(limiter.Config{})
 			p := &Proxy{Upstream: tt.upstream(addr), Limiter: withPolicy(lim, limiter.Config{}), Log: &log, StartTimeout: waitFor}
 			if tt.name == "ws" {
-				p.Intercept = InterceptNavigate // no Fetch attempt: one websocket to the browser before the client's
+				p.Intercept = hold.InterceptNavigate // no Fetch attempt: one websocket to the browser before the client's
 			}
 			started := make(chan error, 1)
 			go func() { started <- p.Start(t.Context()) }()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -43,7 +44,7 @@ func (s *holdingStore) Observe(host string, o limiter.Outcome, now time.Time) li
 // TestStoreHoldsUntilBack: a navigation the store cannot book is held, and
 // asked about again, until the store books it; then it goes at once.
 func TestStoreHoldsUntilBack(t *testing.T) {
-	for _, mode := range []Intercept{InterceptFetch, InterceptNavigate} {
+	for _, mode := range []hold.Intercept{hold.InterceptFetch, hold.InterceptNavigate} {
 		t.Run(mode.String(), func(t *testing.T) {
 			checkLeaks(t)
 			fb := newFakeBrowser(t, fakeConfig{})
@@ -53,7 +54,7 @@ func TestStoreHoldsUntilBack(t *testing.T) {
 				p.Intercept = mode
 			})
 			var paused, released time.Time
-			if mode == InterceptFetch {
+			if mode == hold.InterceptFetch {
 				hc := fb.holder(t)
 				announcePages(t, fb, hc, false)
 				hops := hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))

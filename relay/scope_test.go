@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -242,7 +243,7 @@ func TestFetchNeverPauses(t *testing.T) {
 // slowLimiter books hosts named slow.* only after a pause, as a shared
 // store that answers slowly does.
 type slowLimiter struct {
-	Limiter
+	hold.Limiter
 	wait time.Duration
 }
 
@@ -379,15 +380,13 @@ func TestScopeAttachedTwice(t *testing.T) {
 // relay's clients have a page: off with none, on before a client's command
 // reaches its page (Chromium puts a browser-level interceptor on a
 // request's way only if it was on when the request started, so a request
-// started earlier could not be handed over), and off again netLinger after
+// started earlier could not be handed over), and off again Holder.NetLinger after
 // the last one is gone. A page the client drives then is held where it
 // navigates, and losing the pages connection hands it to net.
 func TestScopeNetOnlyForClients(t *testing.T) {
 	checkLeaks(t)
-	defer func(d time.Duration) { netLinger = d }(netLinger)
-	netLinger = 300 * time.Millisecond
 	fb := newFakeBrowser(t, fakeConfig{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, func(p *Proxy) { p.netLinger = 300 * time.Millisecond })
 	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
 	net, pages := fb.holder(t), fb.pages(t)
 	netOn := func() bool {
@@ -415,7 +414,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	fb.armed(t, pages, "MINE")
 	mine := fb.navigateTo(t, "MINE", "http://b.test/")
 	fb.await(t, "the client's navigation held in the pages connection", func() bool {
-		return slices.Contains(net.patterns, urlPattern("http://b.test/"))
+		return slices.Contains(net.patterns, "http://b.test/")
 	})
 	pages.drop()
 	select {
@@ -424,7 +423,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 
-	// The client's page goes: net's Fetch is off netLinger later (and
+	// The client's page goes: net's Fetch is off Holder.NetLinger later (and
 	// stays on while the pages connection is back and arming).
 	fb.pages(t)
 	net.send([]byte(`{"method":"Target.targetDestroyed","params":{"targetId":"MINE"}}`))
@@ -460,11 +459,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	if got := <-fb.navigateTo(t, "OTHERS", "http://a.test/"); got[0].pauses != 0 {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].pauses)
 	}
-	f := tp.p.ups[0].holder.fetch
-	f.mu.Lock()
-	holes := f.holes
-	f.mu.Unlock()
-	if holes != 0 {
+	if holes := hold.StateOf(tp.p.ups[0].holds).Unarmed; holes != 0 {
 		t.Errorf("%d pages counted as client pages the relay could not arm, want 0", holes)
 	}
 }

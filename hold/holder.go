@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"context"
@@ -38,13 +38,13 @@ func (v via) String() string {
 	return [...]string{"none", "fetch", "session", "navigate"}[v]
 }
 
-// holder holds the navigations of the relay's clients on one browser: it
+// browserHold holds the navigations of the relay's clients on one browser: it
 // chooses how (via), books slots in the Proxy's Limiter, lets navigations
 // go when their slot comes and feeds answers back. It fails closed: while
 // it cannot hold through its chosen way, navigations wait (armed).
-type holder struct {
-	p       *Proxy
-	up      *upstream
+type browserHold struct {
+	holder  *Holder
+	up      Upstream
 	browser string // as /json/version names it, for logs
 	// lightpanda is set for a browser that gives each connection a browser
 	// of its own and honours only the "*" Fetch pattern everywhere.
@@ -58,6 +58,9 @@ type holder struct {
 
 	mu    sync.Mutex
 	armed chan struct{} // guarded by mu; closed while navigations can be held
+
+	connsMu sync.Mutex
+	conns   map[*watch]struct{} // guarded by connsMu; the client connections started and not ended
 
 	ansMu     sync.Mutex
 	answering map[string]*answering // guarded by ansMu; by host
@@ -101,40 +104,44 @@ func (c *counts) count(key string) int {
 	return c.n[key]
 }
 
-func newHolder(p *Proxy, up *upstream, v version) *holder {
-	h := &holder{p: p, up: up, browser: v.Browser, armed: make(chan struct{}), answering: make(map[string]*answering)}
-	h.lightpanda = strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
+func newBrowserHold(hd *Holder, up Upstream, browser string) *browserHold {
+	h := &browserHold{holder: hd, up: up, browser: browser, armed: make(chan struct{}), answering: make(map[string]*answering), conns: make(map[*watch]struct{})}
+	h.lightpanda = strings.HasPrefix(strings.ToLower(browser), "lightpanda")
 	h.claims.init()
-	h.claims.all = p.everyPage
+	h.claims.all = hd.EveryPage
 	return h
 }
 
+// Conn follows a client connection of the browser (Browser.Conn).
+func (h *browserHold) Conn(c Client) Conn { return newWatch(c, h) }
+
+// Name is the browser as its /json/version names it (Browser.Name).
+func (h *browserHold) Name() string { return h.browser }
+
 // via reports how navigations are held now.
-func (h *holder) via() via { return via(h.way.Load()) }
+func (h *browserHold) via() via { return via(h.way.Load()) }
 
 // use holds navigations the given way from now on, in every client
 // connection of this browser.
-func (h *holder) use(v via) {
+func (h *browserHold) use(v via) {
 	h.way.Store(int32(v))
 	if v == viaSession || v == viaStream {
 		h.setArmed(true) // held in each client connection: nothing to wait for
 	}
-	h.p.mu.Lock()
-	pairs := make([]*pair, 0, len(h.p.pairs))
-	for pr := range h.p.pairs {
-		if pr.up == h.up && pr.watch != nil {
-			pairs = append(pairs, pr)
-		}
+	h.connsMu.Lock()
+	conns := make([]*watch, 0, len(h.conns))
+	for w := range h.conns {
+		conns = append(conns, w)
 	}
-	h.p.mu.Unlock()
-	for _, pr := range pairs {
-		pr.watch.switchTo(v)
+	h.connsMu.Unlock()
+	for _, w := range conns {
+		w.switchTo(v)
 	}
 }
 
 // fallOver leaves the way navigations are held now for the next one, and
 // says once what the browser did and what the relay does instead.
-func (h *holder) fallOver(why string) {
+func (h *browserHold) fallOver(why string) {
 	cur := h.via()
 	if cur == viaStream {
 		return // the last resort
@@ -144,7 +151,7 @@ func (h *holder) fallOver(why string) {
 		next = viaStream
 	}
 	if h.fellOver.CompareAndSwap(false, true) {
-		h.p.log.Warn().Str("upstream", h.up.name).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
+		h.holder.log.Warn().Str("upstream", h.up.Name()).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
 			Msg(fallOverMsg[next])
 	}
 	h.use(next)
@@ -162,7 +169,7 @@ var fallOverMsg = map[via]string{
 }
 
 // setArmed records whether navigations can be held now.
-func (h *holder) setArmed(on bool) {
+func (h *browserHold) setArmed(on bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	select {
@@ -178,14 +185,14 @@ func (h *holder) setArmed(on bool) {
 }
 
 // whenArmed returns a channel closed once navigations can be held.
-func (h *holder) whenArmed() <-chan struct{} {
+func (h *browserHold) whenArmed() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.armed
 }
 
 // isArmed reports whether navigations can be held now.
-func (h *holder) isArmed() bool {
+func (h *browserHold) isArmed() bool {
 	select {
 	case <-h.whenArmed():
 		return true
@@ -194,9 +201,10 @@ func (h *holder) isArmed() bool {
 	}
 }
 
-// holding says how the browser's navigations are held, for /healthz:
-// "fetch", "session", "navigate", or "waiting" while nothing can hold them.
-func (h *holder) holding() string {
+// Holding says how the browser's navigations are held, for /healthz:
+// "fetch", "session", "navigate", or "waiting" while nothing can hold them
+// (Browser.Holding).
+func (h *browserHold) Holding() string {
 	if !h.isArmed() {
 		return "waiting"
 	}
@@ -231,7 +239,7 @@ func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
 // let go whose answer never comes is forgotten after maxInFlight. Its
 // methods are safe for concurrent use, and on a nil flight.
 type flight struct {
-	h    *holder
+	h    *browserHold
 	ctx  context.Context // ends with the flight: stops its wait for a place
 	stop context.CancelFunc
 
@@ -250,7 +258,7 @@ const maxInFlight = 61 * time.Minute
 
 // newFlight starts following a navigation to be held, until life ends at
 // the latest.
-func (h *holder) newFlight(life context.Context) *flight {
+func (h *browserHold) newFlight(life context.Context) *flight {
 	fl := &flight{h: h}
 	fl.ctx, fl.stop = context.WithCancel(life)
 	context.AfterFunc(fl.ctx, fl.giveBack)
@@ -329,7 +337,7 @@ func (fl *flight) took(now time.Time) time.Duration {
 // navigation. When ctx ends first, release is never called. done, when
 // set, is called once the hold is over, either way. It returns the
 // navigation's flight, which ends with ctx.
-func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
+func (h *browserHold) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
 	fl := h.newFlight(ctx)
 	h.holdFlight(ctx, fl, host, rawURL, log, nil, nil, release, done)
 	return fl
@@ -342,7 +350,7 @@ func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Log
 // once it is booked. Before either, a navigation the Limiter refuses
 // (Refuser) is handed to refuse instead, when set, and nothing is booked;
 // a nil refuse is never asked for.
-func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
+func (h *browserHold) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
 	var b func(time.Time, *pace.Nav)
 	if booked != nil {
 		b = func(start time.Time, _ *pace.Nav) { booked(start) }
@@ -357,22 +365,22 @@ func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string
 // (package pace). Without depart, it is booked's nil. waits, when set, is
 // called once, when the navigation may have to wait at all; refuse is
 // holdFlight's.
-func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
+func (h *browserHold) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
 	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, refuse, release, nil)
 }
 
-func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
+func (h *browserHold) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
 	h.waiting.Add(1)
-	h.p.limiting.Add(1)
+	h.holder.limiting.Add(1)
 	go func() {
-		defer h.p.limiting.Done()
+		defer h.holder.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
 		if refuse != nil && h.refused(ctx, host, rawURL, log) {
 			refuse() // before a place or a slot: it books nothing
 			h.end(nil, done)
 			return
 		}
-		if h.p.capper != nil && h.p.capper.Caps() {
+		if h.holder.capper != nil && h.holder.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
 		if !h.enter(fl, host, log) {
@@ -406,15 +414,15 @@ func (fl *flight) releasing(release func()) func() {
 // it): then the navigation is over, and is not let go. The first time the
 // cap holds a navigation of a host, it warns (once per host, as the
 // spacing does).
-func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
+func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
 	fl.mu.Lock()
 	entered := fl.entered
 	fl.entered = true
 	fl.mu.Unlock()
-	if entered || h.p.capper == nil {
+	if entered || h.holder.capper == nil {
 		return true
 	}
-	p, err := h.p.capper.Enter(fl.ctx, host)
+	p, err := h.holder.capper.Enter(fl.ctx, host)
 	if err != nil {
 		return false
 	}
@@ -429,9 +437,9 @@ func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
 		return false
 	}
 	if p.Waited > 0 {
-		h.p.Metrics.concurrencyWait(p.Waited)
-		if h.p.warned.first(host) {
-			ev := h.p.log.Warn().Str("host", host)
+		h.holder.Metrics.Waited(p.Waited)
+		if h.holder.warned.first(host) {
+			ev := h.holder.log.Warn().Str("host", host)
 			if p.Bucket != host {
 				ev = ev.Str("bucket", p.Bucket)
 			}
@@ -449,7 +457,7 @@ func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
 
 // end ends a hold counted in waiting: it calls release (unless nil: the
 // hold was given up), then done (when set).
-func (h *holder) end(release, done func()) {
+func (h *browserHold) end(release, done func()) {
 	h.waiting.Add(-1)
 	if release != nil {
 		release()
@@ -461,7 +469,7 @@ func (h *holder) end(release, done func()) {
 
 // holdWait is one navigation on its way from its booking to its release.
 type holdWait struct {
-	h            *holder
+	h            *browserHold
 	ctx          context.Context
 	host, rawURL string
 	log          *zerolog.Logger
@@ -483,7 +491,7 @@ func (w *holdWait) book() bool {
 	if !retry {
 		w.start = time.Now().Add(max(d, 0))
 		if w.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
-			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
+			w.nav = h.holder.pace.Book(r.Bucket, h.up.Name(), w.start, r.Slack, r.Headroom)
 		}
 		if w.booked != nil {
 			w.booked(w.start, w.nav)
@@ -532,9 +540,9 @@ func (w *holdWait) due() bool {
 		// could overtake it.
 		w.log.Debug().Str("host", w.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
 		w.waiting()
-		w.h.p.limiting.Add(1)
+		w.h.holder.limiting.Add(1)
 		go func() {
-			defer w.h.p.limiting.Done()
+			defer w.h.holder.limiting.Done()
 			t := time.NewTimer(time.Until(until))
 			defer t.Stop()
 			select {
@@ -566,7 +574,7 @@ func (w *holdWait) cancelled() {
 // ended ends navigations whose departure was followed: answered, failed,
 // aborted or their page gone. It is every followed navigation's last
 // step, once each.
-func (h *holder) ended(navs ...*pace.Nav) {
+func (h *browserHold) ended(navs ...*pace.Nav) {
 	for _, n := range navs {
 		n.End()
 	}
@@ -575,7 +583,7 @@ func (h *holder) ended(navs ...*pace.Nav) {
 // holdUntil holds a navigation already booked until start, as when the
 // relay's other connection takes over a request the first one held; fl
 // has its place already.
-func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
+func (h *browserHold) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
 	h.waiting.Add(1)
 	after(ctx, time.Until(start), func() { h.end(fl.releasing(release), done) }, func() { h.end(nil, done) })
 }
@@ -586,30 +594,30 @@ func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, rel
 // holds navigations while it is unreachable): the navigation waits d and
 // then books again. Booking may block for the site's robots.txt, never
 // past ctx.
-func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
+func (h *browserHold) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
 	now := time.Now()
-	r = h.p.Limiter.Reserve(ctx, host, rawURL, now)
+	r = h.holder.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return r, max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
-		h.p.Metrics.navigation(navExempt, 0)
+		h.holder.Metrics.Navigation(NavExempt, 0)
 		return r, 0, false
 	}
-	h.p.Metrics.navigation(navBooked, d)
-	h.p.booked(host, now, r)
+	h.holder.Metrics.Navigation(NavBooked, d)
+	h.holder.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("skew_ms", limiter.ShownMillis(r.Skew)).Msg("navigation goes at once")
 		return r, 0, false
 	}
-	if h.p.warned.first(host) {
+	if h.holder.warned.first(host) {
 		// Adaptive spacing surprises; a fixed one was asked for.
-		ev := h.p.log.Warn()
+		ev := h.holder.log.Warn()
 		if r.Mode != limiter.Adaptive {
-			ev = h.p.log.Debug()
+			ev = h.holder.log.Debug()
 		}
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
@@ -644,7 +652,7 @@ func logURL(rawURL string) func(*zerolog.Event) {
 // when none did), back to the limiter with its answer time, on a goroutine
 // of its own: a slow store must not stall the reader that saw the answer.
 // It does not end fl: a redirect's answer is not the navigation's end.
-func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
+func (h *browserHold) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
@@ -659,12 +667,12 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 	}
 	a.n++
 	h.ansMu.Unlock()
-	h.p.limiting.Add(1)
+	h.holder.limiting.Add(1)
 	go func() {
-		defer h.p.limiting.Done()
-		effect := h.p.Limiter.Observe(host, o, now)
-		h.p.Metrics.feedback(effect)
-		h.p.answered(host, effect, o.Status, now)
+		defer h.holder.limiting.Done()
+		effect := h.holder.Limiter.Observe(host, o, now)
+		h.holder.Metrics.Feedback(effect)
+		h.holder.answered(host, effect, o.Status, now)
 		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
@@ -677,7 +685,7 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 
 // answering counts the answers of a host on their way to the limiter.
 type answering struct {
-	n    int           // guarded by holder.ansMu
+	n    int           // guarded by browserHold.ansMu
 	done chan struct{} // closed when n is back to 0
 }
 
@@ -687,7 +695,7 @@ const answerWait = time.Second
 
 // awaitAnswers waits until the answers of host that arrived so far are in
 // the limiter: a navigation that follows a 503 books with its pressure.
-func (h *holder) awaitAnswers(host string) {
+func (h *browserHold) awaitAnswers(host string) {
 	h.ansMu.Lock()
 	a := h.answering[host]
 	h.ansMu.Unlock()
@@ -705,8 +713,8 @@ func (h *holder) awaitAnswers(host string) {
 // exempt reports whether navigations to host are neither spaced nor
 // capped, so that nothing holds them: loopback, unless the Limiter says
 // otherwise (a rule that names it).
-func (h *holder) exempt(host string) bool {
-	if e, ok := h.p.Limiter.(interface{ Exempt(string) bool }); ok {
+func (h *browserHold) exempt(host string) bool {
+	if e, ok := h.holder.Limiter.(interface{ Exempt(string) bool }); ok {
 		return e.Exempt(host)
 	}
 	return limiter.Exempt(host)
@@ -714,22 +722,22 @@ func (h *holder) exempt(host string) bool {
 
 // notBooked counts a top-level navigation that books nothing: exempt when
 // it is http(s), untracked otherwise.
-func (h *holder) notBooked(httpURL bool) {
+func (h *browserHold) notBooked(httpURL bool) {
 	if httpURL {
-		h.p.Metrics.navigation(navExempt, 0)
+		h.holder.Metrics.Navigation(NavExempt, 0)
 	} else {
-		h.p.Metrics.navigation(navUntracked, 0)
+		h.holder.Metrics.Navigation(NavUntracked, 0)
 	}
 }
 
 // unheld counts top-level navigations of the relay's clients that reached
 // the network without a booking, and says why.
-func (h *holder) unheld(n int, why string) {
+func (h *browserHold) unheld(n int, why string) {
 	if n <= 0 {
 		return
 	}
-	h.p.Metrics.unheld(n)
-	h.p.log.Warn().Str("upstream", h.up.name).Int("navigations", n).Str("why", why).
+	h.holder.Metrics.AddUnheld(n)
+	h.holder.log.Warn().Str("upstream", h.up.Name()).Int("navigations", n).Str("why", why).
 		Msg("navigations reached the network unheld")
 }
 
@@ -916,4 +924,50 @@ func (w *warnOnce) first(host string) bool {
 	}
 	w.cur[host] = struct{}{}
 	return true
+}
+
+// NewPage is called before a client's /json/new (Browser.NewPage): a page
+// it opens is that client's, and its first request may pause before the
+// answer names it.
+func (h *browserHold) NewPage(url string) (created func(target string)) {
+	h.claims.creating()
+	done := func() {}
+	if h.fetch != nil && h.via() == viaFetch && url != "" && url != "about:blank" {
+		// The page's first request leaves before any session can
+		// attach to it: the relay's browser-level interception pauses
+		// every document until the page is armed.
+		var covered <-chan struct{}
+		covered, done = h.fetch.creatingWithURL()
+		<-covered
+	}
+	return func(target string) {
+		h.claims.created(target)
+		h.coveredThen(target, done)
+	}
+}
+
+// coveredThen calls done once the relay's interception covers a page a
+// client created (at once when the creation failed), within coverWait.
+func (h *browserHold) coveredThen(target string, done func()) {
+	f := h.fetch
+	if target == "" || f == nil {
+		done()
+		return
+	}
+	cover := f.cover(target, false)
+	if cover == nil {
+		done()
+		return
+	}
+	h.holder.limiting.Add(1)
+	go func() {
+		defer h.holder.limiting.Done()
+		defer done()
+		t := time.NewTimer(coverWait)
+		defer t.Stop()
+		select {
+		case <-cover:
+		case <-t.C:
+		}
+	}()
 }

@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"context"
@@ -39,14 +39,14 @@ import (
 // was enabled when the request started, and then every request of the
 // browser passes it, which costs other clients' navigations a few ms. So
 // net's Fetch is on only while the relay's clients have pages (and for
-// netLinger after their last one), or net is wide: a client's page is not
+// Holder.NetLinger after their last one), or net is wide: a client's page is not
 // let navigate (cover) before net is on.
 //
 // Losing either connection never lets a held request through: Chromium
 // hands what pages held to net, and net holds nothing pages does not hold
 // too unless it is wide.
 type fetchHold struct {
-	h     *holder
+	h     *browserHold
 	pages atomic.Pointer[fetchConn]
 	net   atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
@@ -71,7 +71,7 @@ type fetchHold struct {
 	onAsked   bool                 // guarded by mu; the last update written to net enabled its Fetch
 	onSince   int64                // guarded by mu; the update that enabled net's Fetch, 0 while off
 	clientsAt time.Time            // guarded by mu; when net last saw the clients with a page
-	recheck   *time.Timer          // guarded by mu; turns net's Fetch off once netLinger is over
+	recheck   *time.Timer          // guarded by mu; turns net's Fetch off once NetLinger is over
 	netSeq    int64                // guarded by mu; pattern updates written to net
 	netAcked  chan struct{}        // guarded by mu; closed and replaced when net takes an update
 	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
@@ -120,10 +120,10 @@ const handOverLate = 10 * time.Millisecond
 // by the browser to the network.
 const orphanWait = 2 * time.Second
 
-// netLinger is how long net's Fetch stays on after the relay's clients
-// closed their last page: a client that closes and opens pages in a loop
-// does not wait for it each time. A variable for tests.
-var netLinger = 10 * time.Second
+// DefaultNetLinger is how long net's Fetch stays on after the relay's
+// clients closed their last page (Holder.NetLinger): a client that closes
+// and opens pages in a loop does not wait for it each time.
+const DefaultNetLinger = 10 * time.Second
 
 // maxNetPatterns bounds the URLs net's patterns name; with more held at
 // once, net pauses every document instead.
@@ -133,7 +133,7 @@ const maxNetPatterns = 256
 // wildcard.
 const maxPatternURL = 512
 
-func newFetchHold(h *holder) *fetchHold {
+func newFetchHold(h *browserHold) *fetchHold {
 	f := &fetchHold{
 		h:      h,
 		held:   make(map[navKey]*heldNav),
@@ -200,7 +200,7 @@ func (f *fetchHold) start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) 
 				return err
 			}
 			if err != nil {
-				f.h.p.log.Warn().Str("upstream", f.h.up.name).Str("conn", role.String()).Err(err).
+				f.h.holder.log.Warn().Str("upstream", f.h.up.Name()).Str("conn", role.String()).Err(err).
 					Msg("the relay's own browser connection is not up: navigations wait until it is")
 				continue
 			}
@@ -244,7 +244,7 @@ func (f *fetchHold) dialDiscovering(ctx context.Context, role connRole) (*fetchC
 	}
 	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, f.h.p.Intercept)
+		return nil, refusal("browser refused target discovery", r, err, f.h.holder.Intercept)
 	}
 	return fc, nil
 }
@@ -257,7 +257,7 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.p.Intercept
+	mode := f.h.holder.Intercept
 	f.netMu.Lock()
 	f.mu.Lock()
 	patterns, wide := f.patternsLocked()
@@ -324,12 +324,12 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				first, before := f.attach(role, fc)
 				switch {
 				case reconnected && first && before:
-					f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's browser connection is back: holding navigations again")
+					f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Msg("the relay's browser connection is back: holding navigations again")
 				case reconnected && first:
-					f.h.p.log.Info().Str("upstream", f.h.up.name).Msg("the relay's own browser connection is up: holding navigations")
+					f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Msg("the relay's own browser connection is up: holding navigations")
 				}
 			}
-			fc.keepalive(ctx, f.h.p.PingInterval, f.h.p.WriteTimeout)
+			fc.keepalive(ctx, f.h.holder.PingInterval, f.h.holder.WriteTimeout)
 			if role == rolePages {
 				f.pages.Store(nil)
 			} else {
@@ -348,25 +348,25 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				return
 			case <-time.After(backoff):
 			}
-			cctx, cancel := context.WithTimeout(ctx, min(f.h.p.StartTimeout, 10*time.Second))
+			cctx, cancel := context.WithTimeout(ctx, min(f.h.holder.StartTimeout, 10*time.Second))
 			next, err := f.connect(cctx, role)
 			cancel()
 			var refused errRefused
 			switch {
 			case err == nil:
 				fc = next
-			case errors.As(err, &refused) && f.h.p.Intercept == InterceptAuto:
+			case errors.As(err, &refused) && f.h.holder.Intercept == InterceptAuto:
 				f.h.fallOver(err.Error())
 				return
-			case errors.Is(err, errSilent) && f.h.p.Intercept == InterceptAuto:
+			case errors.Is(err, errSilent) && f.h.holder.Intercept == InterceptAuto:
 				if silent++; silent >= maxSilent {
 					f.h.fallOver(err.Error())
 					return
 				}
-				f.h.p.log.Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
+				f.h.holder.log.Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
 			default:
 				silent = 0
-				f.h.p.log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
+				f.h.holder.log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
 			}
 		}
 		reconnected = true
@@ -444,10 +444,10 @@ func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 }
 
 // clientsLocked reports whether net's Fetch must be on for the relay's
-// clients: they have a page, or had one within netLinger, after which it
+// clients: they have a page, or had one within Holder.NetLinger, after which it
 // looks again. Callers hold mu.
 func (f *fetchHold) clientsLocked() bool {
-	if !f.h.p.HoldBackup {
+	if !f.h.holder.HoldBackup {
 		return false
 	}
 	now := time.Now()
@@ -455,7 +455,7 @@ func (f *fetchHold) clientsLocked() bool {
 		f.clientsAt = now
 		return true
 	}
-	left := netLinger - now.Sub(f.clientsAt)
+	left := f.h.holder.NetLinger - now.Sub(f.clientsAt)
 	if left <= 0 {
 		return false
 	}
@@ -584,7 +584,7 @@ func (f *fetchHold) netOnLocked() bool {
 // channel closed once it is on, or net is down (pages holds alone then),
 // within coverWait. Nil means it is on already.
 func (f *fetchHold) netCovering() <-chan struct{} {
-	if !f.h.p.HoldBackup {
+	if !f.h.holder.HoldBackup {
 		return nil
 	}
 	f.mu.Lock()
@@ -601,9 +601,9 @@ func (f *fetchHold) netCovering() <-chan struct{} {
 // again each time net takes an update), or within is over.
 func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
-	f.h.p.limiting.Add(1)
+	f.h.holder.limiting.Add(1)
 	go func() {
-		defer f.h.p.limiting.Done()
+		defer f.h.holder.limiting.Done()
 		defer close(ch)
 		t := time.NewTimer(within)
 		defer t.Stop()
@@ -746,7 +746,7 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 // hands to net; what net does not get within orphanWait went to the
 // network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	if f.h.via() != viaFetch || f.h.p.ctxDone() {
+	if f.h.via() != viaFetch || f.h.holder.closing.Load() {
 		f.endFlights() // no answer of a navigation followed here will come
 		return         // stopped on purpose: navigations are held another way now, or not at all
 	}
@@ -797,7 +797,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	if others == 0 {
 		if gone {
-			f.h.p.log.Warn().Str("upstream", f.h.up.name).Int("held", len(lost)).
+			f.h.holder.log.Warn().Str("upstream", f.h.up.Name()).Int("held", len(lost)).
 				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
 		}
 		if len(lost) > 0 {
@@ -809,8 +809,8 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	// later, and says so: this one is lost alone only if the other
 	// still answers.
 	go func() {
-		if f.confirm() && !f.h.p.ctxDone() {
-			f.h.p.log.Info().Str("upstream", f.h.up.name).Str("conn", fc.role.String()).Int("held", held).
+		if f.confirm() && !f.h.holder.closing.Load() {
+			f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Str("conn", fc.role.String()).Int("held", held).
 				Msg("lost one of the relay's browser connections: the other one holds on")
 		}
 	}()
@@ -964,7 +964,7 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 		// hands it to net. (One that goes at once is let go before an
 		// update could reach the browser: pages lost while it is being
 		// booked lets it out, counted unheld.)
-		if !f.h.p.HoldBackup {
+		if !f.h.holder.HoldBackup {
 			return // net is off: losing pages lets it go (counted)
 		}
 		f.mu.Lock()
@@ -1096,7 +1096,7 @@ func (f *fetchHold) forgetPage(frame string) {
 	delete(f.paused, frame)
 	f.mu.Unlock()
 	f.h.claims.forget(frame)
-	f.updateNet() // the clients' last page may have gone: net's Fetch goes off after netLinger
+	f.updateNet() // the clients' last page may have gone: net's Fetch goes off after NetLinger
 }
 
 // The net connection: browser-level pauses.
@@ -1130,7 +1130,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		fc.decide(ev)
 	case notPage:
 		fc.release("", id)
-		fc.h.p.Metrics.navigation(navUntracked, 0)
+		fc.h.holder.Metrics.Navigation(NavUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
 		// announcement has not arrived. Ask, without stopping the reader.
@@ -1170,7 +1170,7 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 		return
 	}
 	fc.release("", ev.RequestID)
-	fc.h.p.Metrics.navigation(navUntracked, 0)
+	fc.h.holder.Metrics.Navigation(NavUntracked, 0)
 }
 
 // claimWait bounds how long a page's first request waits to learn whether
@@ -1209,7 +1209,7 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 // foreign lets a document request of a page that is not a client's go.
 func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 	fc.release("", ev.RequestID)
-	fc.h.p.Metrics.navigation(navForeign, 0)
+	fc.h.holder.Metrics.Navigation(NavForeign, 0)
 }
 
 // ours holds a document request of a client's page for its slot.
@@ -1268,9 +1268,9 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 	host, _ := limiter.Key(ev.Request.URL)
 	fc.hopFor(ev)
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
-	f.h.p.limiting.Add(1)
+	f.h.holder.limiting.Add(1)
 	go func() {
-		defer f.h.p.limiting.Done()
+		defer f.h.holder.limiting.Done()
 		select {
 		case <-hn.booked:
 		case <-fc.held.Done():
