@@ -288,3 +288,8 @@ func answerClass(e limiter.Effect) dashboard.Answer {
 	}
 	return dashboard.OK
 }
+
+// DefaultNetLinger is how long net's Fetch stays on after the relay's
+// clients closed their last page (Holder.NetLinger): a client that closes
+// and opens pages in a loop does not wait for it each time.
+const DefaultNetLinger = 10 * time.Second
