@@ -481,19 +481,16 @@ func (pr *pair) Held() *sync.WaitGroup { return &pr.held }
 func (pr *pair) Log() *zerolog.Logger { return &pr.log }
 
 // ToBrowser writes a message to the browser and counts it.
-func (pr *pair) ToBrowser(msg []byte) error {
-	if err := pr.browser.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
-		return err
-	}
-	pr.p.Metrics.relayed(true, len(msg))
-	return nil
-}
+func (pr *pair) ToBrowser(msg []byte) error { return pr.writeText(pr.browser, msg) }
 
 // ToClient writes a message to the client and counts it.
-func (pr *pair) ToClient(msg []byte) error {
-	if err := pr.client.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
+func (pr *pair) ToClient(msg []byte) error { return pr.writeText(pr.client, msg) }
+
+// writeText writes a whole text message to one side and counts it.
+func (pr *pair) writeText(side *conn, msg []byte) error {
+	if err := side.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
 		return err
 	}
-	pr.p.Metrics.relayed(false, len(msg))
+	pr.p.Metrics.relayed(side.toBrowser, len(msg))
 	return nil
 }

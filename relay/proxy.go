@@ -10,16 +10,18 @@
 // metrics.go: /hosts, /healthz, /metrics, and the page at / of package
 // dashboard) and who may use it (access.go).
 // It reads messages with package cdp; it knows neither the limiter's rule
-// nor Redis. What one
-// client may do to the others sharing a browser is in share.go: a
-// client's Browser.close closes only what it owns (package ownership
-// keeps track), and what a vanished client created is closed after
-// OrphanTimeout.
+// nor Redis. What one client may do to the others sharing a browser is in
+// share.go: a client's Browser.close closes only what it owns (package
+// ownership keeps track), and what a vanished client created is closed
+// after OrphanTimeout.
 //
-// Holding navigations is package hold's: the relay hands it each browser
-// and each client connection, and calls it at fixed moments (a client's
+// Holding navigations is package hold's: Start builds a hold.Holder from
+// the Proxy's Limiter, Intercept and HoldBackup and arms it on each
+// browser (a hold.Upstream); each client connection is a hold.Client, and
+// the relay calls the hold.Conn it gets back at fixed moments (a client's
 // message before it is written on, a browser's before it reaches the
-// client, a connection gone); a browser nothing holds is relayed as is.
+// client, the connection started and ended). A browser nothing holds
+// (a nil hold.Browser) is relayed as is.
 package relay
 
 import (
