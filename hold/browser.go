@@ -32,7 +32,7 @@ func (v via) String() string {
 }
 
 // browserHold holds the navigations of the relay's clients on one browser: it
-// chooses how (via), books slots in the Proxy's Limiter, lets navigations
+// chooses how (via), books slots in the Holder's Limiter, lets navigations
 // go when their slot comes and feeds answers back. It fails closed: while
 // it cannot hold through its chosen way, navigations wait (armed).
 type browserHold struct {

@@ -114,7 +114,7 @@ type Capper interface {
 // fronts. Set its fields, call Start, then Arm each browser; fields must
 // not change after Start. Its methods are safe for concurrent use.
 type Holder struct {
-	// Limiter books the navigations; it must be set.
+	// Limiter books the navigations. Nil holds nothing (Start says so).
 	Limiter Limiter
 	// Intercept chooses how navigations are caught.
 	Intercept Intercept
@@ -133,10 +133,12 @@ type Holder struct {
 	Timeline *dashboard.Timeline
 	// Log receives holding's logs. Nil logs nothing.
 	Log *zerolog.Logger
-	// Dialer dials the relay's own connections to the browsers.
+	// Dialer dials the relay's own connections to the browsers. Nil means
+	// websocket.DefaultDialer.
 	Dialer *websocket.Dialer
 	// MaxMessageSize is the largest message read on the relay's own
-	// connections.
+	// connections; zero means no bound. This and the durations below are
+	// the relay's own (relay.Proxy sets them from its fields).
 	MaxMessageSize int64
 	// WriteTimeout bounds writing one message on the relay's own
 	// connections, and how long each of their pings may wait.
@@ -173,6 +175,9 @@ func (hd *Holder) Start() bool {
 	}
 	if hd.NetLinger <= 0 {
 		hd.NetLinger = DefaultNetLinger
+	}
+	if hd.Dialer == nil {
+		hd.Dialer = websocket.DefaultDialer
 	}
 	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
 		hd.capper = c

@@ -22,10 +22,11 @@ import (
 // Fetch), and the relay's own commands on the connection. It hands the
 // messages on to the way navigations are held now: in-stream (stream) or
 // in the client's sessions (sess); in Fetch mode it holds navigation
-// commands only while the relay's own connections are down.
+// commands only while the relay's own connections are down. It is the
+// Conn that browserHold.Conn returns.
 //
-// fromClient runs on the client's reader, fromBrowser on the browser's;
-// state is guarded by mu.
+// FromClient runs on the client's reader, Wants and FromBrowser on the
+// browser's; state is guarded by mu.
 type watch struct {
 	c    Client
 	h    *browserHold

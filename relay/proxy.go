@@ -311,10 +311,6 @@ func (p *Proxy) Start(ctx context.Context) error {
 			}
 		}
 	}
-	if p.Limiter == nil {
-		p.log.Info().Msg("limiter off: relaying without holding navigations")
-		return nil
-	}
 	hd := &hold.Holder{
 		Limiter:        p.Limiter,
 		Intercept:      p.Intercept,
