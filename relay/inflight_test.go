@@ -393,9 +393,7 @@ func TestCapSessionHolds(t *testing.T) {
 	ownCommand(t, fc, "Network.enable", "SID-2")
 	readClient(t, c)
 	fc.send(paused("SID-2", "INT-2", "REQ-2", "FID-2", "Document", "http://a.test/2"))
-	select {
-	case <-time.After(300 * time.Millisecond):
-	case <-fc.arrivedCh():
+	if fc.gotWithin(300 * time.Millisecond) {
 		t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.next(t).data)
 	}
 	fc.send([]byte(`{"method":"Network.responseReceived","params":{"requestId":"REQ-1","frameId":"FID-1","type":"Document","response":{"url":"http://a.test/","status":200,"headers":{}}},"sessionId":"SID-1"}`))
@@ -403,16 +401,25 @@ func TestCapSessionHolds(t *testing.T) {
 	awaitInFlight(t, tp, "a.test", 1)
 }
 
-// arrivedCh is closed when the fake receives its next message.
-func (fc *fakeConn) arrivedCh() <-chan struct{} {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	if fc.nread < len(fc.msgs) {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
+// gotWithin reports whether the fake has a message the test has not read
+// yet within d. The arrived channel it waits on may be one a message the
+// test already read closes (the reader closes it only after answering),
+// so each wakeup looks again.
+func (fc *fakeConn) gotWithin(d time.Duration) bool {
+	deadline := time.After(d)
+	for {
+		fc.mu.Lock()
+		unread, arrived := fc.nread < len(fc.msgs), fc.arrived
+		fc.mu.Unlock()
+		if unread {
+			return true
+		}
+		select {
+		case <-arrived:
+		case <-deadline:
+			return false
+		}
 	}
-	return fc.arrived
 }
 
 // TestCapStream: held in the client stream, a navigation command waits for
@@ -467,9 +474,7 @@ func TestCapStream(t *testing.T) {
 		writeClient(t, c, websocket.TextMessage, navigate(1, "http://a.test/"))
 		fc.next(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`))
-		select {
-		case <-time.After(300 * time.Millisecond):
-		case <-fc.arrivedCh():
+		if fc.gotWithin(300 * time.Millisecond) {
 			t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.next(t).data)
 		}
 		fc.send(sent("REQ-1"))
