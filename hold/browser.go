@@ -17,13 +17,13 @@ const (
 	// in Fetch mode); navigations wait until something holds them.
 	viaNone via = iota
 	// viaFetch: the relay's own browser connections pause document
-	// requests (hold_fetch.go).
+	// requests (fetch.go).
 	viaFetch
 	// viaSession: the relay's own interception in each client session
-	// (hold_session.go).
+	// (session.go).
 	viaSession
 	// viaStream: navigation commands held in each client stream
-	// (hold_stream.go).
+	// (stream.go).
 	viaStream
 )
 
