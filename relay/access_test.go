@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -52,7 +53,7 @@ func TestAccessWebsocket(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				p.Token = tt.token
 				p.AllowHosts = []string{"relay.internal"}
@@ -64,7 +65,7 @@ func TestAccessWebsocket(t *testing.T) {
 			if tt.host != "" {
 				hdr.Set("Host", tt.host)
 			}
-			before := len(fb.httpHits())
+			before := len(fb.Hits())
 			c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+tt.path, hdr)
 			if c != nil {
 				defer c.Close()
@@ -76,16 +77,16 @@ func TestAccessWebsocket(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("got status %d (%v), want %d", got, err, tt.want)
 			}
-			hits := fb.httpHits()[before:]
+			hits := fb.Hits()[before:]
 			if tt.want != http.StatusSwitchingProtocols {
 				if len(hits) != 0 {
 					t.Errorf("browser got %d requests for a refused upgrade, want none", len(hits))
 				}
 				return
 			}
-			fb.accept(t)
+			fb.Accept(t)
 			for _, h := range hits {
-				if strings.Contains(h.Query, "token") || h.Host != fb.addr {
+				if strings.Contains(h.Query, "token") || h.Host != fb.Addr {
 					t.Errorf("browser got %s?%s with Host %q, want no token and its own address", h.Path, h.Query, h.Host)
 				}
 			}
@@ -98,9 +99,9 @@ func TestAccessWebsocket(t *testing.T) {
 func TestAccessEveryEndpoint(t *testing.T) {
 	checkLeaks(t)
 	const token = "tok-77c1"
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
-	before := len(fb.httpHits())
+	before := len(fb.Hits())
 	for _, target := range []string{"/json/version", "/json/version/", "/json", "/json/list", "/json/new?about:blank",
 		"/json/activate/X", "/json/close/X", "/json/protocol", "/no/such/path", "/devtools/browser/x",
 		"/", "/status", "/status?since=1", "/hosts", "/healthz", "/metrics"} {
@@ -116,7 +117,7 @@ func TestAccessEveryEndpoint(t *testing.T) {
 			}
 		}
 	}
-	if hits := fb.httpHits()[before:]; len(hits) != 0 {
+	if hits := fb.Hits()[before:]; len(hits) != 0 {
 		t.Errorf("browser got %d requests without a token, want none", len(hits))
 	}
 	// A client given the relay's /json/version URL with the token gets a
@@ -133,7 +134,7 @@ func TestAccessEveryEndpoint(t *testing.T) {
 		t.Fatalf("dialing the advertised %q: %v", v.WebSocketDebuggerURL, err)
 	}
 	defer c.Close()
-	fb.accept(t)
+	fb.Accept(t)
 }
 
 // TestLogHygiene runs a session full of secrets through a relay logging
@@ -150,14 +151,14 @@ func TestLogHygiene(t *testing.T) {
 	for _, mode := range []string{"fetch", "navigate"} {
 		t.Run(mode, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			opts := []func(*Proxy){func(p *Proxy) { p.Token = token }}
 			if mode == "navigate" {
 				opts = append(opts, navigateInStream)
 			}
 			tp := relayTo(t, fb, fixed(time.Hour), opts...)
 			c := tp.dial(t, "/?token="+token, nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			for i, url := range []string{
 				"http://user:" + password + "@a.test/?q=" + body,
 				"http://user:" + password + "@a.test/again", // held
@@ -170,24 +171,24 @@ func TestLogHygiene(t *testing.T) {
 			}
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":9,"method":"Runtime.evaluate","params":{"expression":"'`+body+`'"}}`))
 			for range 4 { // all but the held one
-				fc.next(t)
+				fc.Next(t)
 			}
-			fc.send([]byte(`{"method":"Network.requestWillBeSent","params":{"requestId":"1","frameId":"F","type":"Document","request":{"url":"http://user:` + password + `@c.test/` + body + `"}}}`))
-			fc.send([]byte(`{"id":9,"result":{"result":{"type":"string","value":"` + body + `"}}}`))
-			fc.send([]byte(`not JSON ` + body))
+			fc.Send([]byte(`{"method":"Network.requestWillBeSent","params":{"requestId":"1","frameId":"F","type":"Document","request":{"url":"http://user:` + password + `@c.test/` + body + `"}}}`))
+			fc.Send([]byte(`{"id":9,"result":{"result":{"type":"string","value":"` + body + `"}}}`))
+			fc.Send([]byte(`not JSON ` + body))
 			for range 3 {
 				readClient(t, c)
 			}
 			if mode == "fetch" {
-				hc := fb.holder(t)
+				hc := fb.Holder(t)
 				announcePages(t, fb, hc, false)
-				page, _ := fb.fetch.targetInfo(t, func(info targetInfo) bool { return info.Type == "page" })
+				page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 				ev, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
 					"requestId": "interception-job-1.0", "frameId": page.TargetID, "resourceType": "Document",
 					"request": map[string]any{"url": "http://user:" + password + "@d.test/" + body, "method": "GET", "headers": map[string]string{}},
 				}})
-				hc.mustPlay(t, [][]byte{ev})
-				hc.write(websocket.TextMessage, []byte(`{"method":"Fetch.requestPaused","params":{"requestId":"`+body+`"`))
+				hc.MustPlay(t, [][]byte{ev})
+				hc.WriteFrame(websocket.TextMessage, []byte(`{"method":"Fetch.requestPaused","params":{"requestId":"`+body+`"`))
 			}
 			// The relay's token in every form a client sends it.
 			for _, target := range []string{"/json/version?token=" + token, "/json/list?token=wrong-" + token, "/json/new?http://user:" + password + "@e.test/&token=" + token} {
@@ -198,7 +199,7 @@ func TestLogHygiene(t *testing.T) {
 				}
 			}
 			// The browser gone: its errors name no secret either.
-			fb.close()
+			fb.Close()
 			for _, target := range []string{"/json/new?http://user:" + password + "@f.test/&token=" + token, "/json/version?token=" + token} {
 				req, _ := http.NewRequest("PUT", "http://"+tp.addr+target, nil)
 				if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -221,10 +222,10 @@ func TestLogHygiene(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		// A browser that is up, given with credentials it ignores.
-		fb := newFakeBrowser(t, fakeConfig{})
-		tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.Upstream = "http://user:upstreampw-5ecret@" + fb.addr })
+		fb := fakebrowser.New(t, fakebrowser.Config{})
+		tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.Upstream = "http://user:upstreampw-5ecret@" + fb.Addr })
 		c := tp.dial(t, "/", nil)
-		roundTrip(t, c, fb.accept(t), websocket.TextMessage, []byte(sentinel))
+		roundTrip(t, c, fb.Accept(t), websocket.TextMessage, []byte(sentinel))
 		c.Close()
 		waitConns(t, tp, 0)
 		tp.p.Close()

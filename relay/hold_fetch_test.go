@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -20,28 +21,28 @@ import (
 // pages created while the recording ran, as Chromium does before a page's
 // first request. With quietly, the fake only learns of them, so it can
 // answer Target.getTargetInfo, but announces nothing.
-func announcePages(t *testing.T, fb *fakeBrowser, hc *fakeConn, quietly bool) {
+func announcePages(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, quietly bool) {
 	t.Helper()
-	for _, rm := range fb.fetch.msgs[fb.fetch.replyIndex(t, "Fetch.enable"):] {
-		info, raw, ok := readTargetInfo(rm.Msg)
-		if !ok || rm.m.Method != "Target.targetCreated" || info.Type != "page" {
+	for _, rm := range fb.FetchRec.Msgs[fb.FetchRec.ReplyIndex(t, "Fetch.enable"):] {
+		info, raw, ok := fakebrowser.ReadTargetInfo(rm.Msg)
+		if !ok || rm.Wire.Method != "Target.targetCreated" || info.Type != "page" {
 			continue
 		}
 		if quietly {
-			fb.announce(info.TargetID, raw)
+			fb.Announce(info.TargetID, raw)
 			continue
 		}
-		if err := hc.send(rm.Msg); err != nil {
+		if err := hc.Send(rm.Msg); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
 // commands returns the commands the relay sent on hc calling method.
-func commands(hc *fakeConn, method string) []fakeMsg {
-	var out []fakeMsg
-	for _, m := range hc.received() {
-		if m.m.Method == method {
+func commands(hc *fakebrowser.Conn, method string) []fakebrowser.Msg {
+	var out []fakebrowser.Msg
+	for _, m := range hc.Received() {
+		if m.Wire.Method == method {
 			out = append(out, m)
 		}
 	}
@@ -54,9 +55,9 @@ func commands(hc *fakeConn, method string) []fakeMsg {
 // when net holds as the whole browser's interceptor (pages away).
 func TestFetchHolderReplaysChromium(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 
 	busyAnswered := replayChromium(t, fb, hc)
 
@@ -77,14 +78,14 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 
 // armedPages waits until the relay's pages connection pc armed every page
 // the fake knows.
-func armedPages(t *testing.T, fb *fakeBrowser, pc *fakeConn) {
+func armedPages(t *testing.T, fb *fakebrowser.Browser, pc *fakebrowser.Conn) {
 	t.Helper()
-	fb.await(t, "every page armed", func() bool {
-		for id, info := range fb.targets {
-			if ti, _, ok := readTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); !ok || ti.Type != "page" {
+	fb.Await(t, "every page armed", func() bool {
+		for id, info := range fb.Targets {
+			if ti, _, ok := fakebrowser.ReadTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); !ok || ti.Type != "page" {
 				continue
 			}
-			if ss := pc.sessionLocked(id); ss == nil || !ss.fetch || !ss.ran {
+			if ss := pc.SessionLocked(id); ss == nil || !ss.Fetch || !ss.Ran {
 				return false
 			}
 		}
@@ -94,9 +95,9 @@ func armedPages(t *testing.T, fb *fakeBrowser, pc *fakeConn) {
 
 // relayConns starts the test of a relay's own connections to fb: its net
 // and pages connections, the recorded pages announced and armed.
-func relayConns(t *testing.T, fb *fakeBrowser, late bool) (net, pages *fakeConn) {
+func relayConns(t *testing.T, fb *fakebrowser.Browser, late bool) (net, pages *fakebrowser.Conn) {
 	t.Helper()
-	net, pages = fb.holder(t), fb.pages(t)
+	net, pages = fb.Holder(t), fb.Pages(t)
 	announcePages(t, fb, net, late)
 	if !late {
 		armedPages(t, fb, pages)
@@ -115,14 +116,14 @@ func TestFetchHolder(t *testing.T) {
 		// prime prepares the limiter before the navigations play.
 		prime  func(*limiter.Limiter)
 		chains []string // recorded navigations played in turn, by URL
-		check  func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time)
+		check  func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time)
 	}{
 		{
 			name: "top-level request waits for its slot, in the page's session", cfg: fixed(300 * time.Millisecond),
 			chains: []string{"/page?first", "/page?first"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				// The limiter booked the first at its pause at the earliest.
-				if waited := hops[1][0].continued.Sub(hops[0][0].paused); waited < 300*time.Millisecond {
+				if waited := hops[1][0].Continued.Sub(hops[0][0].Paused); waited < 300*time.Millisecond {
 					t.Errorf("second navigation released %v after the first was paused, want at least 300ms", waited)
 				}
 				warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
@@ -146,7 +147,7 @@ func TestFetchHolder(t *testing.T) {
 				}
 				named := false
 				for _, m := range commands(net, "Fetch.enable") {
-					named = named || strings.Contains(string(m.m.Params), `/page\\?first`)
+					named = named || strings.Contains(string(m.Wire.Params), `/page\\?first`)
 				}
 				if !named {
 					t.Errorf("net's patterns never named the held request")
@@ -154,11 +155,11 @@ func TestFetchHolder(t *testing.T) {
 				deadline := time.Now().Add(waitFor)
 				for {
 					last := commands(net, "Fetch.enable")
-					if !strings.Contains(string(last[len(last)-1].m.Params), "page") {
+					if !strings.Contains(string(last[len(last)-1].Wire.Params), "page") {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("net's patterns still name a request let go: %s", last[len(last)-1].m.Params)
+						t.Fatalf("net's patterns still name a request let go: %s", last[len(last)-1].Wire.Params)
 					}
 					time.Sleep(time.Millisecond)
 				}
@@ -175,8 +176,8 @@ func TestFetchHolder(t *testing.T) {
 				}
 			},
 			chains: []string{"/page?first", "/page?first", "/page?first"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
-				if waited := hops[2][0].continued.Sub(hops[1][0].paused); waited <= 0 {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				if waited := hops[2][0].Continued.Sub(hops[1][0].Paused); waited <= 0 {
 					t.Errorf("third navigation not held")
 				}
 				warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
@@ -191,7 +192,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "iframes are released at once and book nothing", cfg: fixed(hour),
 			chains: []string{"/child?same", "/child?cross", "/child?same"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				if n := tp.lim.Len(); n != 0 {
 					t.Errorf("limiter knows %d hosts, want none", n)
 				}
@@ -200,7 +201,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "redirect to another host books that host", cfg: fixed(hour),
 			chains: []string{"/r"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				if len(hops[0]) != 2 {
 					t.Fatalf("got %d pauses, want 2 (two hops, each once)", len(hops[0]))
 				}
@@ -214,7 +215,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "redirect within the host books once", cfg: fixed(hour),
 			chains: []string{"/r2"}, // a second booking would hold the hop for an hour
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				if r := tp.lim.Reserve("a.test", time.Now()); time.Until(r.Start) > hour+hour/2 {
 					t.Errorf("a.test booked twice: next slot in %v", time.Until(r.Start))
 				}
@@ -223,7 +224,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "429 with Retry-After pushes the next slot", cfg: limiter.Config{},
 			chains: []string{"/busy"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				waitFeedback(t, tp, 1)
 				r := tp.lim.Reserve("a.test", time.Now())
 				if r.Start.Sub(began[0]) < 3*time.Second {
@@ -237,7 +238,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "refused connection adds pressure", cfg: limiter.Config{},
 			chains: []string{"http://c.test"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				waitFeedback(t, tp, 1)
 				if r := tp.lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
 					t.Errorf("pressure %d after a refused connection, want it raised by 10", r.Pressure)
@@ -247,7 +248,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "200 adds nothing", cfg: limiter.Config{},
 			chains: []string{"/page?first"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				waitFeedback(t, tp, 1)
 				now := time.Now()
 				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
@@ -258,7 +259,7 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "fixed mode ignores the 429", cfg: fixed(time.Millisecond),
 			chains: []string{"/busy"},
-			check: func(t *testing.T, tp *testProxy, net, pages *fakeConn, hops [][]hopTimes, began []time.Time) {
+			check: func(t *testing.T, tp *testProxy, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				waitFeedback(t, tp, 1)
 				now := time.Now()
 				if r := tp.lim.Reserve("a.test", now); r.Start.Sub(now) > time.Second {
@@ -270,17 +271,17 @@ func TestFetchHolder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, tt.cfg)
 			if tt.prime != nil {
 				tt.prime(tp.lim)
 			}
 			net, pages := relayConns(t, fb, false)
-			var hops [][]hopTimes
+			var hops [][]fakebrowser.Hops
 			var began []time.Time
 			for _, url := range tt.chains {
 				began = append(began, time.Now())
-				hops = append(hops, fb.navigate(t, fb.fetch.chain(t, url)))
+				hops = append(hops, fb.Navigate(t, fb.FetchRec.Chain(t, url)))
 			}
 			tt.check(t, tp, net, pages, hops, began)
 		})
@@ -316,17 +317,17 @@ func waitFeedback(t *testing.T, tp *testProxy, n int) {
 // never held nor booked, and pauses once only.
 func TestFetchHolderExemptHost(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour))
 	net, pages := relayConns(t, fb, false)
-	chain := fb.fetch.chain(t, "/page?first")
+	chain := fb.FetchRec.Chain(t, "/page?first")
 	for _, host := range []string{"localhost", "127.0.0.1", "LocalHost"} {
 		var local [][]byte
 		for _, msg := range chain {
 			local = append(local, bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://"+host+":")))
 		}
-		fb.navigate(t, local)
-		fb.navigate(t, local)
+		fb.Navigate(t, local)
+		fb.Navigate(t, local)
 	}
 	if n := tp.lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts, want none", n)
@@ -347,25 +348,25 @@ func TestFetchHolderReconnects(t *testing.T) {
 	for _, how := range []string{"dropped", "closed"} {
 		t.Run(how, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, fixed(300*time.Millisecond))
-			lose := func(hc *fakeConn) {
+			lose := func(hc *fakebrowser.Conn) {
 				if how == "dropped" {
-					hc.drop()
+					hc.Drop()
 				} else {
-					hc.closeWith(1001, "")
+					hc.CloseWith(1001, "")
 				}
-				hc.ended(t)
+				hc.Ended(t)
 			}
 			net, pages := relayConns(t, fb, false)
-			chain := fb.fetch.chain(t, "/page?first")
-			first := fb.navigate(t, chain)
+			chain := fb.FetchRec.Chain(t, "/page?first")
+			first := fb.Navigate(t, chain)
 			lose(pages)
 			// Net pauses every document until pages is back.
-			fb.await(t, "net pausing every document", func() bool { return slices.Contains(net.patterns, "*") })
+			fb.Await(t, "net pausing every document", func() bool { return slices.Contains(net.Patterns, "*") })
 			awaitArmed(t, tp)
-			second := fb.navigate(t, chain) // net alone
-			if waited := second[0].continued.Sub(first[0].paused); waited < 300*time.Millisecond {
+			second := fb.Navigate(t, chain) // net alone
+			if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
@@ -375,23 +376,23 @@ func TestFetchHolderReconnects(t *testing.T) {
 			if n := len(tp.logs.lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
-			again := fb.pages(t) // the relay reconnected
+			again := fb.Pages(t) // the relay reconnected
 			armedPages(t, fb, again)
-			fb.await(t, "net pausing only what pages holds", func() bool { return !slices.Contains(net.patterns, "*") })
-			third := fb.navigate(t, chain)
-			if waited := third[0].continued.Sub(second[0].paused); waited < 300*time.Millisecond {
+			fb.Await(t, "net pausing only what pages holds", func() bool { return !slices.Contains(net.Patterns, "*") })
+			third := fb.Navigate(t, chain)
+			if waited := third[0].Continued.Sub(second[0].Paused); waited < 300*time.Millisecond {
 				t.Errorf("third navigation released %v after the second paused, want at least 300ms", waited)
 			}
 			lose(net)
 			awaitArmed(t, tp)
-			fourth := fb.navigate(t, chain) // pages alone
-			if waited := fourth[0].continued.Sub(third[0].paused); waited < 300*time.Millisecond {
+			fourth := fb.Navigate(t, chain) // pages alone
+			if waited := fourth[0].Continued.Sub(third[0].Paused); waited < 300*time.Millisecond {
 				t.Errorf("fourth navigation released %v after the third paused, want at least 300ms", waited)
 			}
-			net2 := fb.holder(t)
+			net2 := fb.Holder(t)
 			lose(net2)
 			lose(again)
-			fb.holder(t)
+			fb.Holder(t)
 			deadline := time.Now().Add(waitFor)
 			for len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
@@ -429,17 +430,17 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	// A browser going away answers nothing more before its connections
 	// drop; dropped one after the other here, the second must not answer
 	// the relay's question in between, as a live browser would.
-	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Target.getTargets": true}})
+	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargets": true}})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
-	hc1, hc2 := fb.holder(t), fb.pages(t)
+	hc1, hc2 := fb.Holder(t), fb.Pages(t)
 	for st := hold.StateOf(tp.p.ups[0].holds); !st.Pages || !st.Net; st = hold.StateOf(tp.p.ups[0].holds) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
-	hc1.drop()
-	hc2.drop()
-	hc1.ended(t)
-	hc2.ended(t)
-	fb.holder(t)
+	hc1.Drop()
+	hc2.Drop()
+	hc1.Ended(t)
+	hc2.Ended(t)
+	fb.Holder(t)
 	for deadline := time.Now().Add(waitFor); len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
@@ -464,21 +465,21 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 // more, and counts nothing as unheld.
 func TestFetchHolderHandsOver(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(500*time.Millisecond), recordBookings(&rec))
 	net, pages := relayConns(t, fb, false)
-	chain := fb.fetch.chain(t, "/page?first")
-	first := fb.navigate(t, chain)
-	held := make(chan []hopTimes, 1)
-	go func() { held <- fb.navigate(t, chain) }()
+	chain := fb.FetchRec.Chain(t, "/page?first")
+	first := fb.Navigate(t, chain)
+	held := make(chan []fakebrowser.Hops, 1)
+	go func() { held <- fb.Navigate(t, chain) }()
 	eventually(t, "the second navigation booked", func() bool { return len(rec.bookings()) == 2 })
-	fb.await(t, "net's patterns naming the held request", func() bool {
-		return slices.ContainsFunc(net.patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
+	fb.Await(t, "net's patterns naming the held request", func() bool {
+		return slices.ContainsFunc(net.Patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
 	})
-	pages.drop()
+	pages.Drop()
 	second := <-held
-	if waited := second[0].continued.Sub(first[0].paused); waited < 500*time.Millisecond {
+	if waited := second[0].Continued.Sub(first[0].Paused); waited < 500*time.Millisecond {
 		t.Errorf("held navigation went %v after the first, want at least its slot, 500ms", waited)
 	}
 	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
@@ -518,29 +519,29 @@ func (g gatedLimiter) Reserve(ctx context.Context, host, rawURL string, now time
 // which holds it: never out uncounted.
 func TestFetchHolderLostWhileBooking(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
 	tp := relayTo(t, fb, fixed(time.Hour), func(p *Proxy) { g.Limiter = p.Limiter; p.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
 	net, pages := relayConns(t, fb, false)
-	nav := make(chan []hopTimes, 1)
-	go func() { nav <- fb.navigate(t, fb.fetch.chain(t, "/page?first")) }()
+	nav := make(chan []fakebrowser.Hops, 1)
+	go func() { nav <- fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first")) }()
 	select {
 	case <-g.asked:
 	case <-time.After(waitFor):
 		t.Fatal("the navigation was never booked")
 	}
-	pages.drop()
+	pages.Drop()
 	eventually(t, "the relay seeing its pages connection gone", func() bool { return !hold.StateOf(tp.p.ups[0].holds).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
-	var hops []hopTimes
+	var hops []fakebrowser.Hops
 	select {
 	case hops = <-nav:
 	case <-time.After(waitFor):
 		t.Fatal("the request was never let go")
 	}
-	if hops[0].pauses == 0 {
+	if hops[0].Pauses == 0 {
 		// The browser let it go: counted.
 		eventually(t, "the request counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
 		if n := len(tp.logs.lines("the browser released what the relay's lost connections held")); n != 1 {
@@ -562,13 +563,13 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 // go) and leaves nothing running.
 func TestFetchHolderCloseReleases(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour))
 	net, pages := relayConns(t, fb, false)
-	chain := fb.fetch.chain(t, "/page?first")
-	fb.navigate(t, chain)
-	held := make(chan []hopTimes, 1)
-	go func() { held <- fb.navigate(t, chain) }()
+	chain := fb.FetchRec.Chain(t, "/page?first")
+	fb.Navigate(t, chain)
+	held := make(chan []fakebrowser.Hops, 1)
+	go func() { held <- fb.Navigate(t, chain) }()
 	deadline := time.Now().Add(waitFor)
 	for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
@@ -578,8 +579,8 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	}
 	tp.p.Close()
 	<-held
-	pages.ended(t)
-	net.ended(t)
+	pages.Ended(t)
+	net.Ended(t)
 	if n := len(commands(pages, "Fetch.continueRequest")); n != 1 {
 		t.Errorf("pages let %d requests go, want only the first: the held one went with its connection", n)
 	}
@@ -590,26 +591,26 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 func TestFetchHolderConcurrent(t *testing.T) {
 	checkLeaks(t)
 	const interval = 50 * time.Millisecond
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(interval))
 	net, pages := relayConns(t, fb, false)
-	chain := fb.fetch.chain(t, "/r") // a.test → b.test
-	p, _ := readPause(chain[0])
+	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test
+	p, _ := fakebrowser.ReadPause(chain[0])
 	const hosts, navs = 8, 4
 	var wg sync.WaitGroup
-	times := make([][]hopTimes, hosts*navs)
+	times := make([][]fakebrowser.Hops, hosts*navs)
 	for h := range hosts {
 		for n := range navs {
 			page := fmt.Sprintf("PAGE-%d-%d", h, n)
-			net.send(pageCreated(page, ""))
+			net.Send(pageCreated(page, ""))
 			var mine [][]byte
 			for _, msg := range chain {
 				msg = bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://a"+string(rune('a'+h))+".test:"))
 				msg = bytes.ReplaceAll(msg, []byte("http://b.test:"), []byte("http://b"+string(rune('a'+h))+".test:"))
 				mine = append(mine, bytes.ReplaceAll(msg, []byte(`"frameId":"`+p.FrameID+`"`), []byte(`"frameId":"`+page+`"`)))
 			}
-			fb.armed(t, pages, page)
-			wg.Go(func() { times[h*navs+n] = fb.navigate(t, mine) })
+			fb.Armed(t, pages, page)
+			wg.Go(func() { times[h*navs+n] = fb.Navigate(t, mine) })
 		}
 	}
 	wg.Wait()
@@ -619,11 +620,11 @@ func TestFetchHolderConcurrent(t *testing.T) {
 		var first, last time.Time
 		for n := range navs {
 			hop := times[h*navs+n][0]
-			if first.IsZero() || hop.paused.Before(first) {
-				first = hop.paused
+			if first.IsZero() || hop.Paused.Before(first) {
+				first = hop.Paused
 			}
-			if hop.continued.After(last) {
-				last = hop.continued
+			if hop.Continued.After(last) {
+				last = hop.Continued
 			}
 		}
 		if spread := last.Sub(first); spread < (navs-1)*interval {
@@ -644,10 +645,10 @@ func TestFetchHolderConcurrent(t *testing.T) {
 // the very commands the recorder sent (ids aside; net's pattern updates
 // aside, which the relay makes as pages holds and lets go), and returns
 // when the recorded 429 was answered.
-func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
+func replayChromium(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn) time.Time {
 	t.Helper()
 	// The fake answered discovery and Fetch.enable by itself.
-	busy := replayTranscript(t, fb.fetch, fb.fetch.replyIndex(t, "Fetch.enable"), hc, func(m fakeMsg) bool { return m.m.Method == "Fetch.enable" })
+	busy := replayTranscript(t, fb.FetchRec, fb.FetchRec.ReplyIndex(t, "Fetch.enable"), hc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Fetch.enable" })
 	if busy.IsZero() {
 		t.Fatal("the recording has no 429")
 	}
@@ -660,37 +661,37 @@ func replayChromium(t *testing.T, fb *fakeBrowser, hc *fakeConn) time.Time {
 // it. It checks that the relay sends the very commands the recorder sent,
 // ids aside and but for those ignore is true of, and returns when the
 // recorded 429 was answered, if it was.
-func replayTranscript(t *testing.T, rec *recording, auto int, hc *fakeConn, ignore func(fakeMsg) bool) time.Time {
+func replayTranscript(t *testing.T, rec *fakebrowser.Recording, auto int, hc *fakebrowser.Conn, ignore func(fakebrowser.Msg) bool) time.Time {
 	t.Helper()
-	var pending []fakeMsg // relay commands not matched yet
+	var pending []fakebrowser.Msg // relay commands not matched yet
 	var busyAnswered time.Time
 	var waitingFor string
 	defer func() {
 		if t.Failed() {
 			t.Logf("waiting for the relay to send %s; it sent, unmatched:", waitingFor)
 			for _, m := range pending {
-				t.Logf("  %s %s %s", m.m.Method, m.m.SessionID, m.m.Params)
+				t.Logf("  %s %s %s", m.Wire.Method, m.Wire.SessionID, m.Wire.Params)
 			}
 		}
 	}()
-	next := func() fakeMsg {
+	next := func() fakebrowser.Msg {
 		for {
-			m := hc.next(t)
+			m := hc.Next(t)
 			if !ignore(m) {
 				return m
 			}
 		}
 	}
-	for i, rm := range rec.msgs {
+	for i, rm := range rec.Msgs {
 		switch {
-		case rm.From == "client" && ignore(fakeMsg{m: rm.m, data: rm.Msg}):
+		case rm.From == "client" && ignore(fakebrowser.Msg{Wire: rm.Wire, Data: rm.Msg}):
 		case rm.From == "client":
-			want := rm.m
+			want := rm.Wire
 			waitingFor = want.Method + " " + want.SessionID + " " + string(want.Params)
 			found := -1
 			for found < 0 {
 				for j, got := range pending {
-					if got.m.Method == want.Method && sameJSON(got.m.Params, want.Params) && got.m.SessionID == want.SessionID {
+					if got.Wire.Method == want.Method && sameJSON(got.Wire.Params, want.Params) && got.Wire.SessionID == want.SessionID {
 						found = j
 						break
 					}
@@ -700,22 +701,22 @@ func replayTranscript(t *testing.T, rec *recording, auto int, hc *fakeConn, igno
 				}
 			}
 			pending = append(pending[:found], pending[found+1:]...)
-		case i <= auto, rm.m.ID != nil:
+		case i <= auto, rm.Wire.ID != nil:
 			// Sent by the fake itself: discovery, and the replies to commands.
 		default:
-			if p, ok := readPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
+			if p, ok := fakebrowser.ReadPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
 				busyAnswered = time.Now()
 			}
 			if strings.Contains(string(rm.Msg), `"status":429`) {
 				busyAnswered = time.Now()
 			}
-			if err := hc.send(rm.Msg); err != nil {
+			if err := hc.Send(rm.Msg); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	for _, m := range pending {
-		t.Errorf("relay sent %s %s %s, which the recorder did not", m.m.Method, m.m.SessionID, m.m.Params)
+		t.Errorf("relay sent %s %s %s, which the recorder did not", m.Wire.Method, m.Wire.SessionID, m.Wire.Params)
 	}
 	return busyAnswered
 }
@@ -742,16 +743,16 @@ func sameJSON(a, b []byte) bool {
 // is no page go, and books and feeds back what it should.
 func TestFetchPagesReplaysChromium(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
-	fb.pages(t).drop()
-	fb.replayNext(fb.pagesRec)
-	pc := fb.pages(t) // reconnected, and answered from the recording
-	auto := fb.pagesRec.replyIndex(t, "Target.setAutoAttach")
+	fb.Pages(t).Drop()
+	fb.ReplayNext(fb.PagesRec)
+	pc := fb.Pages(t) // reconnected, and answered from the recording
+	auto := fb.PagesRec.ReplyIndex(t, "Target.setAutoAttach")
 	// The recorder enabled Network in its session as it armed a page; the
 	// relay enables it as it holds the page's first request (no client
 	// here has it on): the recorded events come either way.
-	busyAnswered := replayTranscript(t, fb.pagesRec, auto, pc, func(m fakeMsg) bool { return m.m.Method == "Network.enable" })
+	busyAnswered := replayTranscript(t, fb.PagesRec, auto, pc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Network.enable" })
 	waitFeedback(t, tp, 8)
 	if got := tp.lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
@@ -770,14 +771,14 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 // names nothing).
 func TestNavigationLinesNameThePage(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
-	hc := fb.holder(t)
-	chain := fb.fetch.chain(t, "/page?first")
+	hc := fb.Holder(t)
+	chain := fb.FetchRec.Chain(t, "/page?first")
 	announcePages(t, fb, hc, false)
-	fb.playAll(t, chain)
-	fb.playAll(t, chain) // held
-	p, _ := readPause(chain[0])
+	fb.PlayAll(t, chain)
+	fb.PlayAll(t, chain) // held
+	p, _ := fakebrowser.ReadPause(chain[0])
 	for _, msg := range []string{"navigation goes at once", "navigation held"} {
 		lines := tp.logs.lines(`"message":"` + msg + `"`)
 		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {

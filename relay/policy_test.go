@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/resolve"
@@ -17,7 +18,7 @@ import (
 // bucket's rule and where it came from.
 func TestFetchHolderRules(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const hour = time.Hour
 	var lim *limiter.Limiter
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
@@ -28,16 +29,16 @@ func TestFetchHolderRules(t *testing.T) {
 		lim = limiter.New(cfg.Default)
 		p.Limiter = policy.New(cfg, lim)
 	})
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 	announcePages(t, fb, hc, false)
 	// A new page opened with its URL: b.test, exempt by rule 2.
-	hc.mustPlay(t, fb.fetch.chain(t, "/page?created"))
+	hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?created"))
 	if n := lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts after an exempt navigation, want none", n)
 	}
 	// a.test twice: the second is held for an hour by rule 1 (its release
 	// is never awaited).
-	hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))
+	hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
 
 	_, body := getBody(t, "http://"+tp.addr+"/hosts")
 	var hosts []struct {
@@ -55,7 +56,7 @@ func TestFetchHolderRules(t *testing.T) {
 	// until the relay closes when the test ends.
 	held := make(chan error, 1)
 	go func() {
-		_, err := hc.play(fb.fetch.chain(t, "/page?first"))
+		_, err := hc.Play(fb.FetchRec.Chain(t, "/page?first"))
 		held <- err
 	}()
 	t.Cleanup(func() { tp.p.Close(); <-held })
@@ -72,7 +73,7 @@ func TestFetchHolderRules(t *testing.T) {
 // the host's next navigation is booked on it.
 func TestFetchHolderLearnsAddress(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var pol *policy.Policy
 	relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
@@ -87,7 +88,7 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 	if got := pol.Bucket("a.test"); got != "a.test" {
 		t.Fatalf("before any answer: bucket %q, want a.test", got)
 	}
-	fb.navigate(t, fb.fetch.chain(t, "/page?first"))
+	fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
 	deadline := time.Now().Add(5 * time.Second)
 	for pol.Bucket("a.test") != "127.0.0.2" && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -119,7 +120,7 @@ func TestBrowserArgs(t *testing.T) {
 		{"not asked without --bucket ip", []string{"--host-resolver-rules=MAP *.test 127.0.0.2"}, policy.Flags{}, "a.test", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fb := newFakeBrowser(t, fakeConfig{commandLine: tc.args})
+			fb := fakebrowser.New(t, fakebrowser.Config{CommandLine: tc.args})
 			var pol *policy.Policy
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				cfg, err := policy.FromFlags(tc.flags)

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -67,12 +68,12 @@ func withPolicy(lim *limiter.Limiter, cfg limiter.Config) hold.Limiter {
 }
 
 // newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
-func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
+func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
 	logs := &syncBuffer{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
 	return &Proxy{
-		Upstream:     fb.url(),
+		Upstream:     fb.URL(),
 		Limiter:      withPolicy(lim, cfg),
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
@@ -105,7 +106,7 @@ func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) 
 // before it starts. Its Fetch holding has the browser-level backup on
 // (HoldBackup), which most tests of the Fetch strategy play against;
 // noBackup turns it off, as it is by default.
-func relayTo(t *testing.T, fb *fakeBrowser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
+func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
 	p, lim, logs := newProxy(fb, cfg)
 	p.HoldBackup = true
@@ -163,7 +164,7 @@ func fixed(interval time.Duration) limiter.Config {
 func TestStartChoosesInterception(t *testing.T) {
 	tests := []struct {
 		name      string
-		browser   fakeConfig
+		browser   fakebrowser.Config
 		cfg       limiter.Config
 		intercept hold.Intercept
 		wantErr   string // Start fails with this
@@ -172,10 +173,10 @@ func TestStartChoosesInterception(t *testing.T) {
 		wantConns int    // websockets the browser saw from Start, at least
 	}{
 		{name: "chromium: fetch", cfg: limiter.Config{}, want: "fetch", wantConns: 1},
-		{name: "lightpanda by name: session, no connection", browser: fakeConfig{lightpanda: true}, want: "session"},
-		{name: "fetch refused: session", browser: fakeConfig{rejectFetch: true}, want: "session", wantConns: 1,
+		{name: "lightpanda by name: session, no connection", browser: fakebrowser.Config{Lightpanda: true}, want: "session"},
+		{name: "fetch refused: session", browser: fakebrowser.Config{RejectFetch: true}, want: "session", wantConns: 1,
 			wantWarn: "holding navigations through each client session instead of the relay's own connection"},
-		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: hold.InterceptFetch,
+		{name: "fetch refused, fetch required: error", browser: fakebrowser.Config{RejectFetch: true}, intercept: hold.InterceptFetch,
 			wantErr: "browser refused browser-level Fetch", wantConns: 1},
 		{name: "navigate requested", intercept: hold.InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
 		{name: "session requested", intercept: hold.InterceptSession, want: "session"},
@@ -185,7 +186,7 @@ func TestStartChoosesInterception(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, tt.browser)
+			fb := fakebrowser.New(t, tt.browser)
 			p, lim, logs := newProxy(fb, tt.cfg)
 			p.Intercept = tt.intercept
 			if tt.wantErr != "" {
@@ -194,13 +195,13 @@ func TestStartChoosesInterception(t *testing.T) {
 					t.Fatalf("Start: got %v, want an error with %q", err, tt.wantErr)
 				}
 				// Whatever Start opened is gone again.
-				if n := fb.connCount(); n != tt.wantConns {
+				if n := fb.ConnCount(); n != tt.wantConns {
 					t.Errorf("got %d websockets, want %d", n, tt.wantConns)
 				}
 				return
 			}
 			tp := startProxy(t, p, lim, logs)
-			if got := fb.connCount(); got < tt.wantConns || tt.wantConns == 0 && got != 0 {
+			if got := fb.ConnCount(); got < tt.wantConns || tt.wantConns == 0 && got != 0 {
 				t.Errorf("got %d websockets from Start, want %d", got, tt.wantConns)
 			}
 			if got := tp.p.ups[0].holding(); got != tt.want {
@@ -217,9 +218,9 @@ func TestStartChoosesInterception(t *testing.T) {
 // not up yet, and gives up at StartTimeout.
 func TestStartWaitsForTheBrowser(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
-	addr := fb.addr
-	fb.close()
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	addr := fb.Addr
+	fb.Close()
 	p, _, _ := newProxy(fb, limiter.Config{})
 	p.Upstream = "http://" + addr
 	p.StartTimeout = 300 * time.Millisecond

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -236,7 +237,7 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 	} {
 		t.Run(tt.method+"/"+tt.intercept.String(), func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{tt.method: true}})
+			fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{tt.method: true}})
 			p, lim, logs := newProxy(fb, limiter.Config{})
 			p.Intercept = tt.intercept
 			p.StartTimeout = 300 * time.Millisecond
@@ -273,13 +274,13 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 // that frame next time rather than remembering a guess.
 func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 	t.Parallel() // waits out the relay's 5 s bound twice
-	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Target.getTargetInfo": true}})
+	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargetInfo": true}})
 	tp := relayTo(t, fb, fixed(time.Hour))
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 	announcePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
-	chain := fb.fetch.chain(t, "/page?first")
+	chain := fb.FetchRec.Chain(t, "/page?first")
 	for range 2 {
-		hc.mustPlay(t, chain)
+		hc.MustPlay(t, chain)
 	}
 	if got := len(commands(hc, "Target.getTargetInfo")); got != 2 {
 		t.Errorf("relay asked Target.getTargetInfo %d times, want 2 (once per unanswered pause)", got)
@@ -293,12 +294,12 @@ func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 // Fetch.continueRequest commands the browser never answers.
 func TestBrowserNeverAnswersReleases(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{silent: map[string]bool{"Fetch.continueRequest": true}})
+	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Fetch.continueRequest": true}})
 	tp := relayTo(t, fb, limiter.Config{})
 	_, pc := relayConns(t, fb, false)
-	chain := fb.fetch.chain(t, "/r") // a.test → b.test: two hops
+	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test: two hops
 	for range 25 {
-		fb.navigate(t, chain)
+		fb.Navigate(t, chain)
 	}
 	// What the browser answers (net's pattern updates) may still be on its
 	// way; what it never answers must not be kept.
@@ -318,7 +319,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 	for _, mode := range []string{"fetch", "navigate"} {
 		t.Run(mode, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			var rec *recorder
 			opts := []func(*Proxy){recordBookings(&rec)}
 			if mode == "navigate" {
@@ -326,21 +327,21 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			}
 			tp := relayTo(t, fb, fixed(time.Hour), opts...)
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
-			var hc *fakeConn
+			fc := fb.Accept(t)
+			var hc *fakebrowser.Conn
 			held := make(chan error, 1)
 			if mode == "fetch" {
-				hc = fb.holder(t)
+				hc = fb.Holder(t)
 				announcePages(t, fb, hc, false)
-				chain := fb.fetch.chain(t, "/page?first")
-				hc.mustPlay(t, chain)
+				chain := fb.FetchRec.Chain(t, "/page?first")
+				hc.MustPlay(t, chain)
 				go func() {
-					_, err := hc.play(chain)
+					_, err := hc.Play(chain)
 					held <- err
 				}()
 			} else {
 				writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
-				fc.next(t)
+				fc.Next(t)
 				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
 			}
 			deadline := time.Now().Add(waitFor)
@@ -350,7 +351,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			fb.restart("0f0f0f0f-0000-4000-8000-00000000dead")
+			fb.Restart("0f0f0f0f-0000-4000-8000-00000000dead")
 			if ce := closeOf(t, c); ce.Code != websocket.CloseInternalServerErr || ce.Text != "browser connection lost" {
 				t.Errorf("client got close %d %q, want 1011 \"browser connection lost\"", ce.Code, ce.Text)
 			}
@@ -359,20 +360,20 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				if err := <-held; err == nil {
 					t.Error("held request was continued on a dead connection")
 				}
-			} else if n := len(fc.received()); n != 1 {
+			} else if n := len(fc.Received()); n != 1 {
 				t.Errorf("dead browser connection got %d messages, want only the first navigation", n)
 			}
 			// The relay serves the restarted browser, and a.test keeps its schedule.
 			before := len(rec.bookings())
 			c2 := tp.dial(t, "/", nil)
-			fc2 := fb.accept(t)
-			if want := "/devtools/browser/0f0f0f0f-0000-4000-8000-00000000dead"; fc2.path != want {
-				t.Errorf("new client reached %q, want %q", fc2.path, want)
+			fc2 := fb.Accept(t)
+			if want := "/devtools/browser/0f0f0f0f-0000-4000-8000-00000000dead"; fc2.Path != want {
+				t.Errorf("new client reached %q, want %q", fc2.Path, want)
 			}
 			if mode == "fetch" {
-				hc2 := fb.holder(t)
+				hc2 := fb.Holder(t)
 				announcePages(t, fb, hc2, false)
-				go hc2.play(fb.fetch.chain(t, "/page?first")) // ends when the relay closes
+				go hc2.Play(fb.FetchRec.Chain(t, "/page?first")) // ends when the relay closes
 			} else {
 				writeClient(t, c2, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
 			}
@@ -403,10 +404,10 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		upstream func(addr string) string
-		cfg      fakeConfig
+		cfg      fakebrowser.Config
 	}{
-		{"http", func(addr string) string { return "http://" + addr }, fakeConfig{}},
-		{"ws", func(addr string) string { return "ws://" + addr + "/" }, fakeConfig{lightpanda: true}},
+		{"http", func(addr string) string { return "http://" + addr }, fakebrowser.Config{}},
+		{"ws", func(addr string) string { return "ws://" + addr + "/" }, fakebrowser.Config{Lightpanda: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
@@ -437,8 +438,8 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 				t.Skipf("port taken meanwhile: %v", err)
 			}
 			cfg := tt.cfg
-			cfg.listener = ln
-			fb := newFakeBrowser(t, cfg)
+			cfg.Listener = ln
+			fb := fakebrowser.New(t, cfg)
 			if err := <-started; err != nil {
 				t.Fatalf("Start: %v", err)
 			}
@@ -449,10 +450,10 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 				t.Errorf("said %d times that it waits for the browser, want once", n)
 			}
 			if tt.name == "ws" {
-				fb.accept(t) // the websocket Start dialled to see the browser up
+				fb.Accept(t) // the websocket Start dialled to see the browser up
 			}
 			c := tp.dial(t, "/", nil)
-			roundTrip(t, c, fb.accept(t), websocket.TextMessage, []byte(sentinel))
+			roundTrip(t, c, fb.Accept(t), websocket.TextMessage, []byte(sentinel))
 		})
 	}
 }

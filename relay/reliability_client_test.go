@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -19,24 +20,24 @@ import (
 func TestClientVanishesWhileHeld(t *testing.T) {
 	t.Run("navigate", func(t *testing.T) {
 		checkLeaks(t)
-		fb := newFakeBrowser(t, fakeConfig{})
+		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *recorder
 		tp := relayTo(t, fb, fixed(time.Hour), navigateInStream, recordBookings(&rec))
 		c := tp.dial(t, "/", nil)
-		fc := fb.accept(t)
+		fc := fb.Accept(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
-		fc.next(t)
+		fc.Next(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
 		for len(rec.bookings()) < 2 {
 			time.Sleep(time.Millisecond)
 		}
 		c.UnderlyingConn().Close() // gone without a close frame
 		var ce *websocket.CloseError
-		if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway || ce.Text != "client connection lost" {
+		if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway || ce.Text != "client connection lost" {
 			t.Errorf("browser got %v, want close 1001 \"client connection lost\"", err)
 		}
 		waitConns(t, tp, 0)
-		if n := len(fc.received()); n != 1 {
+		if n := len(fc.Received()); n != 1 {
 			t.Errorf("browser got %d messages, want only the first navigation", n)
 		}
 		if n := len(tp.logs.lines("held navigation not delivered")); n != 0 {
@@ -44,7 +45,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		}
 		// Another client's navigation books the next slot, not the vanished one's.
 		c2 := tp.dial(t, "/", nil)
-		fb.accept(t)
+		fb.Accept(t)
 		writeClient(t, c2, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
 		for len(rec.bookings()) < 3 {
 			time.Sleep(time.Millisecond)
@@ -56,17 +57,17 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 	})
 	t.Run("fetch", func(t *testing.T) {
 		checkLeaks(t)
-		fb := newFakeBrowser(t, fakeConfig{})
+		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *recorder
 		tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
-		hc := fb.holder(t)
+		hc := fb.Holder(t)
 		announcePages(t, fb, hc, false)
 		c := tp.dial(t, "/", nil)
-		fb.accept(t)
-		chain := fb.fetch.chain(t, "/page?first")
-		hc.mustPlay(t, chain)
-		held := make(chan []hopTimes, 1)
-		go func() { held <- hc.mustPlay(t, chain) }()
+		fb.Accept(t)
+		chain := fb.FetchRec.Chain(t, "/page?first")
+		hc.MustPlay(t, chain)
+		held := make(chan []fakebrowser.Hops, 1)
+		go func() { held <- hc.MustPlay(t, chain) }()
 		for len(rec.bookings()) < 2 {
 			time.Sleep(time.Millisecond)
 		}
@@ -90,13 +91,13 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 
 // flood makes the browser side of a client's connection write big
 // messages until writing fails, and returns a function that waits for it.
-func flood(fc *fakeConn, n int) (wait func()) {
+func flood(fc *fakebrowser.Conn, n int) (wait func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		big := payload(1<<20, 11)
 		for range n {
-			if fc.write(websocket.TextMessage, big) != nil {
+			if fc.WriteFrame(websocket.TextMessage, big) != nil {
 				return
 			}
 		}
@@ -111,16 +112,16 @@ func flood(fc *fakeConn, n int) (wait func()) {
 // meanwhile.
 func TestSlowClientBounded(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 300 * time.Millisecond })
 	by := newBystander(t, tp, fb)
 	tp.dial(t, "/", nil) // never reads
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	peak := heapPeak()
 	wait := flood(fc, 256) // 256 MiB
 	by.check(t)
 	var ce *websocket.CloseError
-	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
+	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
 		t.Errorf("browser got %v, want close 1008 \"client did not read in time\"", err)
 	}
 	wait()
@@ -143,7 +144,7 @@ func TestSlowClientBounded(t *testing.T) {
 // finishing.
 func TestStalledClientsDoNotStopPings(t *testing.T) {
 	t.Parallel() // outlives the relay's pong wait of 2 intervals + 10 s
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const pingInterval = 50 * time.Millisecond
 	// WriteTimeout longer than the pong wait: a ping stuck behind a stalled
 	// write for that long would cost every client queued behind it.
@@ -152,11 +153,11 @@ func TestStalledClientsDoNotStopPings(t *testing.T) {
 		p.WriteTimeout = 2*pingInterval + 12*time.Second
 	})
 	healthy := tp.dial(t, "/", nil)
-	hfc := fb.accept(t)
+	hfc := fb.Accept(t)
 	var waits []func()
 	for range 20 {
 		tp.dial(t, "/", nil) // never reads
-		waits = append(waits, flood(fb.accept(t), 64))
+		waits = append(waits, flood(fb.Accept(t), 64))
 	}
 	ended := make(chan error, 1)
 	go func() {
@@ -181,8 +182,8 @@ func TestStalledClientsDoNotStopPings(t *testing.T) {
 	if err := healthy.WriteMessage(websocket.TextMessage, []byte(sentinel)); err != nil {
 		t.Fatal(err)
 	}
-	if got := hfc.next(t); string(got.data) != sentinel {
-		t.Errorf("browser got %q", got.data)
+	if got := hfc.Next(t); string(got.Data) != sentinel {
+		t.Errorf("browser got %q", got.Data)
 	}
 	// Close does not wait out the stalled writes one after another.
 	start := time.Now()
@@ -200,14 +201,14 @@ func TestStalledClientsDoNotStopPings(t *testing.T) {
 // that do not read is bounded, and that the others get 1001.
 func TestCloseWithStalledClients(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}) // default WriteTimeout: 30 s
 	healthy := tp.dial(t, "/", nil)
-	fb.accept(t)
+	fb.Accept(t)
 	var waits []func()
 	for range 10 {
 		tp.dial(t, "/", nil)
-		waits = append(waits, flood(fb.accept(t), 64))
+		waits = append(waits, flood(fb.Accept(t), 64))
 	}
 	time.Sleep(200 * time.Millisecond) // let the floods fill the sockets
 	start := time.Now()

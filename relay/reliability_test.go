@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -125,18 +126,18 @@ func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(
 // roundTrip sends a command from a client, checks the browser gets it as it
 // was sent, answers it as Chromium would, and checks the client gets that
 // answer.
-func roundTrip(t *testing.T, c *websocket.Conn, fc *fakeConn, typ int, msg []byte) {
+func roundTrip(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, typ int, msg []byte) {
 	t.Helper()
 	writeClient(t, c, typ, msg)
-	got := fc.next(t)
-	if got.typ != websocket.TextMessage {
-		t.Errorf("browser got a message of type %d, want text", got.typ)
+	got := fc.Next(t)
+	if got.Type != websocket.TextMessage {
+		t.Errorf("browser got a message of type %d, want text", got.Type)
 	}
-	if d := equalMsg(got.data, msg); d != "" {
+	if d := fakebrowser.EqualMsg(got.Data, msg); d != "" {
 		t.Fatalf("browser got another message than %.60q: %s", msg, d)
 	}
 	answer := chromiumAnswer(msg)
-	if err := fc.send(answer); err != nil {
+	if err := fc.Send(answer); err != nil {
 		t.Fatal(err)
 	}
 	if _, data := readClient(t, c); !bytes.Equal(data, answer) {
@@ -148,14 +149,14 @@ func roundTrip(t *testing.T, c *websocket.Conn, fc *fakeConn, typ int, msg []byt
 // one: every command it sends gets its own reply, and nothing else arrives.
 type bystander struct {
 	c  *websocket.Conn
-	fc *fakeConn
+	fc *fakebrowser.Conn
 	n  int
 }
 
-func newBystander(t *testing.T, tp *testProxy, fb *fakeBrowser) *bystander {
+func newBystander(t *testing.T, tp *testProxy, fb *fakebrowser.Browser) *bystander {
 	t.Helper()
 	b := &bystander{c: tp.dial(t, "/", nil)}
-	b.fc = fb.accept(t)
+	b.fc = fb.Accept(t)
 	return b
 }
 
@@ -239,13 +240,13 @@ func TestBadClientInput(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			var rec *recorder
 			// Every host is new, so each first navigation goes at once; a
 			// second one would wait an hour.
 			tp := relayTo(t, fb, fixed(time.Hour), mode.opt, recordBookings(&rec))
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			by := newBystander(t, tp, fb)
 			for _, row := range rows {
 				t.Run(row.name, func(t *testing.T) {
@@ -304,13 +305,13 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 	}{{"fetch", func(*Proxy) {}}, {"navigate", navigateInStream}} {
 		t.Run(mode.name, func(t *testing.T) {
 			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, fixed(time.Hour), mode.opt)
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			by := newBystander(t, tp, fb)
 			for _, m := range msgs {
-				if err := fc.write(m.typ, m.data); err != nil {
+				if err := fc.WriteFrame(m.typ, m.data); err != nil {
 					t.Fatal(err)
 				}
 				typ, got := readClient(t, c)
@@ -333,12 +334,12 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 // as the browser would, and keeps holding navigations.
 func TestBadBrowserInputOwnConnection(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 	announcePages(t, fb, hc, false)
-	page, _ := fb.fetch.targetInfo(t, func(info targetInfo) bool { return info.Type == "page" })
+	page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 	const marker = "BODY-MARKER-d41d8cd9"
 	garbage := []struct {
 		typ  int
@@ -357,7 +358,7 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 		{websocket.TextMessage, "{\"method\":\"Fetch.requestPaused\",\"params\":{\"x\":\"\xff" + marker + "\"}}"},
 	}
 	for _, g := range garbage {
-		if err := hc.write(g.typ, []byte(g.data)); err != nil {
+		if err := hc.WriteFrame(g.typ, []byte(g.data)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,7 +385,7 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 			"requestId": fmt.Sprintf("interception-job-%d.0", 5000+i), "frameId": page.TargetID, "resourceType": "Document",
 			"request": map[string]any{"url": p.url, "method": "GET", "headers": map[string]string{}},
 		}})
-		hops, err := hc.play([][]byte{ev})
+		hops, err := hc.Play([][]byte{ev})
 		if err != nil {
 			t.Fatalf("%.60s: %v", p.url, err)
 		}
@@ -399,10 +400,10 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 		t.Errorf("booked %q, want %q", got, want)
 	}
 	// Navigations are still held.
-	chain := fb.fetch.chain(t, "/page?first")
-	first := hc.mustPlay(t, chain)
-	second := hc.mustPlay(t, chain)
-	if waited := second[0].continued.Sub(first[0].paused); waited < 300*time.Millisecond {
+	chain := fb.FetchRec.Chain(t, "/page?first")
+	first := hc.MustPlay(t, chain)
+	second := hc.MustPlay(t, chain)
+	if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {
 		t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 	}
 	if n := len(tp.logs.lines(`"level":"warn"`, "unreadable")); n == 0 {

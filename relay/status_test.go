@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -15,9 +16,9 @@ import (
 // of /metrics.
 func TestPage(t *testing.T) {
 	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 	replayChromium(t, fb, hc)
 
 	code, page := getBody(t, "http://"+tp.addr+"/")

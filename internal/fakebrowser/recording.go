@@ -1,4 +1,4 @@
-package relay
+package fakebrowser
 
 // The transcripts the fake browser plays, recorded off a real Chromium
 // (testdata/chromium-*.jsonl), and the shapes read from them.
@@ -6,17 +6,17 @@ package relay
 import (
 	"bufio"
 	"bytes"
+	"embed"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// recordedHTTP is one line of testdata/chromium-http.jsonl.
-type recordedHTTP struct {
+// RecordedHTTP is one line of testdata/chromium-http.jsonl.
+type RecordedHTTP struct {
 	Method      string `json:"method"`
 	Path        string `json:"path"`
 	Query       string `json:"query"`
@@ -25,18 +25,18 @@ type recordedHTTP struct {
 	Body        string `json:"body"`
 }
 
-// recordedMsg is one line of a websocket transcript.
-type recordedMsg struct {
+// RecordedMsg is one line of a websocket transcript.
+type RecordedMsg struct {
 	T    float64         `json:"t"`    // ms after the recording started
 	From string          `json:"from"` // "client" or "browser"
 	Msg  json.RawMessage `json:"msg"`  // as it was on the wire
 
-	m wireMsg // Msg, decoded
+	Wire Wire // Msg, decoded
 }
 
-// wireMsg is what the fake reads of a CDP message, with encoding/json
+// Wire is what the fake reads of a CDP message, with encoding/json
 // rather than the scanner under test.
-type wireMsg struct {
+type Wire struct {
 	ID        *int64          `json:"id"`
 	Method    string          `json:"method"`
 	SessionID string          `json:"sessionId"`
@@ -45,22 +45,29 @@ type wireMsg struct {
 	Error     json.RawMessage `json:"error"`
 }
 
-func decodeWire(data []byte) (wireMsg, bool) {
-	var m wireMsg
+func decodeWire(data []byte) (Wire, bool) {
+	var m Wire
 	return m, json.Unmarshal(data, &m) == nil
 }
 
-// recording is a websocket transcript.
-type recording struct {
+// Recording is a websocket transcript.
+type Recording struct {
 	meta map[string]string
-	msgs []recordedMsg
+	Msgs []RecordedMsg
 }
+
+// transcripts are the recordings, embedded so that the fake serves them
+// whatever the directory its tests run in. The recorder (record_test.go)
+// rewrites them.
+//
+//go:embed testdata/*.jsonl
+var transcripts embed.FS
 
 func readLines(t testing.TB, path string, line func(meta map[string]string, data []byte)) {
 	t.Helper()
-	f, err := os.Open(path)
+	f, err := transcripts.Open(path)
 	if err != nil {
-		t.Fatalf("%v (record it with: go test -tags record -run TestRecord ./relay)", err)
+		t.Fatalf("fake browser: %v (record it with: go test -tags record -run TestRecord ./internal/fakebrowser)", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -82,29 +89,32 @@ func readLines(t testing.TB, path string, line func(meta map[string]string, data
 	}
 }
 
-func loadRecording(t testing.TB, name string) *recording {
+// LoadRecording reads the websocket transcript testdata/name.
+func LoadRecording(t testing.TB, name string) *Recording {
 	t.Helper()
-	r := &recording{}
+	r := &Recording{}
 	readLines(t, "testdata/"+name, func(meta map[string]string, data []byte) {
 		r.meta = meta
-		var rm recordedMsg
+		var rm RecordedMsg
 		if err := json.Unmarshal(data, &rm); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		var ok bool
-		if rm.m, ok = decodeWire(rm.Msg); !ok {
+		if rm.Wire, ok = decodeWire(rm.Msg); !ok {
 			t.Fatalf("%s: unreadable message %.100s", name, rm.Msg)
 		}
-		r.msgs = append(r.msgs, rm)
+		r.Msgs = append(r.Msgs, rm)
 	})
 	return r
 }
 
-func loadHTTP(t testing.TB) (meta map[string]string, lines []recordedHTTP) {
+// LoadHTTP reads the recorded /json/* answers
+// (testdata/chromium-http.jsonl) and their meta line.
+func LoadHTTP(t testing.TB) (meta map[string]string, lines []RecordedHTTP) {
 	t.Helper()
 	readLines(t, "testdata/chromium-http.jsonl", func(m map[string]string, data []byte) {
 		meta = m
-		var l recordedHTTP
+		var l RecordedHTTP
 		if err := json.Unmarshal(data, &l); err != nil {
 			t.Fatal(err)
 		}
@@ -115,14 +125,14 @@ func loadHTTP(t testing.TB) (meta map[string]string, lines []recordedHTTP) {
 
 // reply returns the browser's recorded reply to the first command calling
 // method for which match (nil: any) is true.
-func (r *recording) reply(t testing.TB, method string, match func(params []byte) bool) []byte {
+func (r *Recording) reply(t testing.TB, method string, match func(params []byte) bool) []byte {
 	t.Helper()
-	for _, c := range r.msgs {
-		if c.From != "client" || c.m.Method != method || c.m.ID == nil || match != nil && !match(c.m.Params) {
+	for _, c := range r.Msgs {
+		if c.From != "client" || c.Wire.Method != method || c.Wire.ID == nil || match != nil && !match(c.Wire.Params) {
 			continue
 		}
-		for _, b := range r.msgs {
-			if b.From == "browser" && b.m.ID != nil && *b.m.ID == *c.m.ID && b.m.Method == "" {
+		for _, b := range r.Msgs {
+			if b.From == "browser" && b.Wire.ID != nil && *b.Wire.ID == *c.Wire.ID && b.Wire.Method == "" {
 				return b.Msg
 			}
 		}
@@ -132,16 +142,16 @@ func (r *recording) reply(t testing.TB, method string, match func(params []byte)
 	return []byte(`{"id":0,"result":{}}`)
 }
 
-// replyIndex returns the index of the browser's reply to the first command
+// ReplyIndex returns the index of the browser's reply to the first command
 // calling method.
-func (r *recording) replyIndex(t testing.TB, method string) int {
+func (r *Recording) ReplyIndex(t testing.TB, method string) int {
 	t.Helper()
 	var id *int64
-	for i, m := range r.msgs {
+	for i, m := range r.Msgs {
 		switch {
-		case id == nil && m.From == "client" && m.m.Method == method:
-			id = m.m.ID
-		case id != nil && m.From == "browser" && m.m.ID != nil && *m.m.ID == *id:
+		case id == nil && m.From == "client" && m.Wire.Method == method:
+			id = m.Wire.ID
+		case id != nil && m.From == "browser" && m.Wire.ID != nil && *m.Wire.ID == *id:
 			return i
 		}
 	}
@@ -150,18 +160,18 @@ func (r *recording) replyIndex(t testing.TB, method string) int {
 }
 
 // find returns the browser messages calling method for which match is true.
-func (r *recording) find(method string, match func(params []byte) bool) [][]byte {
+func (r *Recording) find(method string, match func(params []byte) bool) [][]byte {
 	var out [][]byte
-	for _, m := range r.msgs {
-		if m.From == "browser" && m.m.Method == method && (match == nil || match(m.m.Params)) {
+	for _, m := range r.Msgs {
+		if m.From == "browser" && m.Wire.Method == method && (match == nil || match(m.Wire.Params)) {
 			out = append(out, m.Msg)
 		}
 	}
 	return out
 }
 
-// pause is what the tests read of a Fetch.requestPaused event.
-type pause struct {
+// Pause is what the tests read of a Fetch.requestPaused event.
+type Pause struct {
 	RequestID           string `json:"requestId"`
 	FrameID             string `json:"frameId"`
 	RedirectedRequestID string `json:"redirectedRequestId"`
@@ -176,28 +186,29 @@ type pause struct {
 	} `json:"responseHeaders"`
 }
 
-func (p pause) requestStage() bool { return p.ResponseStatusCode == 0 && p.ResponseErrorReason == "" }
+func (p Pause) requestStage() bool { return p.ResponseStatusCode == 0 && p.ResponseErrorReason == "" }
 
-func readPause(msg []byte) (pause, bool) {
+// ReadPause reads msg as a Fetch.requestPaused event.
+func ReadPause(msg []byte) (Pause, bool) {
 	var m struct {
 		Method string `json:"method"`
-		Params pause  `json:"params"`
+		Params Pause  `json:"params"`
 	}
 	if json.Unmarshal(msg, &m) != nil || m.Method != "Fetch.requestPaused" {
-		return pause{}, false
+		return Pause{}, false
 	}
 	return m.Params, true
 }
 
-// chain returns the Fetch.requestPaused events of the document request
+// Chain returns the Fetch.requestPaused events of the document request
 // whose first hop's URL contains urlPart: every hop at both stages, in the
 // order Chromium sent them.
-func (r *recording) chain(t testing.TB, urlPart string) [][]byte {
+func (r *Recording) Chain(t testing.TB, urlPart string) [][]byte {
 	t.Helper()
 	var job string
 	var out [][]byte
-	for _, m := range r.msgs {
-		p, ok := readPause(m.Msg)
+	for _, m := range r.Msgs {
+		p, ok := ReadPause(m.Msg)
 		if !ok || m.From != "browser" {
 			continue
 		}
@@ -214,32 +225,35 @@ func (r *recording) chain(t testing.TB, urlPart string) [][]byte {
 	return out
 }
 
-// targetInfo returns the recorded targetInfo of the first Target.targetCreated
+// TargetInfo returns the recorded targetInfo of the first Target.targetCreated
 // for which match is true.
-func (r *recording) targetInfo(t testing.TB, match func(info targetInfo) bool) (targetInfo, []byte) {
+func (r *Recording) TargetInfo(t testing.TB, match func(info TargetInfo) bool) (TargetInfo, []byte) {
 	t.Helper()
 	for _, msg := range r.find("Target.targetCreated", nil) {
-		if info, raw, ok := readTargetInfo(msg); ok && match(info) {
+		if info, raw, ok := ReadTargetInfo(msg); ok && match(info) {
 			return info, raw
 		}
 	}
 	t.Fatal("no recorded Target.targetCreated matches")
-	return targetInfo{}, nil
+	return TargetInfo{}, nil
 }
 
-type targetInfo struct {
+// TargetInfo is what the tests read of a target's targetInfo.
+type TargetInfo struct {
 	TargetID string `json:"targetId"`
 	Type     string `json:"type"`
 	URL      string `json:"url"`
 }
 
-func readTargetInfo(msg []byte) (targetInfo, json.RawMessage, bool) {
+// ReadTargetInfo reads the targetInfo of a Target event (targetCreated,
+// targetInfoChanged, attachedToTarget), decoded and raw.
+func ReadTargetInfo(msg []byte) (TargetInfo, json.RawMessage, bool) {
 	var m struct {
 		Params struct {
 			TargetInfo json.RawMessage `json:"targetInfo"`
 		} `json:"params"`
 	}
-	var info targetInfo
+	var info TargetInfo
 	if json.Unmarshal(msg, &m) != nil || json.Unmarshal(m.Params.TargetInfo, &info) != nil || info.TargetID == "" {
 		return info, nil, false
 	}
@@ -256,15 +270,17 @@ func withID(reply []byte, id int64) []byte {
 	return leadingID.ReplaceAllLiteral(reply, []byte(`{"id":`+strconv.FormatInt(id, 10)))
 }
 
-var jobID = regexp.MustCompile(`"interception-job-[0-9]+\.`)
+// JobID matches the job part of an interception id
+// ("interception-job-N.").
+var JobID = regexp.MustCompile(`"interception-job-[0-9]+\.`)
 
-// renumberJob moves every interception id of a recorded pause to job.
-func renumberJob(msg []byte, job int) []byte {
-	return jobID.ReplaceAll(msg, []byte(`"interception-job-`+strconv.Itoa(job)+`.`))
+// RenumberJob moves every interception id of a recorded pause to job.
+func RenumberJob(msg []byte, job int) []byte {
+	return JobID.ReplaceAll(msg, []byte(`"interception-job-`+strconv.Itoa(job)+`.`))
 }
 
-// equalMsg explains how got differs from want, or returns "".
-func equalMsg(got, want []byte) string {
+// EqualMsg explains how got differs from want, or returns "".
+func EqualMsg(got, want []byte) string {
 	if bytes.Equal(got, want) {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package relay
+package fakebrowser
 
 // Navigations in the fake browser: which connections intercept a
 // document request, in what order, with which Network events.
@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// pages returns the relay's pages connection: the next live one that
+// Pages returns the relay's pages connection: the next live one that
 // auto-attached to pages.
-func (fb *fakeBrowser) pages(t testing.TB) *fakeConn {
+func (fb *Browser) Pages(t testing.TB) *Conn {
 	t.Helper()
-	var got *fakeConn
-	fb.await(t, "relay connection attached to pages", func() bool {
+	var got *Conn
+	fb.Await(t, "relay connection attached to pages", func() bool {
 		for _, c := range fb.conns {
 			if c.pagesConn && !fb.returned[c] && !c.ended_() {
 				got, fb.returned[c] = c, true
@@ -29,32 +29,32 @@ func (fb *fakeBrowser) pages(t testing.TB) *fakeConn {
 	return got
 }
 
-// session returns fc's session on page target (the armed one, if any),
+// Session returns fc's session on page target (the armed one, if any),
 // nil when it has none.
-func (fc *fakeConn) session(target string) *fakeSess {
-	fc.fb.mu.Lock()
-	defer fc.fb.mu.Unlock()
-	return fc.sessionLocked(target)
+func (fc *Conn) Session(target string) *Session {
+	fc.fb.Mu.Lock()
+	defer fc.fb.Mu.Unlock()
+	return fc.SessionLocked(target)
 }
 
-// sessionLocked is session. Callers hold fb.mu.
-func (fc *fakeConn) sessionLocked(target string) *fakeSess {
-	var got *fakeSess
-	for _, ss := range fc.sessions {
-		if ss.target == target && (got == nil || ss.fetch && !got.fetch) {
+// SessionLocked is session. Callers hold fb.Mu.
+func (fc *Conn) SessionLocked(target string) *Session {
+	var got *Session
+	for _, ss := range fc.Sessions {
+		if ss.Target == target && (got == nil || ss.Fetch && !got.Fetch) {
 			got = ss
 		}
 	}
 	return got
 }
 
-// armed waits until the relay enabled Fetch in fc's session on
+// Armed waits until the relay enabled Fetch in fc's session on
 // target.
-func (fb *fakeBrowser) armed(t testing.TB, fc *fakeConn, target string) {
+func (fb *Browser) Armed(t testing.TB, fc *Conn, target string) {
 	t.Helper()
-	fb.await(t, "the relay's interception on page "+target, func() bool {
-		ss := fc.sessionLocked(target)
-		return ss != nil && ss.fetch && !fc.ended_()
+	fb.Await(t, "the relay's interception on page "+target, func() bool {
+		ss := fc.SessionLocked(target)
+		return ss != nil && ss.Fetch && !fc.ended_()
 	})
 }
 
@@ -99,7 +99,7 @@ func matchPattern(pattern, url string) bool {
 // interceptor is one place Chromium pauses a request at: a session of a
 // connection, or a connection at the browser level.
 type interceptor struct {
-	fc      *fakeConn
+	fc      *Conn
 	session string // "" at the browser level
 	network bool   // the session has Network enabled
 	rank    int    // its place in Chromium's order: lower pauses first
@@ -111,32 +111,32 @@ type interceptor struct {
 // they enabled Fetch. As in Chromium, a browser-level interceptor is on a
 // request's way only if its Fetch was on when the request started (on,
 // from fetchOnNow), and stayed on; its patterns count as they are now.
-func (fb *fakeBrowser) interceptors(frame, url string, on map[*fakeConn]int) []interceptor {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	var sess []*fakeSess
-	owner := map[*fakeSess]*fakeConn{}
+func (fb *Browser) interceptors(frame, url string, on map[*Conn]int) []interceptor {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
+	var sess []*Session
+	owner := map[*Session]*Conn{}
 	for _, c := range fb.conns {
 		if c.ended_() {
 			continue
 		}
-		for _, ss := range c.sessions {
-			if ss.target == frame && ss.fetch {
+		for _, ss := range c.Sessions {
+			if ss.Target == frame && ss.Fetch {
 				sess = append(sess, ss)
 				owner[ss] = c
 			}
 		}
 	}
-	slices.SortFunc(sess, func(a, b *fakeSess) int { return b.seq - a.seq })
+	slices.SortFunc(sess, func(a, b *Session) int { return b.Seq - a.Seq })
 	var out []interceptor
 	for _, ss := range sess {
-		out = append(out, interceptor{fc: owner[ss], session: ss.id, network: ss.network, rank: -ss.seq})
+		out = append(out, interceptor{fc: owner[ss], session: ss.ID, network: ss.Network, rank: -ss.Seq})
 	}
 	for i, c := range fb.conns {
-		if !c.fetchOn || on[c] != c.onEpoch || c.ended_() {
+		if !c.FetchOn || on[c] != c.onEpoch || c.ended_() {
 			continue
 		}
-		if slices.ContainsFunc(c.patterns, func(p string) bool { return matchPattern(p, url) }) {
+		if slices.ContainsFunc(c.Patterns, func(p string) bool { return matchPattern(p, url) }) {
 			out = append(out, interceptor{fc: c, rank: i})
 		}
 	}
@@ -146,7 +146,7 @@ func (fb *fakeBrowser) interceptors(frame, url string, on map[*fakeConn]int) []i
 // nextInterceptor returns the interceptor a request of frame to url goes
 // to after the one of rank after (math.MinInt: the first), as things are
 // now: a pattern set changed meanwhile counts.
-func (fb *fakeBrowser) nextInterceptor(frame, url string, after int, on map[*fakeConn]int) (interceptor, bool) {
+func (fb *Browser) nextInterceptor(frame, url string, after int, on map[*Conn]int) (interceptor, bool) {
 	for _, ic := range fb.interceptors(frame, url, on) {
 		if ic.rank > after {
 			return ic, true
@@ -157,12 +157,12 @@ func (fb *fakeBrowser) nextInterceptor(frame, url string, after int, on map[*fak
 
 // fetchOnNow returns the connections whose browser-level Fetch is on, as
 // a request that starts now sees them.
-func (fb *fakeBrowser) fetchOnNow() map[*fakeConn]int {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	on := map[*fakeConn]int{}
+func (fb *Browser) fetchOnNow() map[*Conn]int {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
+	on := map[*Conn]int{}
 	for _, c := range fb.conns {
-		if c.fetchOn {
+		if c.FetchOn {
 			on[c] = c.onEpoch
 		}
 	}
@@ -170,14 +170,14 @@ func (fb *fakeBrowser) fetchOnNow() map[*fakeConn]int {
 }
 
 // networkSessions returns the live sessions with Network on for page frame.
-func (fb *fakeBrowser) networkSessions(frame string) []interceptor {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
+func (fb *Browser) networkSessions(frame string) []interceptor {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
 	var out []interceptor
 	for _, c := range fb.conns {
-		for _, ss := range c.sessions {
-			if ss.target == frame && ss.network && !c.ended_() {
-				out = append(out, interceptor{fc: c, session: ss.id, network: true})
+		for _, ss := range c.Sessions {
+			if ss.Target == frame && ss.Network && !c.ended_() {
+				out = append(out, interceptor{fc: c, session: ss.ID, network: true})
 			}
 		}
 	}
@@ -186,7 +186,7 @@ func (fb *fakeBrowser) networkSessions(frame string) []interceptor {
 
 // mono is the fake browser's monotonic clock, in seconds, as its Network
 // events stamp them.
-func (fb *fakeBrowser) mono(at time.Time) float64 {
+func (fb *Browser) mono(at time.Time) float64 {
 	return 1000 + at.Sub(fakeEpoch).Seconds()
 }
 
@@ -196,7 +196,7 @@ var fakeEpoch = time.Now()
 // interception job, and for a session its sessionId and the request's
 // networkId.
 func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
-	msg = renumberJob(msg, job)
+	msg = RenumberJob(msg, job)
 	if ic.session == "" {
 		return msg
 	}
@@ -211,7 +211,7 @@ func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
 	return out
 }
 
-// navigate plays a recorded chain of a document request the way Chromium
+// Navigate plays a recorded chain of a document request the way Chromium
 // drives it through every interceptor of the browser (fb.interceptors): a
 // Request-stage hop pauses at each in turn, each with an interception id
 // of its own, and goes on once the last one let it go; one that ends while
@@ -221,65 +221,65 @@ func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
 // being sent, and how each hop was answered (timed as it left). It
 // returns, per Request-stage hop, when the first interceptor got it and
 // when it left.
-func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
+func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
 	t.Helper()
-	networkID := fmt.Sprintf("NET-%d", fb.newJob())
-	var out []hopTimes
+	networkID := fmt.Sprintf("NET-%d", fb.NewJob())
+	var out []Hops
 	var frame string
 	var sent time.Time
 	answered := true
-	jobs := map[*fakeConn]int{} // each browser-level interceptor's job of the hop under way
+	jobs := map[*Conn]int{} // each browser-level interceptor's job of the hop under way
 	on := fb.fetchOnNow()
 	for i, msg := range chain {
-		p, _ := readPause(msg)
+		p, _ := ReadPause(msg)
 		frame = p.FrameID
 		if p.requestStage() {
 			if !answered {
-				fb.networkEnd(frame, networkID, pause{ResponseStatusCode: 200}, sent, false)
+				fb.networkEnd(frame, networkID, Pause{ResponseStatusCode: 200}, sent, false)
 			}
-			var ht hopTimes
+			var ht Hops
 			for at := math.MinInt; ; {
 				ic, ok := fb.nextInterceptor(frame, p.Request.URL, at, on)
 				if !ok {
 					break
 				}
 				at = ic.rank
-				job := fb.newJob()
+				job := fb.NewJob()
 				if ic.session == "" {
 					jobs[ic.fc] = job
 				}
 				m := asPause(msg, job, ic, networkID)
-				mp, _ := readPause(m)
+				mp, _ := ReadPause(m)
 				at := time.Now()
-				if err := ic.fc.send(m); err != nil {
+				if err := ic.fc.Send(m); err != nil {
 					continue // gone already: the next one gets it
 				}
-				cont, err := ic.fc.continuedAt(mp.RequestID)
+				cont, err := ic.fc.ContinuedAt(mp.RequestID)
 				if err != nil {
 					continue // ended while holding: the next one gets it
 				}
-				ic.fc.mu.Lock()
-				delete(ic.fc.continued, mp.RequestID)
-				ic.fc.mu.Unlock()
-				if ht.paused.IsZero() {
-					ht.paused, ht.requestID = at, mp.RequestID
+				ic.fc.Mu.Lock()
+				delete(ic.fc.Continued, mp.RequestID)
+				ic.fc.Mu.Unlock()
+				if ht.Paused.IsZero() {
+					ht.Paused, ht.RequestID = at, mp.RequestID
 				}
-				ht.continued = cont
-				ht.pauses++
+				ht.Continued = cont
+				ht.Pauses++
 				if reason := ic.fc.failedWith(mp.RequestID); reason != "" {
 					// Failed where it paused: no one else sees it, and the
 					// navigation is over.
-					ht.failed = reason
-					fb.networkEnd(frame, networkID, pause{ResponseErrorReason: reason}, time.Now(), false)
+					ht.Failed = reason
+					fb.networkEnd(frame, networkID, Pause{ResponseErrorReason: reason}, time.Now(), false)
 					return append(out, ht)
 				}
 			}
 			sent = time.Now()
-			if ht.paused.IsZero() {
-				ht.paused, ht.continued = sent, sent
+			if ht.Paused.IsZero() {
+				ht.Paused, ht.Continued = sent, sent
 			}
 			for _, ns := range fb.networkSessions(frame) {
-				ns.fc.send(fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"associatedCookies":[],"headers":{}},"sessionId":%q}`, networkID, ns.session))
+				ns.fc.Send(fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"associatedCookies":[],"headers":{}},"sessionId":%q}`, networkID, ns.session))
 			}
 			out = append(out, ht)
 			answered = false
@@ -287,32 +287,32 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 		}
 		// The answer: paused where it was asked for, then told in Network
 		// events.
-		hs := fb.holders()
+		hs := fb.Holders()
 		slices.Reverse(hs)
 		for _, hc := range hs {
 			job, ok := jobs[hc]
 			if !ok {
 				continue
 			}
-			m := renumberJob(msg, job)
-			mp, _ := readPause(m)
+			m := RenumberJob(msg, job)
+			mp, _ := ReadPause(m)
 			if !hc.pausesAnswer(mp.RequestID) {
 				continue
 			}
-			if err := hc.send(m); err != nil {
+			if err := hc.Send(m); err != nil {
 				continue
 			}
-			hc.continuedAt(mp.RequestID)
-			hc.mu.Lock()
-			delete(hc.continued, mp.RequestID)
-			hc.mu.Unlock()
+			hc.ContinuedAt(mp.RequestID)
+			hc.Mu.Lock()
+			delete(hc.Continued, mp.RequestID)
+			hc.Mu.Unlock()
 		}
 		more := i+1 < len(chain)
 		fb.networkEnd(frame, networkID, p, sent, more && redirects(p.ResponseStatusCode))
 		answered = true
 	}
 	if !answered {
-		fb.networkEnd(frame, networkID, pause{ResponseStatusCode: 200}, sent, false)
+		fb.networkEnd(frame, networkID, Pause{ResponseStatusCode: 200}, sent, false)
 	}
 	return out
 }
@@ -320,7 +320,7 @@ func (fb *fakeBrowser) navigate(t testing.TB, chain [][]byte) []hopTimes {
 // networkEnd tells the sessions with Network on for frame how a hop sent
 // at sent was answered: p's status or failure, a redirect when redirect is
 // set (the request goes on).
-func (fb *fakeBrowser) networkEnd(frame, networkID string, p pause, sent time.Time, redirect bool) {
+func (fb *Browser) networkEnd(frame, networkID string, p Pause, sent time.Time, redirect bool) {
 	now := fb.mono(time.Now())
 	timing := fmt.Sprintf(`{"requestTime":%.6f,"sendStart":0,"sendEnd":0.1}`, fb.mono(sent))
 	for _, ns := range fb.networkSessions(frame) {
@@ -336,12 +336,12 @@ func (fb *fakeBrowser) networkEnd(frame, networkID string, p pause, sent time.Ti
 			ev = fmt.Sprintf(`{"method":"Network.responseReceived","params":{"requestId":%q,"loaderId":%q,"timestamp":%.6f,"type":"Document","response":{"status":%d,"headers":%s,"remoteIPAddress":"127.0.0.2","remotePort":42557,"timing":%s},"frameId":%q},"sessionId":%q}`,
 				networkID, networkID, now, p.ResponseStatusCode, headersOf(p), timing, frame, ns.session)
 		}
-		ns.fc.send([]byte(ev))
+		ns.fc.Send([]byte(ev))
 	}
 }
 
 // headersOf returns a paused answer's headers as Network events carry them.
-func headersOf(p pause) string {
+func headersOf(p Pause) string {
 	h := map[string]string{}
 	for _, e := range p.ResponseHeaders {
 		h[e.Name] = e.Value
@@ -367,14 +367,14 @@ func netError(reason string) string {
 	return "FAILED"
 }
 
-// navigateTo plays a navigation of page to url (one Request-stage hop,
+// NavigateTo plays a navigation of page to url (one Request-stage hop,
 // answered 200) on a goroutine of its own, and returns where its times
 // arrive.
-func (fb *fakeBrowser) navigateTo(t testing.TB, page, url string) <-chan []hopTimes {
-	ch := make(chan []hopTimes, 1)
-	job := fb.newJob()
+func (fb *Browser) NavigateTo(t testing.TB, page, url string) <-chan []Hops {
+	ch := make(chan []Hops, 1)
+	job := fb.NewJob()
 	go func() {
-		ch <- fb.navigate(t, [][]byte{pausedDoc(fmt.Sprintf("interception-job-%d.0", job), page, url)})
+		ch <- fb.Navigate(t, [][]byte{PausedDoc(fmt.Sprintf("interception-job-%d.0", job), page, url)})
 	}()
 	return ch
 }
@@ -386,4 +386,13 @@ func redirects(status int) bool {
 		return true
 	}
 	return false
+}
+
+// PausedDoc is a Request-stage pause of a page's document.
+func PausedDoc(id, frame, url string) []byte {
+	b, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
+		"requestId": id, "frameId": frame, "resourceType": "Document",
+		"request": map[string]any{"url": url, "method": "GET", "headers": map[string]string{}},
+	}})
+	return b
 }

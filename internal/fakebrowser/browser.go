@@ -1,11 +1,16 @@
-package relay
-
-// A fake CDP browser for the unit tests: an httptest.Server that answers
-// /json/* and websockets the way Chromium 156 does, from transcripts
-// recorded off a real one (testdata/chromium-*.jsonl, see record_test.go),
-// or the way `lightpanda serve` does. Tests inject recorded events, play
-// recorded navigations against the relay's own connection and watch what
-// the relay sends.
+// Package fakebrowser is a fake CDP browser for the unit tests of the
+// relay and of holding: an httptest.Server that answers /json/* and
+// websockets the way Chromium 156 does, from transcripts recorded off a
+// real one (testdata/chromium-*.jsonl, embedded; record_test.go records
+// them), or the way `lightpanda serve` does. Tests inject recorded events,
+// play recorded navigations against the relay's own connections and watch
+// what the relay sends.
+//
+// It is test support, imported only by _test.go files: its helpers take a
+// testing.TB and fail the test rather than return errors. A Browser and
+// its Conns are safe for concurrent use; fields documented as guarded by
+// a Mu are read under it.
+package fakebrowser
 
 import (
 	"encoding/json"
@@ -20,157 +25,146 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
-
-// checkLeaks fails t if goroutines started during the test outlive it and
-// its cleanups. Call it first, so its check runs last.
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
-
-// waitFor bounds every wait of the tests; nothing they wait for takes
+// WaitFor bounds every wait of the tests; nothing they wait for takes
 // anywhere near as long unless it is broken.
-const waitFor = 30 * time.Second
+const WaitFor = 30 * time.Second
 
-// fakeConfig chooses what the fake browser pretends to be.
-type fakeConfig struct {
+// Config chooses what the fake browser pretends to be.
+type Config struct {
 	// lightpanda serves what `lightpanda serve` serves: a websocket only
 	// at "/", no /json/new, /json/activate or /json/close, an empty
 	// /json/list, and no browser-level Fetch.
-	lightpanda bool
+	Lightpanda bool
 	// rejectFetch makes a Chromium-like browser refuse browser-level
 	// Fetch.enable, as one without the domain would.
-	rejectFetch bool
+	RejectFetch bool
 	// silent lists methods of the relay's own commands that the fake
 	// receives (and acts on) but never answers, as a hung browser would.
-	silent map[string]bool
+	Silent map[string]bool
 	// listener, when set, is where the fake serves instead of a port of
 	// its own choosing.
-	listener net.Listener
+	Listener net.Listener
 	// commandLine is what Browser.getBrowserCommandLine answers; nil
 	// answers the error of a Chromium started without --enable-automation.
-	commandLine []string
+	CommandLine []string
 }
 
-// fakeBrowser is a CDP browser on an httptest.Server.
-type fakeBrowser struct {
+// Browser is a CDP browser on an httptest.Server.
+type Browser struct {
 	t    *testing.T
-	cfg  fakeConfig
+	cfg  Config
 	srv  *httptest.Server
-	addr string // host:port, as Chrome writes it into its URLs
+	Addr string // host:port, as Chrome writes it into its URLs; set once by New
 
-	fetch      *recording // the net connection's transcript
-	pagesRec   *recording // the pages connection's transcript
+	FetchRec   *Recording // the net connection's transcript; set once by New
+	PagesRec   *Recording // the pages connection's transcript; set once by New
 	httpMeta   map[string]string
-	httpLines  []recordedHTTP
+	httpLines  []RecordedHTTP
 	recordedID string // of /devtools/browser/ID in the recording
 	upgrader   websocket.Upgrader
 
-	mu        sync.Mutex
-	browserID string                     // guarded by mu; of /devtools/browser/ID, changed by restart
-	quiet     bool                       // guarded by mu; connections accepted from now on answer nothing by themselves
-	replaying *recording                 // guarded by mu; the next connection accepted answers from it
-	hits      []httpHit                  // guarded by mu
-	conns     []*fakeConn                // guarded by mu
-	returned  map[*fakeConn]bool         // guarded by mu; handed to a test already
-	targets   map[string]json.RawMessage // guarded by mu; targetInfo by id, as announced
-	nextJob   int                        // guarded by mu
-	changed   chan struct{}              // guarded by mu; closed and replaced when conns or hits change
+	Mu        sync.Mutex                 // guards what says so, and each Session's fields
+	browserID string                     // guarded by Mu; of /devtools/browser/ID, changed by restart
+	quiet     bool                       // guarded by Mu; connections accepted from now on answer nothing by themselves
+	replaying *Recording                 // guarded by Mu; the next connection accepted answers from it
+	hits      []Hit                      // guarded by Mu
+	conns     []*Conn                    // guarded by Mu
+	returned  map[*Conn]bool             // guarded by Mu; handed to a test already
+	Targets   map[string]json.RawMessage // guarded by Mu; targetInfo by id, as announced
+	nextJob   int                        // guarded by Mu
+	changed   chan struct{}              // guarded by Mu; closed and replaced when conns or hits change
 	wg        sync.WaitGroup             // connection readers
 }
 
-// httpHit is an HTTP request the fake got.
-type httpHit struct {
+// Hit is an HTTP request the fake got.
+type Hit struct {
 	Method, Path, Query, Host string
 	Upgrade                   bool
 }
 
-func newFakeBrowser(t *testing.T, cfg fakeConfig) *fakeBrowser {
+// New starts a fake browser as cfg says, answering from the recorded
+// transcripts; it is stopped when t's test ends.
+func New(t *testing.T, cfg Config) *Browser {
 	t.Helper()
-	fb := &fakeBrowser{
+	fb := &Browser{
 		t:        t,
 		cfg:      cfg,
-		fetch:    loadRecording(t, "chromium-fetch.jsonl"),
-		pagesRec: loadRecording(t, "chromium-pages.jsonl"),
-		returned: map[*fakeConn]bool{},
-		targets:  map[string]json.RawMessage{},
+		FetchRec: LoadRecording(t, "chromium-fetch.jsonl"),
+		PagesRec: LoadRecording(t, "chromium-pages.jsonl"),
+		returned: map[*Conn]bool{},
+		Targets:  map[string]json.RawMessage{},
 		nextJob:  1000,
 		changed:  make(chan struct{}),
 	}
-	fb.httpMeta, fb.httpLines = loadHTTP(t)
+	fb.httpMeta, fb.httpLines = LoadHTTP(t)
 	fb.upgrader = websocket.Upgrader{CheckOrigin: fb.checkOrigin}
 	fb.srv = httptest.NewUnstartedServer(http.HandlerFunc(fb.serve))
-	if cfg.listener != nil {
+	if cfg.Listener != nil {
 		fb.srv.Listener.Close()
-		fb.srv.Listener = cfg.listener
+		fb.srv.Listener = cfg.Listener
 	}
-	fb.addr = fb.srv.Listener.Addr().String()
+	fb.Addr = fb.srv.Listener.Addr().String()
 	var v struct{ WebSocketDebuggerURL string }
 	json.Unmarshal([]byte(fb.answerFor(t, "GET", "/json/version").Body), &v)
 	fb.recordedID = v.WebSocketDebuggerURL[strings.LastIndexByte(v.WebSocketDebuggerURL, '/')+1:]
 	fb.browserID = fb.recordedID
 	fb.srv.Start() // a relay may be asking already
-	t.Cleanup(fb.close)
+	t.Cleanup(fb.Close)
 	return fb
 }
 
-// close stops the server and ends every connection.
-func (fb *fakeBrowser) close() {
+// Close stops the server and ends every connection.
+func (fb *Browser) Close() {
 	fb.srv.Close()
-	fb.mu.Lock()
+	fb.Mu.Lock()
 	conns := fb.conns
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 	for _, c := range conns {
-		c.c.Close()
+		c.WS.Close()
 	}
 	fb.wg.Wait()
 }
 
-// url returns the fake's HTTP endpoint.
-func (fb *fakeBrowser) url() string { return "http://" + fb.addr }
+// URL returns the fake's HTTP endpoint.
+func (fb *Browser) URL() string { return "http://" + fb.Addr }
 
-// wsURL returns the URL of the browser endpoint.
-func (fb *fakeBrowser) wsURL() string {
-	if fb.cfg.lightpanda {
-		return "ws://" + fb.addr + "/"
+// WSURL returns the URL of the browser endpoint.
+func (fb *Browser) WSURL() string {
+	if fb.cfg.Lightpanda {
+		return "ws://" + fb.Addr + "/"
 	}
-	return "ws://" + fb.addr + "/devtools/browser/" + fb.id()
+	return "ws://" + fb.Addr + "/devtools/browser/" + fb.ID()
 }
 
-// id returns the browser's id, as in /devtools/browser/ID.
-func (fb *fakeBrowser) id() string {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
+// ID returns the browser's id, as in /devtools/browser/ID.
+func (fb *Browser) ID() string {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
 	return fb.browserID
 }
 
-// restart gives the browser a new id, as a restarted Chromium on the same
+// Restart gives the browser a new id, as a restarted Chromium on the same
 // port has: its connections are gone, and so is its old browser endpoint.
-func (fb *fakeBrowser) restart(id string) {
-	fb.mu.Lock()
+func (fb *Browser) Restart(id string) {
+	fb.Mu.Lock()
 	fb.browserID = id
 	conns := fb.conns
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 	for _, c := range conns {
-		c.drop()
+		c.Drop()
 	}
 }
 
-func (fb *fakeBrowser) broadcast() {
+func (fb *Browser) broadcast() {
 	close(fb.changed)
 	fb.changed = make(chan struct{})
 }
 
 // answerFor returns the last recorded answer to method path.
-func (fb *fakeBrowser) answerFor(t testing.TB, method, path string) recordedHTTP {
-	var found *recordedHTTP
+func (fb *Browser) answerFor(t testing.TB, method, path string) RecordedHTTP {
+	var found *RecordedHTTP
 	for i, l := range fb.httpLines {
 		if l.Method == method && l.Path == path {
 			found = &fb.httpLines[i]
@@ -179,21 +173,21 @@ func (fb *fakeBrowser) answerFor(t testing.TB, method, path string) recordedHTTP
 	if found == nil {
 		// Errorf, not Fatalf: the fake's handlers call this too.
 		t.Errorf("nothing recorded for %s %s", method, path)
-		return recordedHTTP{Status: http.StatusInternalServerError}
+		return RecordedHTTP{Status: http.StatusInternalServerError}
 	}
 	return *found
 }
 
 // served is a recorded body as the fake serves it: Chromium writes its own
 // address, as the client reached it, into its URLs.
-func (fb *fakeBrowser) served(body, host string) string {
-	body = strings.ReplaceAll(body, fb.recordedID, fb.id())
+func (fb *Browser) served(body, host string) string {
+	body = strings.ReplaceAll(body, fb.recordedID, fb.ID())
 	return strings.ReplaceAll(body, fb.httpMeta["browser"], host)
 }
 
 // hostAllowed is Chromium's check of the Host header (Lightpanda's is
 // stricter: IP literals only).
-func (fb *fakeBrowser) hostAllowed(hostport string) bool {
+func (fb *Browser) hostAllowed(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
@@ -202,28 +196,28 @@ func (fb *fakeBrowser) hostAllowed(hostport string) bool {
 	if _, err := netip.ParseAddr(host); err == nil || hostport == "" {
 		return true
 	}
-	if fb.cfg.lightpanda {
+	if fb.cfg.Lightpanda {
 		return false
 	}
 	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
-func (fb *fakeBrowser) checkOrigin(r *http.Request) bool {
+func (fb *Browser) checkOrigin(r *http.Request) bool {
 	origin, ok := r.Header["Origin"]
 	if !ok {
 		return true
 	}
-	return !fb.cfg.lightpanda && len(origin) == 1 && origin[0] == "http://"+r.Host
+	return !fb.cfg.Lightpanda && len(origin) == 1 && origin[0] == "http://"+r.Host
 }
 
-func (fb *fakeBrowser) serve(w http.ResponseWriter, r *http.Request) {
+func (fb *Browser) serve(w http.ResponseWriter, r *http.Request) {
 	upgrade := websocket.IsWebSocketUpgrade(r)
-	fb.mu.Lock()
-	fb.hits = append(fb.hits, httpHit{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Host: r.Host, Upgrade: upgrade})
+	fb.Mu.Lock()
+	fb.hits = append(fb.hits, Hit{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Host: r.Host, Upgrade: upgrade})
 	fb.broadcast()
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 	if !fb.hostAllowed(r.Host) {
-		if fb.cfg.lightpanda {
+		if fb.cfg.Lightpanda {
 			http.Error(w, "Host not allowed", http.StatusForbidden)
 		} else {
 			http.Error(w, "Host header is specified and is not an IP address or localhost.", http.StatusInternalServerError)
@@ -234,11 +228,11 @@ func (fb *fakeBrowser) serve(w http.ResponseWriter, r *http.Request) {
 		fb.serveWebsocket(w, r)
 		return
 	}
-	if fb.cfg.lightpanda {
+	if fb.cfg.Lightpanda {
 		fb.serveLightpanda(w, r)
 		return
 	}
-	answer := func(l recordedHTTP, body string) {
+	answer := func(l RecordedHTTP, body string) {
 		w.Header().Set("Content-Type", l.ContentType)
 		w.WriteHeader(l.Status)
 		w.Write([]byte(body))
@@ -279,7 +273,7 @@ func (fb *fakeBrowser) serve(w http.ResponseWriter, r *http.Request) {
 // spacing and escapes a re-encoding would change.
 var fakeProtocol = []byte("{\"version\": {\"major\": \"1\", \"minor\": \"3\"},\n \"domains\": [{\"domain\": \"Fetch\", \"description\": \"<b>\\u00e9</b> & more\"}]}\n")
 
-func (fb *fakeBrowser) serveLightpanda(w http.ResponseWriter, r *http.Request) {
+func (fb *Browser) serveLightpanda(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		http.NotFound(w, r)
 		return
@@ -287,7 +281,7 @@ func (fb *fakeBrowser) serveLightpanda(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Connection", "close")
 	switch r.URL.Path {
 	case "/json/version", "/json/version/":
-		fmt.Fprintf(w, `{"Browser": "Lightpanda/1.0", "Protocol-Version": "1.3", "User-Agent": "Lightpanda/1.0", "Lightpanda-Version": "dev", "webSocketDebuggerUrl": "ws://%s/"}`, fb.addr)
+		fmt.Fprintf(w, `{"Browser": "Lightpanda/1.0", "Protocol-Version": "1.3", "User-Agent": "Lightpanda/1.0", "Lightpanda-Version": "dev", "webSocketDebuggerUrl": "ws://%s/"}`, fb.Addr)
 	case "/json", "/json/", "/json/list", "/json/list/":
 		w.Write([]byte("[]"))
 	case "/json/protocol":
@@ -297,11 +291,11 @@ func (fb *fakeBrowser) serveLightpanda(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (fb *fakeBrowser) serveWebsocket(w http.ResponseWriter, r *http.Request) {
+func (fb *Browser) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	ok := path == "/"
-	if !fb.cfg.lightpanda {
-		ok = path == "/devtools/browser/"+fb.id() || strings.HasPrefix(path, "/devtools/page/")
+	if !fb.cfg.Lightpanda {
+		ok = path == "/devtools/browser/"+fb.ID() || strings.HasPrefix(path, "/devtools/page/")
 	}
 	if !ok {
 		http.NotFound(w, r)
@@ -311,54 +305,54 @@ func (fb *fakeBrowser) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader answered
 	}
-	fc := &fakeConn{fb: fb, c: c, path: path, arrived: make(chan struct{}), continued: map[string]time.Time{}, done: make(chan struct{})}
-	fb.mu.Lock()
+	fc := &Conn{fb: fb, WS: c, Path: path, arrived: make(chan struct{}), Continued: map[string]time.Time{}, done: make(chan struct{})}
+	fb.Mu.Lock()
 	fc.auto = !fb.quiet
 	fc.replay, fb.replaying = fb.replaying, nil
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 	c.SetPingHandler(func(data string) error {
-		fc.mu.Lock()
+		fc.Mu.Lock()
 		fc.pings++
-		fc.mu.Unlock()
+		fc.Mu.Unlock()
 		return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 	})
-	fb.mu.Lock()
+	fb.Mu.Lock()
 	fb.conns = append(fb.conns, fc)
 	fb.broadcast()
 	fb.wg.Add(1)
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 	go func() {
 		defer fb.wg.Done()
 		fc.read()
 	}()
 }
 
-// await calls check until it reports true, each time something changes.
-func (fb *fakeBrowser) await(t testing.TB, what string, check func() bool) {
+// Await calls check until it reports true, each time something changes.
+func (fb *Browser) Await(t testing.TB, what string, check func() bool) {
 	t.Helper()
-	deadline := time.After(waitFor)
+	deadline := time.After(WaitFor)
 	for {
-		fb.mu.Lock()
+		fb.Mu.Lock()
 		changed := fb.changed
 		done := check()
-		fb.mu.Unlock()
+		fb.Mu.Unlock()
 		if done {
 			return
 		}
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("fake browser: no %s within %v", what, waitFor)
+			t.Fatalf("fake browser: no %s within %v", what, WaitFor)
 		}
 	}
 }
 
-// holder returns the next connection that enabled browser-level Fetch:
+// Holder returns the next connection that enabled browser-level Fetch:
 // the relay's own.
-func (fb *fakeBrowser) holder(t testing.TB) *fakeConn {
+func (fb *Browser) Holder(t testing.TB) *Conn {
 	t.Helper()
-	var got *fakeConn
-	fb.await(t, "relay connection with Fetch enabled", func() bool {
+	var got *Conn
+	fb.Await(t, "relay connection with Fetch enabled", func() bool {
 		for _, c := range fb.conns {
 			if c.holder && !fb.returned[c] && !c.ended_() {
 				got, fb.returned[c] = c, true
@@ -370,11 +364,11 @@ func (fb *fakeBrowser) holder(t testing.TB) *fakeConn {
 	return got
 }
 
-// accept returns the next connection relayed for a client.
-func (fb *fakeBrowser) accept(t testing.TB) *fakeConn {
+// Accept returns the next connection relayed for a client.
+func (fb *Browser) Accept(t testing.TB) *Conn {
 	t.Helper()
-	var got *fakeConn
-	fb.await(t, "relayed connection", func() bool {
+	var got *Conn
+	fb.Await(t, "relayed connection", func() bool {
 		for _, c := range fb.conns {
 			if !c.holder && !c.own && !fb.returned[c] {
 				got, fb.returned[c] = c, true
@@ -386,40 +380,40 @@ func (fb *fakeBrowser) accept(t testing.TB) *fakeConn {
 	return got
 }
 
-// connCount reports how many websockets the fake has accepted.
-func (fb *fakeBrowser) connCount() int {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
+// ConnCount reports how many websockets the fake has accepted.
+func (fb *Browser) ConnCount() int {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
 	return len(fb.conns)
 }
 
-// httpHits returns the HTTP requests the fake got.
-func (fb *fakeBrowser) httpHits() []httpHit {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	return append([]httpHit(nil), fb.hits...)
+// Hits returns the HTTP requests the fake got.
+func (fb *Browser) Hits() []Hit {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
+	return append([]Hit(nil), fb.hits...)
 }
 
-// announce makes the fake know a target, as if it had been created.
-func (fb *fakeBrowser) announce(id string, info json.RawMessage) {
-	fb.mu.Lock()
-	fb.targets[id] = info
-	fb.mu.Unlock()
+// Announce makes the fake know a target, as if it had been created.
+func (fb *Browser) Announce(id string, info json.RawMessage) {
+	fb.Mu.Lock()
+	fb.Targets[id] = info
+	fb.Mu.Unlock()
 }
 
-// newJob returns a fresh interception job number.
-func (fb *fakeBrowser) newJob() int {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
+// NewJob returns a fresh interception job number.
+func (fb *Browser) NewJob() int {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
 	fb.nextJob++
 	return fb.nextJob
 }
 
-// hush makes the connections accepted from now on answer nothing by
+// Hush makes the connections accepted from now on answer nothing by
 // themselves: a test that replays a client's transcript plays the
 // browser's part itself.
-func (fb *fakeBrowser) hush() {
-	fb.mu.Lock()
+func (fb *Browser) Hush() {
+	fb.Mu.Lock()
 	fb.quiet = true
-	fb.mu.Unlock()
+	fb.Mu.Unlock()
 }
