@@ -181,7 +181,7 @@ func TestLogHygiene(t *testing.T) {
 			}
 			if mode == "fetch" {
 				hc := fb.Holder(t)
-				announcePages(t, fb, hc, false)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
 				page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 				ev, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
 					"requestId": "interception-job-1.0", "frameId": page.TargetID, "resourceType": "Document",

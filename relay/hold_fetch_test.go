@@ -3,9 +3,7 @@ package relay
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -17,38 +15,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// announcePages sends the recorded Target.targetCreated events of the
-// pages created while the recording ran, as Chromium does before a page's
-// first request. With quietly, the fake only learns of them, so it can
-// answer Target.getTargetInfo, but announces nothing.
-func announcePages(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, quietly bool) {
-	t.Helper()
-	for _, rm := range fb.FetchRec.Msgs[fb.FetchRec.ReplyIndex(t, "Fetch.enable"):] {
-		info, raw, ok := fakebrowser.ReadTargetInfo(rm.Msg)
-		if !ok || rm.Wire.Method != "Target.targetCreated" || info.Type != "page" {
-			continue
-		}
-		if quietly {
-			fb.Announce(info.TargetID, raw)
-			continue
-		}
-		if err := hc.Send(rm.Msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// commands returns the commands the relay sent on hc calling method.
-func commands(hc *fakebrowser.Conn, method string) []fakebrowser.Msg {
-	var out []fakebrowser.Msg
-	for _, m := range hc.Received() {
-		if m.Wire.Method == method {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // TestFetchHolderReplaysChromium replays the net connection's transcript
 // recorded from Chromium, in causal order, and checks that the relay sends
 // the very commands the recorder sent (ids aside) and books what it should
@@ -59,7 +25,7 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 	tp := relayTo(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
 	hc := fb.Holder(t)
 
-	busyAnswered := replayChromium(t, fb, hc)
+	busyAnswered := fakebrowser.ReplayChromium(t, fb, hc)
 
 	// a.test: six navigations, the last answered 429 with Retry-After 3;
 	// b.test: a redirect hop and a new page; c.test: refused. The iframes
@@ -74,35 +40,6 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 	if r := tp.lim.Reserve("c.test", now); r.Pressure < 5 {
 		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
 	}
-}
-
-// armedPages waits until the relay's pages connection pc armed every page
-// the fake knows.
-func armedPages(t *testing.T, fb *fakebrowser.Browser, pc *fakebrowser.Conn) {
-	t.Helper()
-	fb.Await(t, "every page armed", func() bool {
-		for id, info := range fb.Targets {
-			if ti, _, ok := fakebrowser.ReadTargetInfo(fmt.Appendf(nil, `{"params":{"targetInfo":%s}}`, info)); !ok || ti.Type != "page" {
-				continue
-			}
-			if ss := pc.SessionLocked(id); ss == nil || !ss.Fetch || !ss.Ran {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// relayConns starts the test of a relay's own connections to fb: its net
-// and pages connections, the recorded pages announced and armed.
-func relayConns(t *testing.T, fb *fakebrowser.Browser, late bool) (net, pages *fakebrowser.Conn) {
-	t.Helper()
-	net, pages = fb.Holder(t), fb.Pages(t)
-	announcePages(t, fb, net, late)
-	if !late {
-		armedPages(t, fb, pages)
-	}
-	return net, pages
 }
 
 // TestFetchHolder plays recorded navigations through the relay's own
@@ -133,20 +70,20 @@ func TestFetchHolder(t *testing.T) {
 				// One pause each, in the pages connection: net's patterns
 				// named the held request while it waited, and not once it
 				// was let go.
-				if n := len(commands(pages, "Fetch.continueRequest")); n != 2 {
+				if n := len(fakebrowser.Commands(pages, "Fetch.continueRequest")); n != 2 {
 					t.Errorf("pages connection let %d requests go, want 2", n)
 				}
 				// Net, whose patterns name a held request until its release,
 				// may still pause it when the browser takes the release
 				// first: it then lets it go at once, booking nothing.
-				if n := len(commands(net, "Fetch.continueRequest")); n > 2 {
+				if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n > 2 {
 					t.Errorf("net connection let %d requests go, want none (or the echo of a release)", n)
 				}
 				if n := len(tp.logs.lines(`"message":"navigation held"`)); n != 1 {
 					t.Errorf("%d navigations held, want 1", n)
 				}
 				named := false
-				for _, m := range commands(net, "Fetch.enable") {
+				for _, m := range fakebrowser.Commands(net, "Fetch.enable") {
 					named = named || strings.Contains(string(m.Wire.Params), `/page\\?first`)
 				}
 				if !named {
@@ -154,7 +91,7 @@ func TestFetchHolder(t *testing.T) {
 				}
 				deadline := time.Now().Add(waitFor)
 				for {
-					last := commands(net, "Fetch.enable")
+					last := fakebrowser.Commands(net, "Fetch.enable")
 					if !strings.Contains(string(last[len(last)-1].Wire.Params), "page") {
 						break
 					}
@@ -276,7 +213,7 @@ func TestFetchHolder(t *testing.T) {
 			if tt.prime != nil {
 				tt.prime(tp.lim)
 			}
-			net, pages := relayConns(t, fb, false)
+			net, pages := fakebrowser.RelayConns(t, fb, false)
 			var hops [][]fakebrowser.Hops
 			var began []time.Time
 			for _, url := range tt.chains {
@@ -319,7 +256,7 @@ func TestFetchHolderExemptHost(t *testing.T) {
 	checkLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour))
-	net, pages := relayConns(t, fb, false)
+	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	for _, host := range []string{"localhost", "127.0.0.1", "LocalHost"} {
 		var local [][]byte
@@ -332,10 +269,10 @@ func TestFetchHolderExemptHost(t *testing.T) {
 	if n := tp.lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts, want none", n)
 	}
-	if got := len(commands(pages, "Fetch.continueRequest")); got != 6 {
+	if got := len(fakebrowser.Commands(pages, "Fetch.continueRequest")); got != 6 {
 		t.Errorf("pages connection let %d requests go, want 6: each paused there once", got)
 	}
-	if got := len(commands(net, "Fetch.continueRequest")); got != 0 {
+	if got := len(fakebrowser.Commands(net, "Fetch.continueRequest")); got != 0 {
 		t.Errorf("net connection let %d requests go, want none: no exempt navigation pauses twice", got)
 	}
 }
@@ -358,7 +295,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 				}
 				hc.Ended(t)
 			}
-			net, pages := relayConns(t, fb, false)
+			net, pages := fakebrowser.RelayConns(t, fb, false)
 			chain := fb.FetchRec.Chain(t, "/page?first")
 			first := fb.Navigate(t, chain)
 			lose(pages)
@@ -377,7 +314,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
 			again := fb.Pages(t) // the relay reconnected
-			armedPages(t, fb, again)
+			fakebrowser.ArmedPages(t, fb, again)
 			fb.Await(t, "net pausing only what pages holds", func() bool { return !slices.Contains(net.Patterns, "*") })
 			third := fb.Navigate(t, chain)
 			if waited := third[0].Continued.Sub(second[0].Paused); waited < 300*time.Millisecond {
@@ -468,7 +405,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(500*time.Millisecond), recordBookings(&rec))
-	net, pages := relayConns(t, fb, false)
+	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	first := fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
@@ -482,7 +419,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	if waited := second[0].Continued.Sub(first[0].Paused); waited < 500*time.Millisecond {
 		t.Errorf("held navigation went %v after the first, want at least its slot, 500ms", waited)
 	}
-	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
+	if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Errorf("net never let the handed-over request go")
 	}
 	if n := len(rec.bookings()); n != 2 {
@@ -524,7 +461,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	var open sync.Once
 	tp := relayTo(t, fb, fixed(time.Hour), func(p *Proxy) { g.Limiter = p.Limiter; p.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
-	net, pages := relayConns(t, fb, false)
+	net, pages := fakebrowser.RelayConns(t, fb, false)
 	nav := make(chan []fakebrowser.Hops, 1)
 	go func() { nav <- fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first")) }()
 	select {
@@ -549,7 +486,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		}
 		return
 	}
-	if n := len(commands(net, "Fetch.continueRequest")); n == 0 {
+	if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Error("net never let the handed-over request go")
 	}
 	time.Sleep(handOverWait + 200*time.Millisecond)
@@ -565,7 +502,7 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	checkLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour))
-	net, pages := relayConns(t, fb, false)
+	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
@@ -581,7 +518,7 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	<-held
 	pages.Ended(t)
 	net.Ended(t)
-	if n := len(commands(pages, "Fetch.continueRequest")); n != 1 {
+	if n := len(fakebrowser.Commands(pages, "Fetch.continueRequest")); n != 1 {
 		t.Errorf("pages let %d requests go, want only the first: the held one went with its connection", n)
 	}
 }
@@ -593,7 +530,7 @@ func TestFetchHolderConcurrent(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(interval))
-	net, pages := relayConns(t, fb, false)
+	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test
 	p, _ := fakebrowser.ReadPause(chain[0])
 	const hosts, navs = 8, 4
@@ -634,105 +571,9 @@ func TestFetchHolderConcurrent(t *testing.T) {
 	if got, want := tp.lim.Len(), 2*hosts; got != want {
 		t.Errorf("limiter knows %d hosts, want %d", got, want)
 	}
-	if got, want := len(commands(pages, "Fetch.continueRequest")), hosts*navs*2; got != want {
+	if got, want := len(fakebrowser.Commands(pages, "Fetch.continueRequest")), hosts*navs*2; got != want {
 		t.Errorf("relay continued %d pauses, want %d", got, want)
 	}
-}
-
-// replayChromium plays the net connection's transcript recorded from
-// Chromium (browser-level Fetch pausing every document) against the
-// relay's net connection hc, in causal order, checks that the relay sends
-// the very commands the recorder sent (ids aside; net's pattern updates
-// aside, which the relay makes as pages holds and lets go), and returns
-// when the recorded 429 was answered.
-func replayChromium(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn) time.Time {
-	t.Helper()
-	// The fake answered discovery and Fetch.enable by itself.
-	busy := replayTranscript(t, fb.FetchRec, fb.FetchRec.ReplyIndex(t, "Fetch.enable"), hc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Fetch.enable" })
-	if busy.IsZero() {
-		t.Fatal("the recording has no 429")
-	}
-	return busy
-}
-
-// replayTranscript plays rec against the relay's connection hc, in causal order:
-// from index auto on (what comes before, the fake sent by itself), each
-// browser event once the relay has sent what the recorder sent before
-// it. It checks that the relay sends the very commands the recorder sent,
-// ids aside and but for those ignore is true of, and returns when the
-// recorded 429 was answered, if it was.
-func replayTranscript(t *testing.T, rec *fakebrowser.Recording, auto int, hc *fakebrowser.Conn, ignore func(fakebrowser.Msg) bool) time.Time {
-	t.Helper()
-	var pending []fakebrowser.Msg // relay commands not matched yet
-	var busyAnswered time.Time
-	var waitingFor string
-	defer func() {
-		if t.Failed() {
-			t.Logf("waiting for the relay to send %s; it sent, unmatched:", waitingFor)
-			for _, m := range pending {
-				t.Logf("  %s %s %s", m.Wire.Method, m.Wire.SessionID, m.Wire.Params)
-			}
-		}
-	}()
-	next := func() fakebrowser.Msg {
-		for {
-			m := hc.Next(t)
-			if !ignore(m) {
-				return m
-			}
-		}
-	}
-	for i, rm := range rec.Msgs {
-		switch {
-		case rm.From == "client" && ignore(fakebrowser.Msg{Wire: rm.Wire, Data: rm.Msg}):
-		case rm.From == "client":
-			want := rm.Wire
-			waitingFor = want.Method + " " + want.SessionID + " " + string(want.Params)
-			found := -1
-			for found < 0 {
-				for j, got := range pending {
-					if got.Wire.Method == want.Method && sameJSON(got.Wire.Params, want.Params) && got.Wire.SessionID == want.SessionID {
-						found = j
-						break
-					}
-				}
-				if found < 0 {
-					pending = append(pending, next())
-				}
-			}
-			pending = append(pending[:found], pending[found+1:]...)
-		case i <= auto, rm.Wire.ID != nil:
-			// Sent by the fake itself: discovery, and the replies to commands.
-		default:
-			if p, ok := fakebrowser.ReadPause(rm.Msg); ok && p.ResponseStatusCode == 429 {
-				busyAnswered = time.Now()
-			}
-			if strings.Contains(string(rm.Msg), `"status":429`) {
-				busyAnswered = time.Now()
-			}
-			if err := hc.Send(rm.Msg); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, m := range pending {
-		t.Errorf("relay sent %s %s %s, which the recorder did not", m.Wire.Method, m.Wire.SessionID, m.Wire.Params)
-	}
-	return busyAnswered
-}
-
-// sameJSON reports whether a and b hold the same JSON value.
-func sameJSON(a, b []byte) bool {
-	if bytes.Equal(a, b) {
-		return true
-	}
-	for _, p := range []*[]byte{&a, &b} {
-		if len(*p) == 0 || string(*p) == "null" {
-			*p = []byte("{}") // no params, or none to speak of
-		}
-	}
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // TestFetchPagesReplaysChromium replays the pages connection's transcript
@@ -752,7 +593,7 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 	// The recorder enabled Network in its session as it armed a page; the
 	// relay enables it as it holds the page's first request (no client
 	// here has it on): the recorded events come either way.
-	busyAnswered := replayTranscript(t, fb.PagesRec, auto, pc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Network.enable" })
+	busyAnswered := fakebrowser.ReplayTranscript(t, fb.PagesRec, auto, pc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Network.enable" })
 	waitFeedback(t, tp, 8)
 	if got := tp.lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
@@ -775,7 +616,7 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
 	hc := fb.Holder(t)
 	chain := fb.FetchRec.Chain(t, "/page?first")
-	announcePages(t, fb, hc, false)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
 	fb.PlayAll(t, chain)
 	fb.PlayAll(t, chain) // held
 	p, _ := fakebrowser.ReadPause(chain[0])

@@ -71,7 +71,7 @@ func TestFetchHolderRefusesDisallowed(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1,concurrency:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey)
-	_, pages := relayConns(t, fb, false)
+	_, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 
 	for i, path := range []string{"/private/x", "/private/y?q=1"} {
@@ -80,7 +80,7 @@ func TestFetchHolderRefusesDisallowed(t *testing.T) {
 			t.Fatalf("navigation %d to %s: got %+v, want failed with BlockedByClient where it paused", i, path, hops)
 		}
 	}
-	if got := len(commands(pages, "Fetch.failRequest")); got != 2 {
+	if got := len(fakebrowser.Commands(pages, "Fetch.failRequest")); got != 2 {
 		t.Errorf("pages failed %d requests, want 2", got)
 	}
 	if n := (*lim).Len(); n != 0 {
@@ -201,7 +201,7 @@ func TestFetchHolderRefusesUnspaced(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := obeyingFlags(t, "User-agent: *\nDisallow: /private/\n", policy.Flags{Robots: "obey", Delay: "0"})
 	tp := relayTo(t, fb, limiter.Config{}, obey)
-	relayConns(t, fb, false)
+	fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	if hops := fb.Navigate(t, rewritten(chain, "/page?first", "/private/x")); len(hops) != 1 || hops[0].Failed != "BlockedByClient" {
 		t.Fatalf("got %+v, want failed with BlockedByClient", hops)
@@ -252,7 +252,7 @@ func TestFetchHolderRefusesRedirectHop(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, _ := obeying(t, "User-agent: *\nDisallow: /y\n", "a.test=fixed:1h,burst:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey)
-	relayConns(t, fb, false)
+	fakebrowser.RelayConns(t, fb, false)
 	hops := fb.Navigate(t, fb.FetchRec.Chain(t, "/r2"))
 	if len(hops) != 2 || hops[0].Failed != "" || hops[1].Failed != "BlockedByClient" {
 		t.Fatalf("got %+v, want /r2 let go and its hop to /y failed with BlockedByClient", hops)

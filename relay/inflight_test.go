@@ -216,13 +216,13 @@ func TestCapFetch(t *testing.T) {
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(tt.bound))
 			hc := fb.Holder(t)
 			fb.Pages(t) // both of the relay's connections are up; net holds what pauses there
-			announcePages(t, fb, hc, false)
+			fakebrowser.AnnouncePages(t, fb, hc, false)
 			tt.end(t, fb, hc, tp)
 			awaitInFlight(t, tp, tt.host, 0)
 			if tt.dropped { // the relay reconnects: the next navigation pauses there
 				hc.Ended(t)
 				hc = fb.Holder(t)
-				announcePages(t, fb, hc, false)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
 			}
 			goesAtOnce(t, fb, hc, tt.host)
 			awaitInFlight(t, tp, tt.host, 0)
@@ -246,7 +246,7 @@ func TestCapFetchHolds(t *testing.T) {
 		p.Metrics = NewMetrics(p.Limiter)
 	})
 	hc := fb.Holder(t)
-	announcePages(t, fb, hc, false)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	first := hc.MustPlay(t, chain[:1])
 	var waiting []string

@@ -30,7 +30,7 @@ func TestFetchHolderRules(t *testing.T) {
 		p.Limiter = policy.New(cfg, lim)
 	})
 	hc := fb.Holder(t)
-	announcePages(t, fb, hc, false)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
 	// A new page opened with its URL: b.test, exempt by rule 2.
 	hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?created"))
 	if n := lim.Len(); n != 0 {
@@ -84,7 +84,7 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 		t.Cleanup(pol.Close)
 		p.Limiter = pol
 	})
-	relayConns(t, fb, false)
+	fakebrowser.RelayConns(t, fb, false)
 	if got := pol.Bucket("a.test"); got != "a.test" {
 		t.Fatalf("before any answer: bucket %q, want a.test", got)
 	}

@@ -277,12 +277,12 @@ func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargetInfo": true}})
 	tp := relayTo(t, fb, fixed(time.Hour))
 	hc := fb.Holder(t)
-	announcePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
+	fakebrowser.AnnouncePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	for range 2 {
 		hc.MustPlay(t, chain)
 	}
-	if got := len(commands(hc, "Target.getTargetInfo")); got != 2 {
+	if got := len(fakebrowser.Commands(hc, "Target.getTargetInfo")); got != 2 {
 		t.Errorf("relay asked Target.getTargetInfo %d times, want 2 (once per unanswered pause)", got)
 	}
 	if n := tp.lim.Len(); n != 0 {
@@ -296,7 +296,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	checkLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Fetch.continueRequest": true}})
 	tp := relayTo(t, fb, limiter.Config{})
-	_, pc := relayConns(t, fb, false)
+	_, pc := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test: two hops
 	for range 25 {
 		fb.Navigate(t, chain)
@@ -304,7 +304,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	// What the browser answers (net's pattern updates) may still be on its
 	// way; what it never answers must not be kept.
 	eventually(t, "the relay's own connections keeping no command", func() bool { return hold.StateOf(tp.p.ups[0].holds).Commands == 0 })
-	if n := len(commands(pc, "Fetch.continueRequest")); n != 25*2 {
+	if n := len(fakebrowser.Commands(pc, "Fetch.continueRequest")); n != 25*2 {
 		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
 	}
 }
@@ -332,7 +332,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			held := make(chan error, 1)
 			if mode == "fetch" {
 				hc = fb.Holder(t)
-				announcePages(t, fb, hc, false)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
 				chain := fb.FetchRec.Chain(t, "/page?first")
 				hc.MustPlay(t, chain)
 				go func() {
@@ -372,7 +372,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			}
 			if mode == "fetch" {
 				hc2 := fb.Holder(t)
-				announcePages(t, fb, hc2, false)
+				fakebrowser.AnnouncePages(t, fb, hc2, false)
 				go hc2.Play(fb.FetchRec.Chain(t, "/page?first")) // ends when the relay closes
 			} else {
 				writeClient(t, c2, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))

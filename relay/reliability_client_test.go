@@ -61,7 +61,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		var rec *recorder
 		tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 		hc := fb.Holder(t)
-		announcePages(t, fb, hc, false)
+		fakebrowser.AnnouncePages(t, fb, hc, false)
 		c := tp.dial(t, "/", nil)
 		fb.Accept(t)
 		chain := fb.FetchRec.Chain(t, "/page?first")
@@ -77,7 +77,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		if len(hops) != len(chain) {
 			t.Fatalf("got %d hops, want %d", len(hops), len(chain))
 		}
-		if n, want := len(commands(hc, "Fetch.continueRequest")), 2*len(chain); n != want {
+		if n, want := len(fakebrowser.Commands(hc, "Fetch.continueRequest")), 2*len(chain); n != want {
 			t.Errorf("relay continued %d pauses, want %d: each once", n, want)
 		}
 		if n := len(rec.bookings()); n != 2 {

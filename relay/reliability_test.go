@@ -338,7 +338,7 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 	hc := fb.Holder(t)
-	announcePages(t, fb, hc, false)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
 	page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 	const marker = "BODY-MARKER-d41d8cd9"
 	garbage := []struct {

@@ -57,7 +57,7 @@ func TestStoreHoldsUntilBack(t *testing.T) {
 			var paused, released time.Time
 			if mode == hold.InterceptFetch {
 				hc := fb.Holder(t)
-				announcePages(t, fb, hc, false)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
 				hops := hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
 				paused, released = hops[0].Paused, hops[0].Continued
 			} else {

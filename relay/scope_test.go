@@ -78,7 +78,7 @@ func TestScope(t *testing.T) {
 	fb.Await(t, "the relay letting go of pages no client drives", func() bool {
 		return pages.SessionLocked("MINE") == nil && pages.SessionLocked("OTHERS") == nil
 	})
-	if n := len(commands(pages, "Runtime.runIfWaitingForDebugger")); n != 2 {
+	if n := len(fakebrowser.Commands(pages, "Runtime.runIfWaitingForDebugger")); n != 2 {
 		t.Errorf("the relay let %d new pages run, want 2", n)
 	}
 	// The client is attached to both pages, as Puppeteer and Playwright

@@ -19,7 +19,7 @@ func TestPage(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	hc := fb.Holder(t)
-	replayChromium(t, fb, hc)
+	fakebrowser.ReplayChromium(t, fb, hc)
 
 	code, page := getBody(t, "http://"+tp.addr+"/")
 	if code != 200 || !strings.HasPrefix(page, "<!doctype html>") {

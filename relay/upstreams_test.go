@@ -125,7 +125,7 @@ func TestMetricsAndHosts(t *testing.T) {
 	p.HoldBackup = true         // the recording is of the backup net connection
 	tp := startProxy(t, p, lim, logs)
 	hc := fb.Holder(t)
-	replayChromium(t, fb, hc)
+	fakebrowser.ReplayChromium(t, fb, hc)
 	c := tp.dial(t, "/", nil)
 	for i := range 3 {
 		if err := c.WriteMessage(1, []byte(`{"id":`+strconv.Itoa(i+1)+`,"method":"Browser.getVersion"}`)); err != nil {
