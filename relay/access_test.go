@@ -235,7 +235,7 @@ func TestLogHygiene(t *testing.T) {
 			"ws://" + addr + "/devtools/browser/x?token=upstream-5ecret",
 			"http://user:upstreampw-5ecret@" + addr,
 		} {
-			logs := &syncBuffer{}
+			logs := &fakebrowser.Logs{}
 			log := zerolog.New(logs).Level(zerolog.DebugLevel)
 			p := &Proxy{Upstream: up, Limiter: withPolicy(limiter.New(limiter.Config{}), limiter.Config{}), Log: &log, StartTimeout: 300 * time.Millisecond}
 			err := p.Start(t.Context())

@@ -131,7 +131,7 @@ func TestStartSaysWhatItWaitsFor(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs)
 	p := &Proxy{Upstream: "http://" + addr, Log: &log, StartTimeout: time.Second}
 	err = p.Start(t.Context())
@@ -144,7 +144,7 @@ func TestStartSaysWhatItWaitsFor(t *testing.T) {
 		!strings.Contains(msg, addr) || !strings.Contains(msg, "connection refused") || strings.Contains(msg, "\n") {
 		t.Errorf("Start: got %q, want one line with relay: once, the browser, the bound and the cause", msg)
 	}
-	notices := logs.lines("no answer from the browser yet; --start-timeout bounds the wait")
+	notices := logs.Lines("no answer from the browser yet; --start-timeout bounds the wait")
 	if len(notices) < 3 {
 		t.Errorf("said %d times that it still waits within 1s at a notice every 200ms, want 3 or more; log:\n%s", len(notices), logs)
 	}
@@ -180,9 +180,9 @@ func TestHealthLogNamesNoElsewhere(t *testing.T) {
 			})
 			fb.Close()
 			eventually(t, "a warning that the browser is not answering", func() bool {
-				return len(tp.logs.lines(`"level":"warn"`, "browser not answering")) > 0
+				return len(tp.logs.Lines(`"level":"warn"`, "browser not answering")) > 0
 			})
-			got := tp.logs.lines(`"level":"warn"`, "browser not answering")[0]
+			got := tp.logs.Lines(`"level":"warn"`, "browser not answering")[0]
 			if !strings.Contains(got, tt.want) {
 				t.Errorf("got %s, want %s", got, tt.want)
 			}

@@ -63,7 +63,7 @@ func TestFetchHolder(t *testing.T) {
 				if waited := hops[1][0].Continued.Sub(hops[0][0].Paused); waited < 300*time.Millisecond {
 					t.Errorf("second navigation released %v after the first was paused, want at least 300ms", waited)
 				}
-				warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
+				warned := tp.logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
 				if len(warned) != 1 || !strings.Contains(warned[0], `"level":"debug"`) {
 					t.Errorf("got %q, want one debug line naming a.test and the tip (fixed mode)", warned)
 				}
@@ -79,7 +79,7 @@ func TestFetchHolder(t *testing.T) {
 				if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n > 2 {
 					t.Errorf("net connection let %d requests go, want none (or the echo of a release)", n)
 				}
-				if n := len(tp.logs.lines(`"message":"navigation held"`)); n != 1 {
+				if n := len(tp.logs.Lines(`"message":"navigation held"`)); n != 1 {
 					t.Errorf("%d navigations held, want 1", n)
 				}
 				named := false
@@ -117,11 +117,11 @@ func TestFetchHolder(t *testing.T) {
 				if waited := hops[2][0].Continued.Sub(hops[1][0].Paused); waited <= 0 {
 					t.Errorf("third navigation not held")
 				}
-				warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
+				warned := tp.logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
 				if len(warned) != 1 || !strings.Contains(warned[0], `"level":"warn"`) {
 					t.Errorf("got %q, want one warn line naming a.test and the tip", warned)
 				}
-				if held := tp.logs.lines(`"message":"navigation held"`, `"host":"a.test"`); len(held) != 2 {
+				if held := tp.logs.Lines(`"message":"navigation held"`, `"host":"a.test"`); len(held) != 2 {
 					t.Errorf("got %d debug lines for held navigations, want 2", len(held))
 				}
 			},
@@ -307,10 +307,10 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
-			for deadline := time.Now().Add(waitFor); len(tp.logs.lines("lost one of")) == 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(waitFor); len(tp.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(tp.logs.lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
+			if n := len(tp.logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
 			again := fb.Pages(t) // the relay reconnected
@@ -331,13 +331,13 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(again)
 			fb.Holder(t)
 			deadline := time.Now().Add(waitFor)
-			for len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
+			for len(tp.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(tp.logs.lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+			if n := len(tp.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
-			if n := len(tp.logs.lines("browser connection is back")); n != 1 {
+			if n := len(tp.logs.Lines("browser connection is back")); n != 1 {
 				t.Errorf("got %d notes that the connection is back, want 1", n)
 			}
 			if n := tp.p.Metrics.Unheld(); n != 0 {
@@ -378,19 +378,19 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	hc1.Ended(t)
 	hc2.Ended(t)
 	fb.Holder(t)
-	for deadline := time.Now().Add(waitFor); len(tp.logs.lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(waitFor); len(tp.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
-	if n := len(tp.logs.lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 		t.Errorf("got %d warnings that the browser closed the relay's connections, want 1", n)
 	}
-	if n := len(tp.logs.lines("lost one of")); n != 0 {
+	if n := len(tp.logs.Lines("lost one of")); n != 0 {
 		t.Errorf("got %d notes about one lost connection, want none: the browser went away", n)
 	}
 	tp.p.Close()
 	for _, m := range []string{"lost one of", "closed the relay's connections"} {
-		if n := len(tp.logs.lines(m)); n > 1 || m == "lost one of" && n > 0 {
+		if n := len(tp.logs.Lines(m)); n > 1 || m == "lost one of" && n > 0 {
 			t.Errorf("after Close: %d lines with %q", n, m)
 		}
 	}
@@ -481,7 +481,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	if hops[0].Pauses == 0 {
 		// The browser let it go: counted.
 		eventually(t, "the request counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
-		if n := len(tp.logs.lines("the browser released what the relay's lost connections held")); n != 1 {
+		if n := len(tp.logs.Lines("the browser released what the relay's lost connections held")); n != 1 {
 			t.Errorf("logged %d times that the browser released what the relay held, want once", n)
 		}
 		return
@@ -508,7 +508,7 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
 	deadline := time.Now().Add(waitFor)
-	for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
+	for len(tp.logs.Lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("navigation not held")
 		}
@@ -621,7 +621,7 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 	fb.PlayAll(t, chain) // held
 	p, _ := fakebrowser.ReadPause(chain[0])
 	for _, msg := range []string{"navigation goes at once", "navigation held"} {
-		lines := tp.logs.lines(`"message":"` + msg + `"`)
+		lines := tp.logs.Lines(`"message":"` + msg + `"`)
 		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {
 			t.Errorf("%q: got %q, want one line naming page %s", msg, lines, p.FrameID)
 		}

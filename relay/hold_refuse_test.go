@@ -110,7 +110,7 @@ func TestFetchHolderRefusesDisallowed(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &hosts); err != nil || len(hosts) != 1 || hosts[0].Host != "a.test" || hosts[0].Refused != 2 {
 		t.Errorf("/hosts: got %s (%v), want a.test with 2 refused", body, err)
 	}
-	warned := tp.logs.lines("navigation refused: robots.txt disallows it")
+	warned := tp.logs.Lines("navigation refused: robots.txt disallows it")
 	if len(warned) != 1 || !strings.Contains(warned[0], `"level":"warn"`) || !strings.Contains(warned[0], `"host":"a.test"`) ||
 		!strings.Contains(warned[0], `"path":"/private/x"`) || !strings.Contains(warned[0], `"source":"robots.txt"`) {
 		t.Errorf("got %q, want one warning naming the host, the path and robots.txt", warned)

@@ -276,7 +276,7 @@ func TestCapFetchHolds(t *testing.T) {
 	if d := at.Sub(first[0].Continued); d < 200*time.Millisecond {
 		t.Errorf("the second navigation went %v after the first, want its slot 200ms after", d)
 	}
-	if lines := tp.logs.lines("holding navigations to this host until one in flight is answered", `"host":"a.test"`, `"concurrency":1`); len(lines) != 1 {
+	if lines := tp.logs.Lines("holding navigations to this host until one in flight is answered", `"host":"a.test"`, `"concurrency":1`); len(lines) != 1 {
 		t.Errorf("warnings: %q, want one", lines)
 	}
 	rec := httptestGet(t, tp, "/metrics")

@@ -514,7 +514,7 @@ func TestSlowClient(t *testing.T) {
 	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
 		t.Errorf("browser got %v, want close 1008 \"client did not read in time\"", err)
 	}
-	if n := len(tp.logs.lines(`"level":"warn"`, "client did not read in time")); n != 1 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "client did not read in time")); n != 1 {
 		t.Errorf("got %d warnings, want 1", n)
 	}
 	waitConns(t, tp, 0)

@@ -1,12 +1,10 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,41 +22,8 @@ type testProxy struct {
 	p    *Proxy
 	srv  *httptest.Server
 	lim  *limiter.Limiter
-	logs *syncBuffer
+	logs *fakebrowser.Logs
 	addr string // host:port the relay listens on
-}
-
-// syncBuffer collects the relay's logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the log lines that contain every one of parts.
-func (b *syncBuffer) lines(parts ...string) []string {
-	var out []string
-	for _, l := range strings.Split(b.String(), "\n") {
-		keep := l != ""
-		for _, p := range parts {
-			keep = keep && strings.Contains(l, p)
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // withPolicy is lim behind the policy of the global flags cfg alone, as
@@ -68,8 +33,8 @@ func withPolicy(lim *limiter.Limiter, cfg limiter.Config) hold.Limiter {
 }
 
 // newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
-func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
-	logs := &syncBuffer{}
+func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *fakebrowser.Logs) {
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
 	return &Proxy{
@@ -83,7 +48,7 @@ func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Lim
 }
 
 // startProxy starts p and serves it; it is closed when the test ends.
-func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) *testProxy {
+func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *fakebrowser.Logs) *testProxy {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -207,7 +172,7 @@ func TestStartChoosesInterception(t *testing.T) {
 			if got := tp.p.ups[0].holding(); got != tt.want {
 				t.Errorf("navigations held by %q, want %q", got, tt.want)
 			}
-			if tt.wantWarn != "" && len(logs.lines(`"level":"warn"`, tt.wantWarn)) != 1 {
+			if tt.wantWarn != "" && len(logs.Lines(`"level":"warn"`, tt.wantWarn)) != 1 {
 				t.Errorf("got no warning %q; log:\n%s", tt.wantWarn, logs)
 			}
 		})

@@ -207,7 +207,7 @@ func TestBrowserMisbehaves(t *testing.T) {
 				t.Errorf("client got close %d %q, want %d %q", ce.Code, ce.Text, tt.want, tt.wantText)
 			}
 			waitConns(t, tp, 0)
-			if tt.warn != "" && len(tp.logs.lines(`"level":"warn"`, tt.warn)) != 1 {
+			if tt.warn != "" && len(tp.logs.Lines(`"level":"warn"`, tt.warn)) != 1 {
 				t.Errorf("no warning %q logged", tt.warn)
 			}
 			// A client beside it is served.
@@ -254,14 +254,14 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 			if got := tp.p.ups[0].holding(); got != "waiting" {
 				t.Errorf("navigations held by %q after Start, want waiting", got)
 			}
-			if n := len(logs.lines(`"level":"warn"`, "navigations wait until it is", "context deadline exceeded")); n != 1 {
+			if n := len(logs.Lines(`"level":"warn"`, "navigations wait until it is", "context deadline exceeded")); n != 1 {
 				t.Errorf("got %d warnings that navigations wait and why, want 1", n)
 			}
 			deadline := time.Now().Add(waitFor)
 			for tp.p.ups[0].holding() != "session" && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if n := len(logs.lines(`"level":"warn"`, "holding navigations through each client session", "context deadline exceeded")); n != 1 {
+			if n := len(logs.Lines(`"level":"warn"`, "holding navigations through each client session", "context deadline exceeded")); n != 1 {
 				t.Errorf("got %d warnings about falling over to the session strategy and why, want 1", n)
 			}
 		})
@@ -345,7 +345,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
 			}
 			deadline := time.Now().Add(waitFor)
-			for len(tp.logs.lines(`"message":"navigation held"`)) == 0 {
+			for len(tp.logs.Lines(`"message":"navigation held"`)) == 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("navigation not held")
 				}
@@ -389,7 +389,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				t.Errorf("navigation after the restart booked %v after the first, want the third hourly slot", got.Sub(first))
 			}
 			if mode == "fetch" {
-				if n := len(tp.logs.lines("browser connection is back")); n != 1 {
+				if n := len(tp.logs.Lines("browser connection is back")); n != 1 {
 					t.Errorf("got %d notes that the relay's browser connection is back, want 1", n)
 				}
 			}
@@ -417,7 +417,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			}
 			addr := ln.Addr().String()
 			ln.Close() // nothing listens there yet
-			logs := &syncBuffer{}
+			logs := &fakebrowser.Logs{}
 			log := zerolog.New(logs).Level(zerolog.DebugLevel)
 			lim := limiter.New(limiter.Config{})
 			p := &Proxy{Upstream: tt.upstream(addr), Limiter: withPolicy(lim, limiter.Config{}), Log: &log, StartTimeout: waitFor}
@@ -427,7 +427,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			started := make(chan error, 1)
 			go func() { started <- p.Start(t.Context()) }()
 			deadline := time.Now().Add(waitFor)
-			for len(logs.lines("waiting for the browser")) == 0 {
+			for len(logs.Lines("waiting for the browser")) == 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("relay did not say it waits for the browser")
 				}
@@ -446,7 +446,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			tp := &testProxy{p: p, lim: lim, logs: logs, srv: httptest.NewServer(p)}
 			tp.addr = tp.srv.Listener.Addr().String()
 			t.Cleanup(func() { p.Close(); tp.srv.Close() })
-			if n := len(logs.lines("waiting for the browser")); n != 1 {
+			if n := len(logs.Lines("waiting for the browser")); n != 1 {
 				t.Errorf("said %d times that it waits for the browser, want once", n)
 			}
 			if tt.name == "ws" {

@@ -40,7 +40,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		if n := len(fc.Received()); n != 1 {
 			t.Errorf("browser got %d messages, want only the first navigation", n)
 		}
-		if n := len(tp.logs.lines("held navigation not delivered")); n != 0 {
+		if n := len(tp.logs.Lines("held navigation not delivered")); n != 0 {
 			t.Errorf("relay tried to deliver the vanished client's navigation")
 		}
 		// Another client's navigation books the next slot, not the vanished one's.
@@ -83,7 +83,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		if n := len(rec.bookings()); n != 2 {
 			t.Errorf("got %d bookings, want 2", n)
 		}
-		if lines := tp.logs.lines(`"level":"warn"`); len(lines) > 0 {
+		if lines := tp.logs.Lines(`"level":"warn"`); len(lines) > 0 {
 			t.Errorf("relay warned: %q", lines)
 		}
 	})
@@ -131,7 +131,7 @@ func TestSlowClientBounded(t *testing.T) {
 	if grew > bound {
 		t.Errorf("heap grew by %d MiB, want at most %d MiB", grew>>20, bound>>20)
 	}
-	if n := len(tp.logs.lines(`"level":"warn"`, "client did not read in time")); n != 1 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "client did not read in time")); n != 1 {
 		t.Errorf("got %d warnings, want 1", n)
 	}
 	by.check(t)
@@ -174,7 +174,7 @@ func TestStalledClientsDoNotStopPings(t *testing.T) {
 	case <-time.After(2*pingInterval + 11*time.Second):
 	}
 	// The stalled clients, which answer no pings, are closed for that.
-	if len(tp.logs.lines(`"level":"warn"`, "client stopped answering pings")) == 0 {
+	if len(tp.logs.Lines(`"level":"warn"`, "client stopped answering pings")) == 0 {
 		t.Errorf("no stalled client closed for not answering pings")
 	}
 	// The healthy client is still served.

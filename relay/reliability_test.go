@@ -113,7 +113,7 @@ func chromiumAnswer(msg []byte) []byte {
 // for the fake browser.
 func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
 	p := &Proxy{Upstream: upstream, Limiter: withPolicy(lim, cfg), Log: &log, StartTimeout: 5 * time.Second, HoldBackup: true}
@@ -272,7 +272,7 @@ func TestBadClientInput(t *testing.T) {
 					}
 				})
 			}
-			if lines := tp.logs.lines(`"level":"error"`); len(lines) > 0 {
+			if lines := tp.logs.Lines(`"level":"error"`); len(lines) > 0 {
 				t.Errorf("relay logged errors: %q", lines)
 			}
 		})
@@ -321,7 +321,7 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 			}
 			roundTrip(t, c, fc, websocket.TextMessage, []byte(sentinel))
 			by.check(t)
-			if lines := tp.logs.lines(`"level":"error"`); len(lines) > 0 {
+			if lines := tp.logs.Lines(`"level":"error"`); len(lines) > 0 {
 				t.Errorf("relay logged errors: %q", lines)
 			}
 		})
@@ -406,13 +406,13 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 	if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {
 		t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 	}
-	if n := len(tp.logs.lines(`"level":"warn"`, "unreadable")); n == 0 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "unreadable")); n == 0 {
 		t.Errorf("no warning about unreadable messages")
 	}
 	if strings.Contains(tp.logs.String(), marker) {
 		t.Errorf("a message body reached the log:\n%s", tp.logs)
 	}
-	if lines := tp.logs.lines(`"level":"error"`); len(lines) > 0 {
+	if lines := tp.logs.Lines(`"level":"error"`); len(lines) > 0 {
 		t.Errorf("relay logged errors: %q", lines)
 	}
 }

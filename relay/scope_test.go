@@ -217,7 +217,7 @@ func TestFetchNeverPauses(t *testing.T) {
 	if got := tp.p.ups[0].holding(); got != "session" {
 		t.Fatalf("navigations held by %q, want session", got)
 	}
-	if n := len(tp.logs.lines(`"level":"warn"`, "did not pause a page's document request", "holding navigations through each client session")); n != 1 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "did not pause a page's document request", "holding navigations through each client session")); n != 1 {
 		t.Errorf("got %d warnings naming what happened and what the relay does instead, want 1", n)
 	}
 	if n := tp.p.Metrics.Unheld(); n != 1 {
@@ -505,7 +505,7 @@ func TestEventsOfTheClient(t *testing.T) {
 	if ss := pages.Session("READS"); ss == nil || ss.Network {
 		t.Errorf("READS: the relay enabled Network in its own session, where the client reads the events: %+v", ss)
 	}
-	if n := len(tp.logs.lines(`"message":"a navigation left the browser"`)); n != 2 {
+	if n := len(tp.logs.Lines(`"message":"a navigation left the browser"`)); n != 2 {
 		t.Errorf("%d departures read, want 2 (one from the client's events, one from the relay's)", n)
 	}
 }

@@ -120,7 +120,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 					t.Errorf("metrics lack %s", line)
 				}
 			}
-			if n := len(tp.logs.lines("the client closed its browser", `"pages":2`, `"contexts":1`, `"gone_already":1`)); n != 1 {
+			if n := len(tp.logs.Lines("the client closed its browser", `"pages":2`, `"contexts":1`, `"gone_already":1`)); n != 1 {
 				t.Errorf("logged %d times that the client closed its browser, want once", n)
 			}
 		})
@@ -214,7 +214,7 @@ func TestOrphansClosed(t *testing.T) {
 		t.Errorf("the relay closed %q, want %q", got, want)
 	}
 	deadline := time.Now().Add(waitFor)
-	for len(tp.logs.lines("closed what a client left behind", `"pages":2`)) != 1 && time.Now().Before(deadline) {
+	for len(tp.logs.Lines("closed what a client left behind", `"pages":2`)) != 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if m := metricsBody(t, tp); !strings.Contains(m, `cdp_throttle_leftovers_total{outcome="closed",what="page",why="orphan"} 2`) {
