@@ -55,7 +55,7 @@ func TestAdmission(t *testing.T) {
 	}
 	first := tp.dial(t, "/", nil)
 	tp.dial(t, "/", nil)
-	eventually(t, "a client on each browser", func() bool { return fb1.ConnCount() == 1 && fb2.ConnCount() == 1 })
+	fakebrowser.Eventually(t, "a client on each browser", func() bool { return fb1.ConnCount() == 1 && fb2.ConnCount() == 1 })
 
 	third := make(chan *websocket.Conn, 1)
 	go func() {
@@ -65,7 +65,7 @@ func TestAdmission(t *testing.T) {
 		}
 		third <- c
 	}()
-	eventually(t, "the third client queued", func() bool { _, _, q, _, _ := clientsOf(t, tp); return q == 1 })
+	fakebrowser.Eventually(t, "the third client queued", func() bool { _, _, q, _, _ := clientsOf(t, tp); return q == 1 })
 	if status, _ := getBody(t, "http://"+tp.addr+"/json/version"); status != http.StatusOK {
 		t.Errorf("/json/version while a client waits: %d", status)
 	}
@@ -91,7 +91,7 @@ func TestAdmission(t *testing.T) {
 		t.FailNow()
 	}
 	defer c3.Close()
-	eventually(t, "the third client on fb1", func() bool { return fb1.ConnCount() == 2 })
+	fakebrowser.Eventually(t, "the third client on fb1", func() bool { return fb1.ConnCount() == 2 })
 	if _, connected, queued, _, _ := clientsOf(t, tp); connected != 2 || queued != 0 {
 		t.Errorf("/healthz: %d connected, %d queued; want 2 and 0", connected, queued)
 	}
@@ -128,7 +128,7 @@ func TestAdmissionUnbounded(t *testing.T) {
 	for range 4 {
 		tp.dial(t, "/", nil)
 	}
-	eventually(t, "two clients on each browser", func() bool { return fb1.ConnCount() == 2 && fb2.ConnCount() == 2 })
+	fakebrowser.Eventually(t, "two clients on each browser", func() bool { return fb1.ConnCount() == 2 && fb2.ConnCount() == 2 })
 	if capacity, connected, _, _, _ := clientsOf(t, tp); capacity != -1 || connected != 4 {
 		t.Errorf("/healthz: capacity %d, %d connected; want -1 (no bound) and 4", capacity, connected)
 	}

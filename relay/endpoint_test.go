@@ -179,7 +179,7 @@ func TestHealthLogNamesNoElsewhere(t *testing.T) {
 				}
 			})
 			fb.Close()
-			eventually(t, "a warning that the browser is not answering", func() bool {
+			fakebrowser.Eventually(t, "a warning that the browser is not answering", func() bool {
 				return len(tp.logs.Lines(`"level":"warn"`, "browser not answering")) > 0
 			})
 			got := tp.logs.Lines(`"level":"warn"`, "browser not answering")[0]

@@ -60,7 +60,7 @@ func TestFetchHolderRules(t *testing.T) {
 		held <- err
 	}()
 	t.Cleanup(func() { tp.p.Close(); <-held })
-	eventually(t, "the held navigation", func() bool { return len(tp.logs.Lines(`"message":"navigation held"`)) > 0 })
+	fakebrowser.Eventually(t, "the held navigation", func() bool { return len(tp.logs.Lines(`"message":"navigation held"`)) > 0 })
 	warned := tp.logs.Lines("spacing out navigations to this host", `"host":"a.test"`)
 	if len(warned) != 1 || !strings.Contains(warned[0], `"level":"debug"`) || !strings.Contains(warned[0], `"source":"rule 1"`) ||
 		!strings.Contains(warned[0], `"rule":"a.test=fixed:1h,burst:1"`) || !strings.Contains(warned[0], `"delay_ms":`) {

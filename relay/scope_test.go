@@ -22,16 +22,6 @@ import (
 // as a real one does.
 func ownPagesOnly(p *Proxy) { p.everyPage = false }
 
-// pageCreated announces a page, as Target.targetCreated does.
-func pageCreated(id, opener string) []byte {
-	info := map[string]any{"targetId": id, "type": "page", "title": "", "url": "about:blank", "attached": false, "browserContextId": "CTX"}
-	if opener != "" {
-		info["openerId"] = opener
-	}
-	b, _ := json.Marshal(map[string]any{"method": "Target.targetCreated", "params": map[string]any{"targetInfo": info}})
-	return b
-}
-
 // attachedTo is a Target.attachedToTarget a client gets for a page.
 func attachedTo(session, target, typ string) []byte {
 	b, _ := json.Marshal(map[string]any{"method": "Target.attachedToTarget", "params": map[string]any{
@@ -72,7 +62,7 @@ func TestScope(t *testing.T) {
 	c := tp.dial(t, "/", nil)
 	fc := fb.Accept(t)
 	for _, page := range []string{"MINE", "OTHERS"} {
-		net.Send(pageCreated(page, ""))
+		net.Send(fakebrowser.PageCreated(page, ""))
 	}
 	// New pages no client drives: let run and let go.
 	fb.Await(t, "the relay letting go of pages no client drives", func() bool {
@@ -108,7 +98,7 @@ func TestScope(t *testing.T) {
 	}
 
 	// A popup of the client's page is the client's.
-	net.Send(pageCreated("POPUP2", "MINE"))
+	net.Send(fakebrowser.PageCreated("POPUP2", "MINE"))
 	fb.Armed(t, pages, "POPUP2")
 	popup := fb.NavigateTo(t, "POPUP2", "http://c.test/")
 	select {
@@ -126,7 +116,7 @@ func TestScope(t *testing.T) {
 	if !slices.Contains(net.Patterns, "*") {
 		t.Errorf("net's patterns %q when the creation went on, want every document", net.Patterns)
 	}
-	net.Send(pageCreated("NEW", ""))
+	net.Send(fakebrowser.PageCreated("NEW", ""))
 	created := fb.NavigateTo(t, "NEW", "http://d.test/")
 	select {
 	case <-created:
@@ -164,11 +154,11 @@ func TestScopeAttached(t *testing.T) {
 	fc := fb.Accept(t)
 	fc.Send(attachedTo("S-MINE", "MINE", "page"))
 	readClient(t, c)
-	net.Send(pageCreated("MINE", ""))
+	net.Send(fakebrowser.PageCreated("MINE", ""))
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
-	net.Send(pageCreated("POPUP", "MINE"))
+	net.Send(fakebrowser.PageCreated("POPUP", "MINE"))
 	fb.Armed(t, pages, "POPUP")
 	info := func(id string) []byte {
 		b, _ := json.Marshal(map[string]any{"method": "Target.targetInfoChanged", "params": map[string]any{"targetInfo": map[string]any{
@@ -264,8 +254,8 @@ func TestSlowStoreDelaysNothingElse(t *testing.T) {
 			start := time.Now()
 			if mode == "fetch" {
 				hc := fb.Holder(t)
-				hc.Send(pageCreated("P1", ""))
-				hc.Send(pageCreated("P2", ""))
+				hc.Send(fakebrowser.PageCreated("P1", ""))
+				hc.Send(fakebrowser.PageCreated("P2", ""))
 				hc.Send(fakebrowser.PausedDoc("interception-job-1.0", "P1", "http://slow.test/"))
 				hc.Send(fakebrowser.PausedDoc("interception-job-2.0", "P2", "http://fast.test/"))
 				if !continuedWithin(hc, "interception-job-2.0", waitFor) {
@@ -313,7 +303,7 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 	fc.Next(t)
 	c.Close()
 	waitConns(t, tp, 0)
-	hc.Send(pageCreated("OTHERS", ""))
+	hc.Send(fakebrowser.PageCreated("OTHERS", ""))
 	hc.Send(fakebrowser.PausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
 	if !continuedWithin(hc, "interception-job-1.0", time.Second) {
 		t.Error("another client's page waited for a page creation its client left")
@@ -334,7 +324,7 @@ func TestScopeAttachedTwice(t *testing.T) {
 	fc := fb.Accept(t)
 	fc.Send(attachedTo("S-MINE", "MINE", "page"))
 	readClient(t, c)
-	net.Send(pageCreated("MINE", ""))
+	net.Send(fakebrowser.PageCreated("MINE", ""))
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
@@ -388,7 +378,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	}
 	fb.Await(t, "net's Fetch off while no client has a page", func() bool { return !net.FetchOn })
 
-	net.Send(pageCreated("OTHERS", ""))
+	net.Send(fakebrowser.PageCreated("OTHERS", ""))
 	if got := <-fb.NavigateTo(t, "OTHERS", "http://a.test/"); got[0].Pauses != 0 {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].Pauses)
 	}
@@ -397,7 +387,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	fc := fb.Accept(t)
 	fc.Send(attachedTo("S-MINE", "MINE", "page"))
 	readClient(t, c)
-	net.Send(pageCreated("MINE", ""))
+	net.Send(fakebrowser.PageCreated("MINE", ""))
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`))
 	fc.Next(t)
 	if !netOn() {
@@ -436,8 +426,8 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	fc := fb.Accept(t)
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	create := fc.Next(t)
-	net.Send(pageCreated("OTHERS", ""))
-	net.Send(pageCreated("NEW", ""))
+	net.Send(fakebrowser.PageCreated("OTHERS", ""))
+	net.Send(fakebrowser.PageCreated("NEW", ""))
 	fb.Await(t, "the relay arming both pages while it waits to know whose they are", func() bool {
 		o, n := pages.SessionLocked("OTHERS"), pages.SessionLocked("NEW")
 		return o != nil && o.Fetch && n != nil && n.Fetch
@@ -470,7 +460,7 @@ func TestEventsOfTheClient(t *testing.T) {
 	c := tp.dial(t, "/", nil)
 	fc := fb.Accept(t)
 	for _, page := range []string{"READS", "READSNOT"} {
-		net.Send(pageCreated(page, ""))
+		net.Send(fakebrowser.PageCreated(page, ""))
 	}
 	fb.Await(t, "the relay letting the pages go", func() bool {
 		return pages.SessionLocked("READS") == nil && pages.SessionLocked("READSNOT") == nil
@@ -533,7 +523,7 @@ func TestNoBackup(t *testing.T) {
 	fc := fb.Accept(t)
 	fc.Send(attachedTo("S-MINE", "MINE", "page"))
 	readClient(t, c)
-	net.Send(pageCreated("MINE", ""))
+	net.Send(fakebrowser.PageCreated("MINE", ""))
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
@@ -566,5 +556,5 @@ func TestNoBackup(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the held navigation was not let go when the pages connection was lost")
 	}
-	eventually(t, "the navigation counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
+	fakebrowser.Eventually(t, "the navigation counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
 }

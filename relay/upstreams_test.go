@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -45,7 +44,7 @@ func TestSeveralBrowsersFewestFirst(t *testing.T) {
 	tp, fb1, fb2 := twoBrowsers(t)
 	for i, want := range []*fakebrowser.Browser{fb1, fb2, fb1} {
 		tp.dial(t, "/", nil)
-		eventually(t, "the client's connection", func() bool { return fb1.ConnCount()+fb2.ConnCount() == i+1 })
+		fakebrowser.Eventually(t, "the client's connection", func() bool { return fb1.ConnCount()+fb2.ConnCount() == i+1 })
 		if want.ConnCount() != (i+2)/2 && want == fb1 || want == fb2 && fb2.ConnCount() != 1 {
 			t.Fatalf("client %d: browsers have %d and %d connections", i+1, fb1.ConnCount(), fb2.ConnCount())
 		}
@@ -56,7 +55,7 @@ func TestSeveralBrowsersFewestFirst(t *testing.T) {
 		t.Fatalf("/json/version with fb2 the least busy: got %s, want fb2's endpoint", body)
 	}
 	tp.dial(t, "/devtools/browser/second-browser-id", nil)
-	eventually(t, "the client's connection", func() bool { return fb2.ConnCount() == 2 })
+	fakebrowser.Eventually(t, "the client's connection", func() bool { return fb2.ConnCount() == 2 })
 	if fb1.ConnCount() != 2 {
 		t.Errorf("fb1 has %d connections, want still 2", fb1.ConnCount())
 	}
@@ -84,14 +83,14 @@ func TestDeadBrowserSkipped(t *testing.T) {
 	checkLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
 	fb1.Close()
-	eventually(t, "the relay to notice", func() bool {
+	fakebrowser.Eventually(t, "the relay to notice", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/healthz")
 		return strings.Contains(body, `"alive":false`)
 	})
 	for range 3 {
 		tp.dial(t, "/", nil)
 	}
-	eventually(t, "three clients on fb2", func() bool {
+	fakebrowser.Eventually(t, "three clients on fb2", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/healthz")
 		return fb2.ConnCount() == 3 && strings.Contains(body, `"clients":3`)
 	})
@@ -109,7 +108,7 @@ func TestDeadBrowserSkipped(t *testing.T) {
 		t.Fatalf("/healthz: got %d %s, want 200 with fb1 dead and fb2 alive with 3 clients", status, body)
 	}
 	fb2.Close()
-	eventually(t, "the relay to notice", func() bool {
+	fakebrowser.Eventually(t, "the relay to notice", func() bool {
 		status, _ := getBody(t, "http://"+tp.addr+"/healthz")
 		return status == http.StatusServiceUnavailable
 	})
@@ -132,7 +131,7 @@ func TestMetricsAndHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the client's messages", func() bool {
+	fakebrowser.Eventually(t, "the client's messages", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/metrics")
 		return strings.Contains(body, `cdp_throttle_messages_total{direction="to_browser"} 3`)
 	})
@@ -183,17 +182,4 @@ func TestMetricsAndHosts(t *testing.T) {
 
 func websocketDial(url string) (*websocket.Conn, *http.Response, error) {
 	return websocket.DefaultDialer.Dial(url, nil)
-}
-
-// eventually polls check until it reports true (unlike fakebrowser.Browser.Await,
-// check may call into the fake and the relay).
-func eventually(t *testing.T, what string, check func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !check() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

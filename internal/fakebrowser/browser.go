@@ -347,6 +347,20 @@ func (fb *Browser) Await(t testing.TB, what string, check func() bool) {
 	}
 }
 
+// Eventually polls check until it reports true, failing t after WaitFor.
+// Unlike Browser.Await, check may call into the fake and the code under
+// test.
+func Eventually(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitFor)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, WaitFor)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Holder returns the next connection that enabled browser-level Fetch:
 // the relay's own.
 func (fb *Browser) Holder(t testing.TB) *Conn {

@@ -396,3 +396,13 @@ func PausedDoc(id, frame, url string) []byte {
 	}})
 	return b
 }
+
+// PageCreated announces a page, as Target.targetCreated does.
+func PageCreated(id, opener string) []byte {
+	info := map[string]any{"targetId": id, "type": "page", "title": "", "url": "about:blank", "attached": false, "browserContextId": "CTX"}
+	if opener != "" {
+		info["openerId"] = opener
+	}
+	b, _ := json.Marshal(map[string]any{"method": "Target.targetCreated", "params": map[string]any{"targetInfo": info}})
+	return b
+}
