@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 )
 
 // TestFetchHolderReplaysChromium replays the net connection's transcript
@@ -355,5 +356,35 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {
 			t.Errorf("%q: got %q, want one line naming page %s", msg, lines, p.FrameID)
 		}
+	}
+}
+
+// TestFetchHolderLearnsAddress: with --bucket ip, the address a document's
+// answer came from (Chromium's remoteIPAddress) reaches the policy, and
+// the host's next navigation is booked on it.
+func TestFetchHolderLearnsAddress(t *testing.T) {
+	checkLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	var pol *policy.Policy
+	holdOn(t, fb, limiter.Config{}, func(hd *Holder) {
+		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol = policy.New(cfg, limiter.New(cfg.Default))
+		t.Cleanup(pol.Close)
+		hd.Limiter = pol
+	})
+	fakebrowser.RelayConns(t, fb, false)
+	if got := pol.Bucket("a.test"); got != "a.test" {
+		t.Fatalf("before any answer: bucket %q, want a.test", got)
+	}
+	fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
+	deadline := time.Now().Add(5 * time.Second)
+	for pol.Bucket("a.test") != "127.0.0.2" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := pol.Bucket("a.test"); got != "127.0.0.2" {
+		t.Errorf("after its answer: bucket %q, want 127.0.0.2", got)
 	}
 }

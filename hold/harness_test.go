@@ -24,11 +24,14 @@ import (
 
 // testHolder is a Holder holding on one fake browser.
 type testHolder struct {
-	hd   *Holder
-	b    Browser          // what Arm returned
-	lim  *limiter.Limiter // under the Holder's Limiter
-	logs *fakebrowser.Logs
-	fed  atomic.Int64 // answers fed back to the limiter (Metrics.Feedback)
+	hd     *Holder
+	b      Browser          // what Arm returned
+	lim    *limiter.Limiter // under the Holder's Limiter
+	logs   *fakebrowser.Logs
+	fed    atomic.Int64 // answers fed back to the limiter (Metrics.Feedback)
+	booked atomic.Int64 // navigations booked (Metrics.Navigation, NavBooked)
+	unheld atomic.Int64 // navigations that reached the network unheld (Metrics.AddUnheld)
+	close  func()       // closes the Holder as relay.Proxy.Close does; once
 }
 
 // holdOn starts a Holder for fb with a limiter for cfg, with the
@@ -44,7 +47,7 @@ func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...f
 		HoldBackup:   true,
 		EveryPage:    true,
 		Log:          &log,
-		Metrics:      feedbackCounter{n: &th.fed},
+		Metrics:      counter{th: th},
 		WriteTimeout: 30 * time.Second, // relay.DefaultWriteTimeout
 		PingInterval: 30 * time.Second, // relay.DefaultPingInterval
 		StartTimeout: 5 * time.Second,
@@ -66,11 +69,14 @@ func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...f
 		t.Fatalf("Holder.Arm: %v", err)
 	}
 	th.b = b
-	t.Cleanup(func() {
+	th.close = sync.OnceFunc(func() {
 		th.hd.Close()
 		stop()
 		done.Wait()
 		th.hd.Wait()
+	})
+	t.Cleanup(func() {
+		th.close()
 		if t.Failed() {
 			t.Logf("holding's log:\n%s", th.logs)
 		}
@@ -108,14 +114,19 @@ func (u fakeUpstream) BrowserEndpoint(context.Context) (string, error) {
 }
 func (u fakeUpstream) Forget(string) {}
 
-// feedbackCounter counts the answers fed back to the limiter, and nothing
-// else.
-type feedbackCounter struct {
+// counter counts in th what the tests wait for, and nothing else.
+type counter struct {
 	noMetrics
-	n *atomic.Int64
+	th *testHolder
 }
 
-func (c feedbackCounter) Feedback(limiter.Effect) { c.n.Add(1) }
+func (c counter) Navigation(outcome NavOutcome, _ time.Duration) {
+	if outcome == NavBooked {
+		c.th.booked.Add(1)
+	}
+}
+func (c counter) Feedback(limiter.Effect) { c.th.fed.Add(1) }
+func (c counter) AddUnheld(n int)         { c.th.unheld.Add(int64(n)) }
 
 // waitFeedback waits until holding fed n answers back to the limiter.
 func waitFeedback(t *testing.T, th *testHolder, n int) {

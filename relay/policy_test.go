@@ -68,36 +68,6 @@ func TestFetchHolderRules(t *testing.T) {
 	}
 }
 
-// TestFetchHolderLearnsAddress: with --bucket ip, the address a document's
-// answer came from (Chromium's remoteIPAddress) reaches the policy, and
-// the host's next navigation is booked on it.
-func TestFetchHolderLearnsAddress(t *testing.T) {
-	checkLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var pol *policy.Policy
-	relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
-		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol = policy.New(cfg, limiter.New(cfg.Default))
-		t.Cleanup(pol.Close)
-		p.Limiter = pol
-	})
-	fakebrowser.RelayConns(t, fb, false)
-	if got := pol.Bucket("a.test"); got != "a.test" {
-		t.Fatalf("before any answer: bucket %q, want a.test", got)
-	}
-	fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
-	deadline := time.Now().Add(5 * time.Second)
-	for pol.Bucket("a.test") != "127.0.0.2" && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := pol.Bucket("a.test"); got != "127.0.0.2" {
-		t.Errorf("after its answer: bucket %q, want 127.0.0.2", got)
-	}
-}
-
 // TestBrowserArgs: with --bucket ip the relay asks the browser for its
 // command line at start (Browser.getBrowserCommandLine) and hands it to
 // the policy: the browser's --host-resolver-rules put a.test on its

@@ -558,3 +558,28 @@ func TestNoBackup(t *testing.T) {
 	}
 	fakebrowser.Eventually(t, "the navigation counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
 }
+
+// waitFeedback waits until the relay fed n answers back to the limiter.
+func waitFeedback(t *testing.T, tp *testProxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		body := metricsBody(t, tp)
+		got := 0
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "cdp_throttle_feedback_total{") {
+				var v float64
+				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+				got += int(v)
+			}
+		}
+		if got >= n {
+			tp.p.holder.Wait() // Observe runs on a goroutine of its own
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay fed %d answers back, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,43 +1,19 @@
-package relay
+package hold
+
+// Holding through the relay's own connections (Fetch) when one or both of
+// them are lost, or the relay closes them, while navigations are held.
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
-
-// waitFeedback waits until the relay fed n answers back to the limiter.
-func waitFeedback(t *testing.T, tp *testProxy, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		body := metricsBody(t, tp)
-		got := 0
-		for _, l := range strings.Split(body, "\n") {
-			if strings.HasPrefix(l, "cdp_throttle_feedback_total{") {
-				var v float64
-				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
-				got += int(v)
-			}
-		}
-		if got >= n {
-			tp.p.holder.Wait() // Observe runs on a goroutine of its own
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay fed %d answers back, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestFetchHolderReconnects drops the relay's own connections: with one
 // gone the other holds on (net pausing every document while pages is
@@ -48,7 +24,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			checkLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, fixed(300*time.Millisecond))
+			th := holdOn(t, fb, fixed(300*time.Millisecond))
 			lose := func(hc *fakebrowser.Conn) {
 				if how == "dropped" {
 					hc.Drop()
@@ -63,16 +39,16 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(pages)
 			// Net pauses every document until pages is back.
 			fb.Await(t, "net pausing every document", func() bool { return slices.Contains(net.Patterns, "*") })
-			awaitArmed(t, tp)
+			awaitArmed(t, th)
 			second := fb.Navigate(t, chain) // net alone
 			if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
-			for deadline := time.Now().Add(waitFor); len(tp.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(waitFor); len(th.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(tp.logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
+			if n := len(th.logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
 			again := fb.Pages(t) // the relay reconnected
@@ -83,7 +59,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("third navigation released %v after the second paused, want at least 300ms", waited)
 			}
 			lose(net)
-			awaitArmed(t, tp)
+			awaitArmed(t, th)
 			fourth := fb.Navigate(t, chain) // pages alone
 			if waited := fourth[0].Continued.Sub(third[0].Paused); waited < 300*time.Millisecond {
 				t.Errorf("fourth navigation released %v after the third paused, want at least 300ms", waited)
@@ -93,30 +69,26 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(again)
 			fb.Holder(t)
 			deadline := time.Now().Add(waitFor)
-			for len(tp.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
+			for len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(tp.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+			if n := len(th.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
-			if n := len(tp.logs.Lines("browser connection is back")); n != 1 {
+			if n := len(th.logs.Lines("browser connection is back")); n != 1 {
 				t.Errorf("got %d notes that the connection is back, want 1", n)
 			}
-			if n := tp.p.Metrics.Unheld(); n != 0 {
+			if n := th.unheld.Load(); n != 0 {
 				t.Errorf("unheld navigations: %d, want 0", n)
 			}
 		})
 	}
 }
 
-// handOverWait is how long the relay waits for what a lost connection held
-// to reach the other one (hold's orphanWait).
-const handOverWait = 2 * time.Second
-
 // awaitArmed waits until the relay can hold navigations again.
-func awaitArmed(t *testing.T, tp *testProxy) {
+func awaitArmed(t *testing.T, th *testHolder) {
 	t.Helper()
-	fakebrowser.Eventually(t, "the relay holding navigations again", func() bool { return tp.p.ups[0].holding() != "waiting" })
+	fakebrowser.Eventually(t, "the relay holding navigations again", func() bool { return th.b.Holding() != "waiting" })
 }
 
 // TestFetchHolderBrowserGone: when the browser goes away (stopped, or
@@ -130,9 +102,9 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	// drop; dropped one after the other here, the second must not answer
 	// the relay's question in between, as a live browser would.
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargets": true}})
-	tp := relayTo(t, fb, fixed(300*time.Millisecond))
+	th := holdOn(t, fb, fixed(300*time.Millisecond))
 	hc1, hc2 := fb.Holder(t), fb.Pages(t)
-	for st := hold.StateOf(tp.p.ups[0].holds); !st.Pages || !st.Net; st = hold.StateOf(tp.p.ups[0].holds) { // the relay has them both, not only the fake
+	for st := StateOf(th.b); !st.Pages || !st.Net; st = StateOf(th.b) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
 	hc1.Drop()
@@ -140,19 +112,19 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	hc1.Ended(t)
 	hc2.Ended(t)
 	fb.Holder(t)
-	for deadline := time.Now().Add(waitFor); len(tp.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(waitFor); len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
-	if n := len(tp.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+	if n := len(th.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 		t.Errorf("got %d warnings that the browser closed the relay's connections, want 1", n)
 	}
-	if n := len(tp.logs.Lines("lost one of")); n != 0 {
+	if n := len(th.logs.Lines("lost one of")); n != 0 {
 		t.Errorf("got %d notes about one lost connection, want none: the browser went away", n)
 	}
-	tp.p.Close()
+	th.close()
 	for _, m := range []string{"lost one of", "closed the relay's connections"} {
-		if n := len(tp.logs.Lines(m)); n > 1 || m == "lost one of" && n > 0 {
+		if n := len(th.logs.Lines(m)); n > 1 || m == "lost one of" && n > 0 {
 			t.Errorf("after Close: %d lines with %q", n, m)
 		}
 	}
@@ -165,14 +137,13 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 func TestFetchHolderHandsOver(t *testing.T) {
 	checkLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var rec *recorder
-	tp := relayTo(t, fb, fixed(500*time.Millisecond), recordBookings(&rec))
+	th := holdOn(t, fb, fixed(500*time.Millisecond))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	first := fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
-	fakebrowser.Eventually(t, "the second navigation booked", func() bool { return len(rec.bookings()) == 2 })
+	fakebrowser.Eventually(t, "the second navigation booked", func() bool { return int(th.booked.Load()) == 2 })
 	fb.Await(t, "net's patterns naming the held request", func() bool {
 		return slices.ContainsFunc(net.Patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
 	})
@@ -184,11 +155,11 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Errorf("net never let the handed-over request go")
 	}
-	if n := len(rec.bookings()); n != 2 {
+	if n := int(th.booked.Load()); n != 2 {
 		t.Errorf("%d bookings, want 2: the handed-over navigation books nothing more", n)
 	}
-	time.Sleep(handOverWait + 200*time.Millisecond)
-	if n := tp.p.Metrics.Unheld(); n != 0 {
+	time.Sleep(orphanWait + 200*time.Millisecond)
+	if n := th.unheld.Load(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0", n)
 	}
 }
@@ -196,7 +167,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 // gatedLimiter books nothing until gate is closed, and says on asked that
 // a booking waits.
 type gatedLimiter struct {
-	hold.Limiter
+	Limiter
 	asked chan struct{}
 	gate  chan struct{}
 }
@@ -221,7 +192,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
-	tp := relayTo(t, fb, fixed(time.Hour), func(p *Proxy) { g.Limiter = p.Limiter; p.Limiter = g })
+	th := holdOn(t, fb, fixed(time.Hour), func(hd *Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	nav := make(chan []fakebrowser.Hops, 1)
@@ -232,7 +203,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Fatal("the navigation was never booked")
 	}
 	pages.Drop()
-	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !hold.StateOf(tp.p.ups[0].holds).Pages })
+	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !StateOf(th.b).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
 	var hops []fakebrowser.Hops
 	select {
@@ -242,8 +213,8 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	}
 	if hops[0].Pauses == 0 {
 		// The browser let it go: counted.
-		fakebrowser.Eventually(t, "the request counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
-		if n := len(tp.logs.Lines("the browser released what the relay's lost connections held")); n != 1 {
+		fakebrowser.Eventually(t, "the request counted unheld", func() bool { return th.unheld.Load() == 1 })
+		if n := len(th.logs.Lines("the browser released what the relay's lost connections held")); n != 1 {
 			t.Errorf("logged %d times that the browser released what the relay held, want once", n)
 		}
 		return
@@ -251,8 +222,8 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Error("net never let the handed-over request go")
 	}
-	time.Sleep(handOverWait + 200*time.Millisecond)
-	if n := tp.p.Metrics.Unheld(); n != 0 {
+	time.Sleep(orphanWait + 200*time.Millisecond)
+	if n := th.unheld.Load(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0: net held it", n)
 	}
 }
@@ -263,20 +234,20 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 func TestFetchHolderCloseReleases(t *testing.T) {
 	checkLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour))
+	th := holdOn(t, fb, fixed(time.Hour))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
 	deadline := time.Now().Add(waitFor)
-	for len(tp.logs.Lines(`"message":"navigation held"`)) == 0 {
+	for len(th.logs.Lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("navigation not held")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	tp.p.Close()
+	th.close()
 	<-held
 	pages.Ended(t)
 	net.Ended(t)
