@@ -22,7 +22,7 @@ import (
 func TestFetchHolderReconnects(t *testing.T) {
 	for _, how := range []string{"dropped", "closed"} {
 		t.Run(how, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			th := holdOn(t, fb, fixed(300*time.Millisecond))
 			lose := func(hc *fakebrowser.Conn) {
@@ -97,7 +97,7 @@ func awaitArmed(t *testing.T, th *testHolder) {
 // connection that the other holds on for; once the browser is back it
 // holds again. When the relay itself shuts down, it says nothing of them.
 func TestFetchHolderBrowserGone(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	// A browser going away answers nothing more before its connections
 	// drop; dropped one after the other here, the second must not answer
 	// the relay's question in between, as a live browser would.
@@ -135,7 +135,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 // name it, which holds it until the slot already booked, books nothing
 // more, and counts nothing as unheld.
 func TestFetchHolderHandsOver(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, fixed(500*time.Millisecond))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
@@ -188,7 +188,7 @@ func (g gatedLimiter) Reserve(ctx context.Context, host, rawURL string, now time
 // (the relay widens them as soon as it sees pages gone), hands it to net,
 // which holds it: never out uncounted.
 func TestFetchHolderLostWhileBooking(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
@@ -232,7 +232,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 // navigation is held ends its connections (Chromium then lets the request
 // go) and leaves nothing running.
 func TestFetchHolderCloseReleases(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, fixed(time.Hour))
 	net, pages := fakebrowser.RelayConns(t, fb, false)

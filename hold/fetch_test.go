@@ -22,7 +22,7 @@ import (
 // the very commands the recorder sent (ids aside) and books what it should
 // when net holds as the whole browser's interceptor (pages away).
 func TestFetchHolderReplaysChromium(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
 	hc := fb.Holder(t)
@@ -209,7 +209,7 @@ func TestFetchHolder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			th := holdOn(t, fb, tt.cfg)
 			if tt.prime != nil {
@@ -230,7 +230,7 @@ func TestFetchHolder(t *testing.T) {
 // TestFetchHolderExemptHost checks that a navigation to an exempt host is
 // never held nor booked, and pauses once only.
 func TestFetchHolderExemptHost(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, fixed(time.Hour))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
@@ -257,7 +257,7 @@ func TestFetchHolderExemptHost(t *testing.T) {
 // TestFetchHolderConcurrent plays navigations to many hosts at once, each
 // on a page of its own, and checks each host's navigations are spaced.
 func TestFetchHolderConcurrent(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	const interval = 50 * time.Millisecond
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, fixed(interval))
@@ -314,7 +314,7 @@ func TestFetchHolderConcurrent(t *testing.T) {
 // relay sends the very commands the recorder sent, lets every target that
 // is no page go, and books and feeds back what it should.
 func TestFetchPagesReplaysChromium(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
 	fb.Pages(t).Drop()
@@ -342,7 +342,7 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 // which page it is in (the websocket path of most clients is /, which
 // names nothing).
 func TestNavigationLinesNameThePage(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdOn(t, fb, fixed(300*time.Millisecond))
 	hc := fb.Holder(t)
@@ -363,7 +363,7 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 // answer came from (Chromium's remoteIPAddress) reaches the policy, and
 // the host's next navigation is booked on it.
 func TestFetchHolderLearnsAddress(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var pol *policy.Policy
 	holdOn(t, fb, limiter.Config{}, func(hd *Holder) {

@@ -16,11 +16,19 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor bounds the tests' waits, as it bounds the fake browser's.
+const waitFor = fakebrowser.WaitFor
 
 // testHolder is a Holder holding on one fake browser.
 type testHolder struct {

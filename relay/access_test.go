@@ -52,7 +52,7 @@ func TestAccessWebsocket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				p.Token = tt.token
@@ -97,7 +97,7 @@ func TestAccessWebsocket(t *testing.T) {
 // TestAccessEveryEndpoint checks that with a token no endpoint answers
 // without it, and that a client following the advertised URLs gets in.
 func TestAccessEveryEndpoint(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	const token = "tok-77c1"
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
@@ -150,7 +150,7 @@ func TestLogHygiene(t *testing.T) {
 	secrets := []string{token, password, body, "upstream-5ecret", "upstreampw-5ecret"}
 	for _, mode := range []string{"fetch", "navigate"} {
 		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			opts := []func(*Proxy){func(p *Proxy) { p.Token = token }}
 			if mode == "navigate" {
@@ -214,7 +214,7 @@ func TestLogHygiene(t *testing.T) {
 		})
 	}
 	t.Run("upstream with credentials", func(t *testing.T) {
-		checkLeaks(t)
+		fakebrowser.CheckLeaks(t)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

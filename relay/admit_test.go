@@ -41,7 +41,7 @@ func clientsOf(t *testing.T, tp *testProxy) (capacity, connected, queued, full, 
 // with Retry-After at once; a wait that sees no place in time is answered
 // 503. Never an HTTP error after the upgrade.
 func TestAdmission(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb1 := fakebrowser.New(t, fakebrowser.Config{})
 	fb2 := fakebrowser.New(t, fakebrowser.Config{})
 	fb2.Restart("second-browser-id")
@@ -123,7 +123,7 @@ func TestAdmission(t *testing.T) {
 // TestAdmissionUnbounded: with no bound anywhere nobody waits, and the
 // gate still spreads clients over the browsers.
 func TestAdmissionUnbounded(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
 	for range 4 {
 		tp.dial(t, "/", nil)
@@ -172,7 +172,7 @@ func fullBrowser(t *testing.T, refusals int) (url string, upgrades *atomic.Int64
 // seen the last client's close yet); one with no capacity known passes
 // its 503 on at once.
 func TestBrowserStillFull(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	url, upgrades := fullBrowser(t, 3)
 	tp := relayToURL(t, url, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.ClientsPerBrowser = 1 })
 	c := tp.dial(t, "/", nil)

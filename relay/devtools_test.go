@@ -138,7 +138,7 @@ func TestJSONEndpoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, tt.browser)
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowHosts = []string{"relay.example"} })
 			_, port, _ := net.SplitHostPort(tp.addr)
@@ -233,7 +233,7 @@ func upstreamBody(t *testing.T, fb *fakebrowser.Browser, h fakebrowser.Hit) upst
 // TestJSONRefusesForeignHost checks that a Host the relay does not answer
 // to (DNS rebinding) never reaches the browser.
 func TestJSONRefusesForeignHost(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 	before := len(fb.Hits())
@@ -273,7 +273,7 @@ func TestJSONToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
 			before := len(fb.Hits())
@@ -366,7 +366,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 	const page = "http://a.test:8080/page?x=1&y=a+b"
 	for _, tok := range escapedTokens {
 		t.Run(tok.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = tok.token })
 			// ask sends a request and returns the body and the query the browser got.
@@ -464,7 +464,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 // TestJSONBrowserGone checks that the relay answers 502 when the browser's
 // HTTP side does not answer.
 func TestJSONBrowserGone(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 	fb.Close()

@@ -68,7 +68,7 @@ func (m *movingBrowser) String() string { return "moving browser" }
 func TestBrowserEndpointMoves(t *testing.T) {
 	for _, form := range []string{"http", "ws"} {
 		t.Run(form, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb1 := fakebrowser.New(t, fakebrowser.Config{})
 			fb2 := fakebrowser.New(t, fakebrowser.Config{})
 			fb2.Restart("second-process-id")
@@ -121,7 +121,7 @@ func TestBrowserEndpointMoves(t *testing.T) {
 // the wait, and the error at the end says the same on one line, with
 // the package's prefix once.
 func TestStartSaysWhatItWaitsFor(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	old := waitNotice
 	waitNotice = 200 * time.Millisecond
 	t.Cleanup(func() { waitNotice = old })
@@ -171,7 +171,7 @@ func TestHealthLogNamesNoElsewhere(t *testing.T) {
 		{"two browsers", 2, `"message":"browser not answering: new clients go elsewhere"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				if tt.browsers == 2 {

@@ -67,7 +67,7 @@ func rewritten(chain [][]byte, from, to string) [][]byte {
 // spacing nor its one place in flight), is counted disallowed in /metrics
 // and /hosts and said once; one it allows goes on.
 func TestFetchHolderRefusesDisallowed(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1,concurrency:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey)
@@ -122,7 +122,7 @@ func TestFetchHolderRefusesDisallowed(t *testing.T) {
 // host into a disallowed path, are failed there with BlockedByClient and
 // book nothing; an allowed one goes on.
 func TestSessionHoldRefusesDisallowed(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	const S, F = "SID-1", "FID-1"
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
@@ -169,7 +169,7 @@ func TestSessionHoldRefusesDisallowed(t *testing.T) {
 // errorText net::ERR_BLOCKED_BY_CLIENT, and never reaches the browser; the
 // session's next command goes on.
 func TestStreamHoldRefusesDisallowed(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey, navigateInStream)
@@ -197,7 +197,7 @@ func TestStreamHoldRefusesDisallowed(t *testing.T) {
 // (nothing spaced, nothing capped) still holds navigations, to refuse the
 // disallowed ones; the others go at once, booking nothing.
 func TestFetchHolderRefusesUnspaced(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := obeyingFlags(t, "User-agent: *\nDisallow: /private/\n", policy.Flags{Robots: "obey", Delay: "0"})
 	tp := relayTo(t, fb, limiter.Config{}, obey)
@@ -224,7 +224,7 @@ func TestFetchHolderRefusesUnspaced(t *testing.T) {
 // Target.createTarget with a disallowed URL never reaches the browser and
 // is answered with a CDP error net::ERR_BLOCKED_BY_CLIENT.
 func TestSessionHoldRefusesCreateTarget(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey)
@@ -248,7 +248,7 @@ func TestSessionHoldRefusesCreateTarget(t *testing.T) {
 // path robots.txt disallows (a.test/r2 → a.test/y, recorded off Chromium)
 // is failed at its hop, which books nothing more.
 func TestFetchHolderRefusesRedirectHop(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, _ := obeying(t, "User-agent: *\nDisallow: /y\n", "a.test=fixed:1h,burst:1")
 	tp := relayTo(t, fb, limiter.Config{}, obey)

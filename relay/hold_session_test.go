@@ -56,7 +56,7 @@ func continuedOwn(t *testing.T, fc *fakebrowser.Conn, id string) time.Time {
 // let go at once; the client's own interception merged with the relay's,
 // seeing exactly its own paused requests, across its own Fetch.disable.
 func TestSessionHold(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
 	if got := tp.p.ups[0].holding(); got != "session" {
@@ -144,7 +144,7 @@ func TestSessionHold(t *testing.T) {
 // on a URL (its request may leave before the new session is armed) and
 // books the page's first document no second time.
 func TestSessionHoldCreateTarget(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))

@@ -76,7 +76,7 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, lines []fakeb
 // stream: every message passes unchanged and in order, and the answers in
 // the session's Network events reach the limiter.
 func TestNavHoldReplaysChromiumSession(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
 	tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
@@ -187,7 +187,7 @@ func TestNavHoldHolds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
 			tp := relayTo(t, fb, fixed(time.Hour), navigateInStream)
@@ -254,7 +254,7 @@ func contains(s []int, i int) bool {
 // one at once, the next two a slot and two slots later, whichever books
 // first.
 func TestNavHoldDelay(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
 	c := tp.dial(t, "/", nil)
@@ -298,7 +298,7 @@ func TestNavHoldDelay(t *testing.T) {
 // answered as the browser answers an interrupted navigation, and never
 // reaches the browser; one that may go at once goes before the next.
 func TestNavHoldKeepsOrder(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
 	tp.lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
@@ -389,7 +389,7 @@ func TestNavHoldAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
 			tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
@@ -436,7 +436,7 @@ func navigation(t *testing.T, sess *fakebrowser.Recording, urlPart string) []fak
 // click moved it elsewhere), and a navigation of an iframe's own session
 // books nothing.
 func TestNavHoldFindsWhereItGoes(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
 	var rec *recorder

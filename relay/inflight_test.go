@@ -211,7 +211,7 @@ func TestCapFetch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(tt.bound))
 			hc := fb.Holder(t)
@@ -238,7 +238,7 @@ func TestCapFetch(t *testing.T) {
 // The first time the cap holds a host it is warned about, and /metrics
 // counts the wait.
 func TestCapFetchHolds(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 		cfg := policy.Config{Default: fixed(200 * time.Millisecond), Concurrency: 1}
@@ -349,7 +349,7 @@ func TestCapSession(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0))
 			c := tp.dial(t, "/", nil)
@@ -371,7 +371,7 @@ func TestCapSession(t *testing.T) {
 // cap waits until the one in flight is answered; a held createTarget's
 // place passes to its page's document.
 func TestCapSessionHolds(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0))
 	c := tp.dial(t, "/", nil)
@@ -432,7 +432,7 @@ func TestCapStream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0), navigateInStream)
 			c := tp.dial(t, "/", nil)
@@ -446,7 +446,7 @@ func TestCapStream(t *testing.T) {
 	}
 	// Over the cap, a navigation command of another session waits.
 	t.Run("holds", func(t *testing.T) {
-		checkLeaks(t)
+		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 		tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0), navigateInStream)
 		c := tp.dial(t, "/", nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -287,7 +288,7 @@ func TestLoad(t *testing.T) {
 }
 
 func testLoad(t *testing.T, mode string) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	const (
 		clients  = 500
 		hosts    = 100

@@ -47,7 +47,7 @@ func TestWebsocketPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, tt.browser)
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				if tt.upstream != nil {
@@ -123,7 +123,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 		{name: "reply 64 KiB + 1", typ: websocket.TextMessage, data: payload(64<<10+1, 6), wantType: websocket.TextMessage},
 		{name: "reply 20 MiB", typ: websocket.TextMessage, data: payload(20*MiB, 7), wantType: websocket.TextMessage},
 	}
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	for _, tt := range tests {
@@ -186,7 +186,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 // TestMessagesKeepOrder interleaves small and big messages in both
 // directions at once and checks each side gets the other's in order.
 func TestMessagesKeepOrder(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	c := tp.dial(t, "/", nil)
@@ -251,7 +251,7 @@ func TestCloseIsPassedOn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{})
 			c := tp.dial(t, "/", nil)
@@ -311,7 +311,7 @@ func waitConns(t *testing.T, tp *testProxy, n int) {
 // TestRelayClose checks that closing the relay closes both sides of every
 // connection with 1001.
 func TestRelayClose(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	c := tp.dial(t, "/", nil)
@@ -353,7 +353,7 @@ func TestRelayClose(t *testing.T) {
 // TestOversizedMessage checks that a message over MaxMessageSize closes
 // the connection with 1009 on both sides.
 func TestOversizedMessage(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
 	c := tp.dial(t, "/", nil)
@@ -391,7 +391,7 @@ func TestOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.AllowOrigins = tt.allow })
 			hdr := http.Header{}
@@ -425,7 +425,7 @@ func TestOrigin(t *testing.T) {
 // TestBrowserRefusal checks that a browser's refusal of the websocket is
 // answered with its own status before the client is upgraded.
 func TestBrowserRefusal(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/devtools/other/1", nil)
@@ -437,7 +437,7 @@ func TestBrowserRefusal(t *testing.T) {
 // TestPings checks that the relay pings its clients and its own browser
 // connection, and that the pongs keep them open.
 func TestPings(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.PingInterval = 20 * time.Millisecond })
 	hc := fb.Holder(t)
@@ -480,7 +480,7 @@ func TestPings(t *testing.T) {
 func TestBrowserRestart(t *testing.T) {
 	for _, cfg := range []limiter.Config{{Mode: limiter.Off}, {}} {
 		t.Run(cfg.Mode.String(), func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, cfg)
 			tp.dial(t, "/", nil)
@@ -497,7 +497,7 @@ func TestBrowserRestart(t *testing.T) {
 // TestSlowClient checks that a client that stops reading is closed once a
 // write to it has waited WriteTimeout, and the browser is told why.
 func TestSlowClient(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond })
 	tp.dial(t, "/", nil) // never reads

@@ -17,7 +17,7 @@ import (
 // one), an exempt rule is never held nor booked, and /hosts shows each
 // bucket's rule and where it came from.
 func TestFetchHolderRules(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const hour = time.Hour
 	var lim *limiter.Limiter
@@ -75,7 +75,7 @@ func TestFetchHolderRules(t *testing.T) {
 // resolver's, which the log says. A browser that does not tell costs
 // nothing but a debug line.
 func TestBrowserArgs(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	for _, tc := range []struct {
 		name    string
 		args    []string

@@ -150,7 +150,7 @@ func TestStartChoosesInterception(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, tt.browser)
 			p, lim, logs := newProxy(fb, tt.cfg)
 			p.Intercept = tt.intercept
@@ -182,7 +182,7 @@ func TestStartChoosesInterception(t *testing.T) {
 // TestStartWaitsForTheBrowser checks that Start polls a browser that is
 // not up yet, and gives up at StartTimeout.
 func TestStartWaitsForTheBrowser(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	addr := fb.Addr
 	fb.Close()

@@ -178,7 +178,7 @@ func TestBrowserMisbehaves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			sb := newScriptedBrowser(t, func(i int, c *websocket.Conn, done <-chan struct{}) {
 				if i == 0 {
 					tt.script(c, done)
@@ -236,7 +236,7 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 		{method: "Fetch.enable", intercept: hold.InterceptFetch, wantErr: "browser refused browser-level Fetch: relay: Fetch.enable: context deadline exceeded"},
 	} {
 		t.Run(tt.method+"/"+tt.intercept.String(), func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{tt.method: true}})
 			p, lim, logs := newProxy(fb, limiter.Config{})
 			p.Intercept = tt.intercept
@@ -293,7 +293,7 @@ func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 // TestBrowserNeverAnswersReleases checks that the relay keeps nothing for
 // Fetch.continueRequest commands the browser never answers.
 func TestBrowserNeverAnswersReleases(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Fetch.continueRequest": true}})
 	tp := relayTo(t, fb, limiter.Config{})
 	_, pc := fakebrowser.RelayConns(t, fb, false)
@@ -318,7 +318,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 func TestBrowserDiesMidNavigation(t *testing.T) {
 	for _, mode := range []string{"fetch", "navigate"} {
 		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			var rec *recorder
 			opts := []func(*Proxy){recordBookings(&rec)}
@@ -410,7 +410,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 		{"ws", func(addr string) string { return "ws://" + addr + "/" }, fakebrowser.Config{Lightpanda: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

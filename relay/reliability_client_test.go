@@ -19,7 +19,7 @@ import (
 // waiting, and its booked slot is not given to another navigation.
 func TestClientVanishesWhileHeld(t *testing.T) {
 	t.Run("navigate", func(t *testing.T) {
-		checkLeaks(t)
+		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *recorder
 		tp := relayTo(t, fb, fixed(time.Hour), navigateInStream, recordBookings(&rec))
@@ -56,7 +56,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		}
 	})
 	t.Run("fetch", func(t *testing.T) {
-		checkLeaks(t)
+		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *recorder
 		tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
@@ -111,7 +111,7 @@ func flood(fc *fakebrowser.Conn, n int) (wait func()) {
 // 1008 and a logged reason, and that a client beside it is served
 // meanwhile.
 func TestSlowClientBounded(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 300 * time.Millisecond })
 	by := newBystander(t, tp, fb)
@@ -200,7 +200,7 @@ func TestStalledClientsDoNotStopPings(t *testing.T) {
 // TestCloseWithStalledClients checks that closing the relay with clients
 // that do not read is bounded, and that the others get 1001.
 func TestCloseWithStalledClients(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}) // default WriteTimeout: 30 s
 	healthy := tp.dial(t, "/", nil)

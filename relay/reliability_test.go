@@ -239,7 +239,7 @@ func TestBadClientInput(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			var rec *recorder
 			// Every host is new, so each first navigation goes at once; a
@@ -304,7 +304,7 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 		opt  func(*Proxy)
 	}{{"fetch", func(*Proxy) {}}, {"navigate", navigateInStream}} {
 		t.Run(mode.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, fixed(time.Hour), mode.opt)
 			c := tp.dial(t, "/", nil)
@@ -333,7 +333,7 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 // that the relay logs what it cannot read by size only, keys each request
 // as the browser would, and keeps holding navigations.
 func TestBadBrowserInputOwnConnection(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))

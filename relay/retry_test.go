@@ -47,7 +47,7 @@ func (s *holdingStore) Observe(host string, o limiter.Outcome, now time.Time) li
 func TestStoreHoldsUntilBack(t *testing.T) {
 	for _, mode := range []hold.Intercept{hold.InterceptFetch, hold.InterceptNavigate} {
 		t.Run(mode.String(), func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			st := &holdingStore{Limiter: limiter.New(limiter.Config{}), retry: 50 * time.Millisecond, down: 400 * time.Millisecond}
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {

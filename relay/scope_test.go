@@ -51,7 +51,7 @@ func continuedWithin(hc *fakebrowser.Conn, requestID string, d time.Duration) bo
 // other page's navigations pause nowhere: the relay lets such a page run
 // as soon as it appears and lets go of it.
 func TestScope(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
@@ -146,7 +146,7 @@ func TestScope(t *testing.T) {
 // would be without the relay (chromedp takes only an unattached target for
 // a new one); once a client attaches, as attached.
 func TestScopeAttached(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
 	net, pages := fb.Holder(t), fb.Pages(t)
@@ -187,7 +187,7 @@ func TestScopeAttached(t *testing.T) {
 // unseen gives it away, the relay warns once, counts it unheld and holds
 // navigations in the client sessions instead.
 func TestFetchNeverPauses(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
 	fb.Holder(t)
@@ -242,7 +242,7 @@ func (s slowLimiter) Reserve(ctx context.Context, host, rawURL string, now time.
 func TestSlowStoreDelaysNothingElse(t *testing.T) {
 	for _, mode := range []string{"fetch", "navigate"} {
 		t.Run(mode, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			opts := []func(*Proxy){func(p *Proxy) { p.Limiter = slowLimiter{p.Limiter, time.Second} }}
 			if mode == "navigate" {
@@ -292,7 +292,7 @@ func metricsBody(t *testing.T, tp *testProxy) string {
 // navigation is let go at once, not held while the relay waits to learn
 // whose it is.
 func TestScopeCreateLeftUnanswered(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
 	tp.lim.Reserve("a.test", time.Now())
@@ -315,7 +315,7 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 // keeps one session on it and lets the other go: two would each pause and
 // book the page's requests.
 func TestScopeAttachedTwice(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
@@ -366,7 +366,7 @@ func TestScopeAttachedTwice(t *testing.T) {
 // the last one is gone. A page the client drives then is held where it
 // navigates, and losing the pages connection hands it to net.
 func TestScopeNetOnlyForClients(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, func(p *Proxy) { p.netLinger = 300 * time.Millisecond })
 	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
@@ -418,7 +418,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 // lets go of it: its requests pause nowhere, and nothing is counted as a
 // page the relay could not arm.
 func TestScopeForeignWhileCreating(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
 	net, pages := fb.Holder(t), fb.Pages(t)
@@ -453,7 +453,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 // session only on a page where no client did, before the client's
 // navigation goes on.
 func TestEventsOfTheClient(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(10*time.Millisecond), ownPagesOnly)
 	net, pages := fb.Holder(t), fb.Pages(t)
@@ -507,7 +507,7 @@ func TestEventsOfTheClient(t *testing.T) {
 // whose first request no session can hold. A held navigation the browser
 // lets go when the pages connection is lost is counted unheld and logged.
 func TestNoBackup(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, noBackup)
 	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away

@@ -67,7 +67,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 		cfg  limiter.Config
 	}{{"limiter off", limiter.Config{Mode: limiter.Off}}, {"fetch", fixed(time.Millisecond)}} {
 		t.Run(mode.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, mode.cfg, ownPagesOnly)
 			if mode.cfg.Mode != limiter.Off {
@@ -130,7 +130,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 func TestCrashRefused(t *testing.T) {
 	for _, lightpanda := range []bool{false, true} {
 		t.Run(fmt.Sprint("lightpanda=", lightpanda), func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: lightpanda})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 			c := tp.dial(t, "/", nil)
@@ -175,7 +175,7 @@ func TestBrowserClosePasses(t *testing.T) {
 		{name: "lightpanda", cfg: fakebrowser.Config{Lightpanda: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
+			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, tt.cfg)
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowBrowserClose = tt.allow })
 			c := tp.dial(t, "/", nil)
@@ -195,7 +195,7 @@ func TestBrowserClosePasses(t *testing.T) {
 }
 
 func TestOrphansClosed(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const orphan = 300 * time.Millisecond
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
@@ -225,7 +225,7 @@ func TestOrphansClosed(t *testing.T) {
 // TestOrphanTakenOver checks a client that comes back and drives a page
 // it left keeps it: the relay closes nothing.
 func TestOrphanTakenOver(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const orphan = 300 * time.Millisecond
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })

@@ -15,7 +15,7 @@ import (
 // it holds, the navigations of each host with their answers, the counts
 // of /metrics.
 func TestPage(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	hc := fb.Holder(t)

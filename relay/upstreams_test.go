@@ -40,7 +40,7 @@ func getBody(t *testing.T, url string) (int, string) {
 // TestSeveralBrowsersFewestFirst: new clients go to the browser with the
 // fewest; /json/version names that browser; its id routes the websocket.
 func TestSeveralBrowsersFewestFirst(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
 	for i, want := range []*fakebrowser.Browser{fb1, fb2, fb1} {
 		tp.dial(t, "/", nil)
@@ -80,7 +80,7 @@ func dialStatus(tp *testProxy, path string) (int, string, error) {
 // TestDeadBrowserSkipped: a browser that stops answering gets no new
 // clients and shows in /healthz; with none left /healthz is 503.
 func TestDeadBrowserSkipped(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
 	fb1.Close()
 	fakebrowser.Eventually(t, "the relay to notice", func() bool {
@@ -117,7 +117,7 @@ func TestDeadBrowserSkipped(t *testing.T) {
 // TestMetricsAndHosts replays Chromium's recorded navigations through a
 // relay with metrics, then reads /metrics and /hosts.
 func TestMetricsAndHosts(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	p, lim, logs := newProxy(fb, limiter.Config{})
 	p.Metrics = NewMetrics(lim) // as the relay command does: the hosts tracked are the limiter's
