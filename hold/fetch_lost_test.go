@@ -45,7 +45,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
-			for deadline := time.Now().Add(waitFor); len(th.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 			if n := len(th.logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
@@ -68,7 +68,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(net2)
 			lose(again)
 			fb.Holder(t)
-			deadline := time.Now().Add(waitFor)
+			deadline := time.Now().Add(fakebrowser.WaitFor)
 			for len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
@@ -112,7 +112,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	hc1.Ended(t)
 	hc2.Ended(t)
 	fb.Holder(t)
-	for deadline := time.Now().Add(waitFor); len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
@@ -199,7 +199,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	go func() { nav <- fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first")) }()
 	select {
 	case <-g.asked:
-	case <-time.After(waitFor):
+	case <-time.After(fakebrowser.WaitFor):
 		t.Fatal("the navigation was never booked")
 	}
 	pages.Drop()
@@ -208,7 +208,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	var hops []fakebrowser.Hops
 	select {
 	case hops = <-nav:
-	case <-time.After(waitFor):
+	case <-time.After(fakebrowser.WaitFor):
 		t.Fatal("the request was never let go")
 	}
 	if hops[0].Pauses == 0 {
@@ -240,7 +240,7 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.Now().Add(fakebrowser.WaitFor)
 	for len(th.logs.Lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("navigation not held")

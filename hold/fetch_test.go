@@ -91,7 +91,7 @@ func TestFetchHolder(t *testing.T) {
 				if !named {
 					t.Errorf("net's patterns never named the held request")
 				}
-				deadline := time.Now().Add(waitFor)
+				deadline := time.Now().Add(fakebrowser.WaitFor)
 				for {
 					last := fakebrowser.Commands(net, "Fetch.enable")
 					if !strings.Contains(string(last[len(last)-1].Wire.Params), "page") {

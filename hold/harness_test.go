@@ -27,9 +27,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// waitFor bounds the tests' waits, as it bounds the fake browser's.
-const waitFor = fakebrowser.WaitFor
-
 // testHolder is a Holder holding on one fake browser.
 type testHolder struct {
 	hd     *Holder
@@ -66,7 +63,7 @@ func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...f
 	if !th.hd.Start() {
 		t.Fatal("Holder.Start: it holds nothing")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), fakebrowser.WaitFor)
 	defer cancel()
 	bg, stop := context.WithCancel(context.Background())
 	var done sync.WaitGroup
@@ -139,7 +136,7 @@ func (c counter) AddUnheld(n int)         { c.th.unheld.Add(int64(n)) }
 // waitFeedback waits until holding fed n answers back to the limiter.
 func waitFeedback(t *testing.T, th *testHolder, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.Now().Add(fakebrowser.WaitFor)
 	for th.fed.Load() < int64(n) {
 		if time.Now().After(deadline) {
 			t.Fatalf("holding fed %d answers back, want %d", th.fed.Load(), n)
