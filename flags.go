@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cdp-throttle/cdp-throttle/demo"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -313,7 +314,7 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		return cfg, usageError{err}
 	}
 	cfg.proxy.HoldBackup = c.Bool("hold-backup")
-	if cfg.proxy.Intercept, err = relay.ParseIntercept(c.String("intercept")); err != nil {
+	if cfg.proxy.Intercept, err = hold.ParseIntercept(c.String("intercept")); err != nil {
 		return cfg, usagef("--intercept %q: want auto, fetch, session or navigate", c.String("intercept"))
 	}
 	cfg.proxy.AllowOrigins = c.StringSlice("allow-origin")

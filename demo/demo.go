@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp/remote"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -284,7 +285,7 @@ func demoMode(ctx context.Context, browser relay.Endpoint, cfg limiter.Config, s
 // navigation go, so the first-at table shows what the limiter enforced
 // rather than page-load noise.
 type bookings struct {
-	relay.Limiter
+	hold.Limiter
 	mu   sync.Mutex
 	navs []bookedAt // guarded by mu
 }

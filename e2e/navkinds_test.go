@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -400,7 +401,7 @@ func TestNeverHeld(t *testing.T) {
 }
 
 // TestFallbackPuppeteer: with the fallback that holds navigation commands
-// in the client's stream (relay.InterceptNavigate, for browsers without
+// in the client's stream (hold.InterceptNavigate, for browsers without
 // browser-level Fetch), Puppeteer's goto and reload each wait for a slot of
 // their own.
 //
@@ -412,7 +413,7 @@ func TestNeverHeld(t *testing.T) {
 // from Network events the client enabled itself (Puppeteer does).
 func TestFallbackPuppeteer(t *testing.T) {
 	s := newSite(t)
-	r := startRelay(t, fixed(kindsInterval, 1), func(p *relay.Proxy) { p.Intercept = relay.InterceptNavigate })
+	r := startRelay(t, fixed(kindsInterval, 1), func(p *relay.Proxy) { p.Intercept = hold.InterceptNavigate })
 	const host = "fallback.test"
 	out := runNode(t, 60*time.Second, "pptr-fallback.mjs", "RELAY="+r.url, "RUN="+runID(), "BASE="+s.url(host, ""))
 	t.Logf("client steps: %s", out)

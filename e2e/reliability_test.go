@@ -29,6 +29,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
@@ -662,7 +663,7 @@ func TestSoak(t *testing.T) {
 
 // soakRecorder wraps the relay's limiter and keeps the slots it books.
 type soakRecorder struct {
-	relay.Limiter
+	hold.Limiter
 	mu     sync.Mutex
 	starts map[string][]time.Time // guarded by mu
 	held   int                    // guarded by mu; bookings that had to wait

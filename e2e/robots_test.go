@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
@@ -132,7 +133,7 @@ func TestRobotsObey(t *testing.T) {
 		// --intercept navigate: Page.navigate answered by the relay with
 		// Chromium's errorText, never sent.
 		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
-		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}), func(p *relay.Proxy) { p.Intercept = relay.InterceptNavigate })
+		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}), func(p *relay.Proxy) { p.Intercept = hold.InterceptNavigate })
 		got := robotsSteps(t, r, s, "robots.test", "goto-private", "goto-public")
 		if !strings.Contains(got["goto-private"], "net::ERR_BLOCKED_BY_CLIENT") || got["goto-public"] != "ok" {
 			t.Errorf("got %v, want goto-private net::ERR_BLOCKED_BY_CLIENT, goto-public ok", got)

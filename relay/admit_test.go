@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -40,12 +41,12 @@ func clientsOf(t *testing.T, tp *testProxy) (capacity, connected, queued, full, 
 // with Retry-After at once; a wait that sees no place in time is answered
 // 503. Never an HTTP error after the upgrade.
 func TestAdmission(t *testing.T) {
-	checkLeaks(t)
-	fb1 := newFakeBrowser(t, fakeConfig{})
-	fb2 := newFakeBrowser(t, fakeConfig{})
-	fb2.restart("second-browser-id")
+	fakebrowser.CheckLeaks(t)
+	fb1 := fakebrowser.New(t, fakebrowser.Config{})
+	fb2 := fakebrowser.New(t, fakebrowser.Config{})
+	fb2.Restart("second-browser-id")
 	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
-		p.Upstreams = []string{fb2.url()}
+		p.Upstreams = []string{fb2.URL()}
 		p.Metrics = NewMetrics(nil)
 		p.ClientsPerBrowser, p.Queue, p.QueueTimeout = 1, 1, time.Second
 	})
@@ -54,7 +55,7 @@ func TestAdmission(t *testing.T) {
 	}
 	first := tp.dial(t, "/", nil)
 	tp.dial(t, "/", nil)
-	eventually(t, "a client on each browser", func() bool { return fb1.connCount() == 1 && fb2.connCount() == 1 })
+	fakebrowser.Eventually(t, "a client on each browser", func() bool { return fb1.ConnCount() == 1 && fb2.ConnCount() == 1 })
 
 	third := make(chan *websocket.Conn, 1)
 	go func() {
@@ -64,7 +65,7 @@ func TestAdmission(t *testing.T) {
 		}
 		third <- c
 	}()
-	eventually(t, "the third client queued", func() bool { _, _, q, _, _ := clientsOf(t, tp); return q == 1 })
+	fakebrowser.Eventually(t, "the third client queued", func() bool { _, _, q, _, _ := clientsOf(t, tp); return q == 1 })
 	if status, _ := getBody(t, "http://"+tp.addr+"/json/version"); status != http.StatusOK {
 		t.Errorf("/json/version while a client waits: %d", status)
 	}
@@ -90,7 +91,7 @@ func TestAdmission(t *testing.T) {
 		t.FailNow()
 	}
 	defer c3.Close()
-	eventually(t, "the third client on fb1", func() bool { return fb1.connCount() == 2 })
+	fakebrowser.Eventually(t, "the third client on fb1", func() bool { return fb1.ConnCount() == 2 })
 	if _, connected, queued, _, _ := clientsOf(t, tp); connected != 2 || queued != 0 {
 		t.Errorf("/healthz: %d connected, %d queued; want 2 and 0", connected, queued)
 	}
@@ -122,12 +123,12 @@ func TestAdmission(t *testing.T) {
 // TestAdmissionUnbounded: with no bound anywhere nobody waits, and the
 // gate still spreads clients over the browsers.
 func TestAdmissionUnbounded(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
 	for range 4 {
 		tp.dial(t, "/", nil)
 	}
-	eventually(t, "two clients on each browser", func() bool { return fb1.connCount() == 2 && fb2.connCount() == 2 })
+	fakebrowser.Eventually(t, "two clients on each browser", func() bool { return fb1.ConnCount() == 2 && fb2.ConnCount() == 2 })
 	if capacity, connected, _, _, _ := clientsOf(t, tp); capacity != -1 || connected != 4 {
 		t.Errorf("/healthz: capacity %d, %d connected; want -1 (no bound) and 4", capacity, connected)
 	}
@@ -171,7 +172,7 @@ func fullBrowser(t *testing.T, refusals int) (url string, upgrades *atomic.Int64
 // seen the last client's close yet); one with no capacity known passes
 // its 503 on at once.
 func TestBrowserStillFull(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	url, upgrades := fullBrowser(t, 3)
 	tp := relayToURL(t, url, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.ClientsPerBrowser = 1 })
 	c := tp.dial(t, "/", nil)

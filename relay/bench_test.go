@@ -253,7 +253,7 @@ func pageRelay(b *testing.B, eb *echoBrowser) (ws, base string) {
 		for i := range dashboard.DefaultPerBucket {
 			at := now.Add(time.Duration(i-dashboard.DefaultPerBucket) * 100 * time.Millisecond)
 			r := lim.Reserve(host, at)
-			p.booked(host, at, limiter.Reservation{Start: r.Start, Spacing: r.Spacing, Pressure: r.Pressure, Bucket: host, Mode: r.Mode, Source: "flag"})
+			p.timeline.Booked(dashboard.Booking{Bucket: host, Host: host, At: at, Start: r.Start, Spacing: r.Spacing, Pressure: r.Pressure, Mode: r.Mode.String(), Source: "flag"})
 			if i%2 == 0 {
 				p.timeline.Answered(host, host, dashboard.OK, 200, r.Start.Add(time.Millisecond))
 			}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
@@ -22,40 +21,10 @@ func (p *Proxy) serveJSON(w http.ResponseWriter, r *http.Request, up *upstream, 
 	// A page a client opens with /json/new is that client's: its first
 	// request may pause before the answer names it.
 	created := ""
-	if path == "/json/new" && up.holder != nil {
-		h := up.holder
-		h.claims.creating()
-		done := func() {}
-		if u, _ := url.QueryUnescape(p.withoutToken(r.URL.RawQuery)); h.fetch != nil && h.via() == viaFetch && u != "" && u != "about:blank" {
-			// The page's first request leaves before any session can
-			// attach to it: the relay's browser-level interception pauses
-			// every document until the page is armed.
-			var covered <-chan struct{}
-			covered, done = h.fetch.creatingWithURL()
-			<-covered
-		}
-		defer func() {
-			h.claims.created(created)
-			if created == "" || h.fetch == nil {
-				done()
-				return
-			}
-			if cover := h.fetch.cover(created, false); cover != nil {
-				p.limiting.Add(1)
-				go func() {
-					defer p.limiting.Done()
-					defer done()
-					t := time.NewTimer(coverWait)
-					defer t.Stop()
-					select {
-					case <-cover:
-					case <-t.C:
-					}
-				}()
-				return
-			}
-			done()
-		}()
+	if path == "/json/new" && up.holds != nil {
+		u, _ := url.QueryUnescape(p.withoutToken(r.URL.RawQuery))
+		done := up.holds.NewPage(u)
+		defer func() { done(created) }()
 	}
 	body, resp, err := up.get(r.Context(), method, path, p.withoutToken(r.URL.RawQuery))
 	if path == "/json/new" && err == nil {

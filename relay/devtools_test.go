@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -101,7 +102,7 @@ func checkRewritten(t *testing.T, got, upstream []byte, browserAddr, host string
 
 func TestJSONEndpoints(t *testing.T) {
 	// The target the recording created, listed, activated and closed.
-	_, lines := loadHTTP(t)
+	_, lines := fakebrowser.LoadHTTP(t)
 	var created struct{ ID string }
 	for _, l := range lines {
 		if l.Method == "PUT" && l.Path == "/json/new" {
@@ -111,7 +112,7 @@ func TestJSONEndpoints(t *testing.T) {
 	newQuery := "http://a.test:8080/page?new"
 	tests := []struct {
 		name      string
-		browser   fakeConfig
+		browser   fakebrowser.Config
 		method    string
 		target    string // path and query asked of the relay
 		wantUp    string // "METHOD path?query" the browser gets; "" for none
@@ -131,21 +132,21 @@ func TestJSONEndpoints(t *testing.T) {
 		{name: "close unknown", method: "GET", target: "/json/close/NOPE", wantUp: "GET /json/close/NOPE", wantCode: 404},
 		{name: "protocol", method: "GET", target: "/json/protocol", wantUp: "GET /json/protocol", wantCode: 200},
 		{name: "unknown path", method: "GET", target: "/json/nothing", wantCode: 404},
-		{name: "lightpanda version", browser: fakeConfig{lightpanda: true}, method: "GET", target: "/json/version", wantUp: "GET /json/version", wantCode: 200, rewritten: true},
-		{name: "lightpanda list", browser: fakeConfig{lightpanda: true}, method: "GET", target: "/json/list", wantUp: "GET /json/list", wantCode: 200, rewritten: true},
-		{name: "lightpanda has no new", browser: fakeConfig{lightpanda: true}, method: "PUT", target: "/json/new?" + newQuery, wantUp: "PUT /json/new?" + newQuery, wantCode: 404},
+		{name: "lightpanda version", browser: fakebrowser.Config{Lightpanda: true}, method: "GET", target: "/json/version", wantUp: "GET /json/version", wantCode: 200, rewritten: true},
+		{name: "lightpanda list", browser: fakebrowser.Config{Lightpanda: true}, method: "GET", target: "/json/list", wantUp: "GET /json/list", wantCode: 200, rewritten: true},
+		{name: "lightpanda has no new", browser: fakebrowser.Config{Lightpanda: true}, method: "PUT", target: "/json/new?" + newQuery, wantUp: "PUT /json/new?" + newQuery, wantCode: 404},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, tt.browser)
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, tt.browser)
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowHosts = []string{"relay.example"} })
 			_, port, _ := net.SplitHostPort(tp.addr)
 			// The Host header the client reached the relay with, whatever it is;
 			// an allowed name that Chromium itself would refuse must not reach it.
 			for _, host := range []string{tp.addr, "localhost:" + port, "[::1]:" + port, "relay.example:9322"} {
 				t.Run(host, func(t *testing.T) {
-					before := len(fb.httpHits())
+					before := len(fb.Hits())
 					req, err := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
 					if err != nil {
 						t.Fatal(err)
@@ -163,7 +164,7 @@ func TestJSONEndpoints(t *testing.T) {
 					if resp.StatusCode != tt.wantCode {
 						t.Fatalf("got status %d (%s), want %d", resp.StatusCode, body, tt.wantCode)
 					}
-					hits := fb.httpHits()[before:]
+					hits := fb.Hits()[before:]
 					if tt.wantUp == "" {
 						if len(hits) != 0 {
 							t.Fatalf("got %d requests to the browser, want none", len(hits))
@@ -181,14 +182,14 @@ func TestJSONEndpoints(t *testing.T) {
 					if up != tt.wantUp {
 						t.Errorf("browser got %q, want %q", up, tt.wantUp)
 					}
-					if h.Host != fb.addr {
-						t.Errorf("browser got Host %q, want its own address %q", h.Host, fb.addr)
+					if h.Host != fb.Addr {
+						t.Errorf("browser got Host %q, want its own address %q", h.Host, fb.Addr)
 					}
 					// What the browser answered the relay, as the fake serves it.
-					upstream := fb.upstreamBody(t, h)
+					upstream := upstreamBody(t, fb, h)
 					if tt.rewritten {
-						checkRewritten(t, body, upstream.body, fb.addr, host)
-					} else if d := equalMsg(body, upstream.body); d != "" {
+						checkRewritten(t, body, upstream.body, fb.Addr, host)
+					} else if d := fakebrowser.EqualMsg(body, upstream.body); d != "" {
 						t.Errorf("body: %s", d)
 					}
 					if got := resp.Header.Get("Content-Type"); got != upstream.contentType {
@@ -207,9 +208,9 @@ type upstreamAnswer struct {
 
 // upstreamBody asks the fake again what it answers the request h, to
 // compare with what the relay made of it.
-func (fb *fakeBrowser) upstreamBody(t *testing.T, h httpHit) upstreamAnswer {
+func upstreamBody(t *testing.T, fb *fakebrowser.Browser, h fakebrowser.Hit) upstreamAnswer {
 	t.Helper()
-	u := "http://" + fb.addr + h.Path
+	u := "http://" + fb.Addr + h.Path
 	if h.Query != "" {
 		u += "?" + h.Query
 	}
@@ -232,10 +233,10 @@ func (fb *fakeBrowser) upstreamBody(t *testing.T, h httpHit) upstreamAnswer {
 // TestJSONRefusesForeignHost checks that a Host the relay does not answer
 // to (DNS rebinding) never reaches the browser.
 func TestJSONRefusesForeignHost(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
-	before := len(fb.httpHits())
+	before := len(fb.Hits())
 	for _, target := range []string{"/json/version", "/json/list", "/devtools/browser/x"} {
 		req, _ := http.NewRequest("GET", "http://"+tp.addr+target, nil)
 		req.Host = "rebound.example:9322"
@@ -248,7 +249,7 @@ func TestJSONRefusesForeignHost(t *testing.T) {
 			t.Errorf("%s: got status %d, want 403", target, resp.StatusCode)
 		}
 	}
-	if hits := fb.httpHits()[before:]; len(hits) != 0 {
+	if hits := fb.Hits()[before:]; len(hits) != 0 {
 		t.Errorf("got %d requests to the browser, want none", len(hits))
 	}
 }
@@ -272,10 +273,10 @@ func TestJSONToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
-			before := len(fb.httpHits())
+			before := len(fb.Hits())
 			req, _ := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
 			if tt.auth {
 				req.Header.Set("Authorization", "Bearer "+token)
@@ -289,7 +290,7 @@ func TestJSONToken(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("got status %d (%s), want 200", resp.StatusCode, body)
 			}
-			hits := fb.httpHits()[before:]
+			hits := fb.Hits()[before:]
 			if len(hits) != 1 {
 				t.Fatalf("got %d requests to the browser, want 1", len(hits))
 			}
@@ -365,13 +366,13 @@ func TestJSONTokenEscaped(t *testing.T) {
 	const page = "http://a.test:8080/page?x=1&y=a+b"
 	for _, tok := range escapedTokens {
 		t.Run(tok.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = tok.token })
 			// ask sends a request and returns the body and the query the browser got.
 			ask := func(t *testing.T, method, target string, hdr http.Header, want int) ([]byte, string) {
 				t.Helper()
-				before := len(fb.httpHits())
+				before := len(fb.Hits())
 				req, err := http.NewRequest(method, "http://"+tp.addr+target, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -388,7 +389,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 				if resp.StatusCode != want {
 					t.Fatalf("%s %s: got status %d (%s), want %d", method, target, resp.StatusCode, body, want)
 				}
-				hits := fb.httpHits()[before:]
+				hits := fb.Hits()[before:]
 				if want != http.StatusOK {
 					if len(hits) != 0 {
 						t.Errorf("browser got %d requests, want none", len(hits))
@@ -408,7 +409,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 					}
 					var v struct{ WebSocketDebuggerURL string }
 					json.Unmarshal(body, &v)
-					if rest, want := advertisedRest(t, v.WebSocketDebuggerURL, tok.token), strings.Replace(fb.wsURL(), fb.addr, tp.addr, 1); rest != want {
+					if rest, want := advertisedRest(t, v.WebSocketDebuggerURL, tok.token), strings.Replace(fb.WSURL(), fb.Addr, tp.addr, 1); rest != want {
 						t.Errorf("got advertised URL %q without its token, want the browser's %q", rest, want)
 					}
 					// A client following the advertised URL as it is gets in.
@@ -417,7 +418,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 						t.Fatalf("dialing the advertised %q: %v (%v)", v.WebSocketDebuggerURL, err, resp)
 					}
 					defer c.Close()
-					fb.accept(t)
+					fb.Accept(t)
 
 					// The token, before or after the page's URL, never reaches the page.
 					for _, target := range []string{page + "&" + form.pair, form.pair + "&" + page} {
@@ -463,10 +464,10 @@ func TestJSONTokenEscaped(t *testing.T) {
 // TestJSONBrowserGone checks that the relay answers 502 when the browser's
 // HTTP side does not answer.
 func TestJSONBrowserGone(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
-	fb.close()
+	fb.Close()
 	resp, err := http.Get("http://" + tp.addr + "/json/version")
 	if err != nil {
 		t.Fatal(err)

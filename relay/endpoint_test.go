@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -67,28 +68,28 @@ func (m *movingBrowser) String() string { return "moving browser" }
 func TestBrowserEndpointMoves(t *testing.T) {
 	for _, form := range []string{"http", "ws"} {
 		t.Run(form, func(t *testing.T) {
-			checkLeaks(t)
-			fb1 := newFakeBrowser(t, fakeConfig{})
-			fb2 := newFakeBrowser(t, fakeConfig{})
-			fb2.restart("second-process-id")
-			at := func(fb *fakeBrowser) string {
+			fakebrowser.CheckLeaks(t)
+			fb1 := fakebrowser.New(t, fakebrowser.Config{})
+			fb2 := fakebrowser.New(t, fakebrowser.Config{})
+			fb2.Restart("second-process-id")
+			at := func(fb *fakebrowser.Browser) string {
 				if form == "ws" {
-					return fb.wsURL() // as Chromium announces it
+					return fb.WSURL() // as Chromium announces it
 				}
-				return fb.url()
+				return fb.URL()
 			}
 			m := newMovingBrowser(at(fb1))
 			tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				p.Upstream, p.Browsers = "", []Endpoint{m}
 			})
-			if _, body := getBody(t, "http://"+tp.addr+"/json/version"); !strings.Contains(body, "/devtools/browser/"+fb1.id()) {
+			if _, body := getBody(t, "http://"+tp.addr+"/json/version"); !strings.Contains(body, "/devtools/browser/"+fb1.ID()) {
 				t.Fatalf("/json/version: got %s, want the first process's id", body)
 			}
 			tp.dial(t, "/", nil)
-			fb1.accept(t)
+			fb1.Accept(t)
 
 			m.move("") // it died; the launcher restarts it
-			fb1.close()
+			fb1.Close()
 			dialled := make(chan error, 1)
 			go func() {
 				c, _, err := websocketDial("ws://" + tp.addr + "/")
@@ -107,7 +108,7 @@ func TestBrowserEndpointMoves(t *testing.T) {
 			if err := <-dialled; err != nil {
 				t.Fatalf("client after the restart: %v", err)
 			}
-			fb2.accept(t)
+			fb2.Accept(t)
 			if _, body := getBody(t, "http://"+tp.addr+"/json/version"); !strings.Contains(body, "/devtools/browser/second-process-id") || !strings.Contains(body, tp.addr) {
 				t.Errorf("/json/version after the restart: got %s, want the new process's id at the relay's address", body)
 			}
@@ -120,7 +121,7 @@ func TestBrowserEndpointMoves(t *testing.T) {
 // the wait, and the error at the end says the same on one line, with
 // the package's prefix once.
 func TestStartSaysWhatItWaitsFor(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	old := waitNotice
 	waitNotice = 200 * time.Millisecond
 	t.Cleanup(func() { waitNotice = old })
@@ -130,7 +131,7 @@ func TestStartSaysWhatItWaitsFor(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs)
 	p := &Proxy{Upstream: "http://" + addr, Log: &log, StartTimeout: time.Second}
 	err = p.Start(t.Context())
@@ -143,7 +144,7 @@ func TestStartSaysWhatItWaitsFor(t *testing.T) {
 		!strings.Contains(msg, addr) || !strings.Contains(msg, "connection refused") || strings.Contains(msg, "\n") {
 		t.Errorf("Start: got %q, want one line with relay: once, the browser, the bound and the cause", msg)
 	}
-	notices := logs.lines("no answer from the browser yet; --start-timeout bounds the wait")
+	notices := logs.Lines("no answer from the browser yet; --start-timeout bounds the wait")
 	if len(notices) < 3 {
 		t.Errorf("said %d times that it still waits within 1s at a notice every 200ms, want 3 or more; log:\n%s", len(notices), logs)
 	}
@@ -170,18 +171,18 @@ func TestHealthLogNamesNoElsewhere(t *testing.T) {
 		{"two browsers", 2, `"message":"browser not answering: new clients go elsewhere"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				if tt.browsers == 2 {
-					p.Upstreams = []string{newFakeBrowser(t, fakeConfig{}).url()}
+					p.Upstreams = []string{fakebrowser.New(t, fakebrowser.Config{}).URL()}
 				}
 			})
-			fb.close()
-			eventually(t, "a warning that the browser is not answering", func() bool {
-				return len(tp.logs.lines(`"level":"warn"`, "browser not answering")) > 0
+			fb.Close()
+			fakebrowser.Eventually(t, "a warning that the browser is not answering", func() bool {
+				return len(tp.logs.Lines(`"level":"warn"`, "browser not answering")) > 0
 			})
-			got := tp.logs.lines(`"level":"warn"`, "browser not answering")[0]
+			got := tp.logs.Lines(`"level":"warn"`, "browser not answering")[0]
 			if !strings.Contains(got, tt.want) {
 				t.Errorf("got %s, want %s", got, tt.want)
 			}

@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // ownCommand reads the next message the relay sent the browser, which must
 // be one of its own (a negative id) calling method on session, and answers
 // it as the browser would.
-func ownCommand(t *testing.T, fc *fakeConn, method, session string) fakeMsg {
+func ownCommand(t *testing.T, fc *fakebrowser.Conn, method, session string) fakebrowser.Msg {
 	t.Helper()
-	m := fc.next(t)
-	if m.m.ID == nil || *m.m.ID >= 0 || m.m.Method != method || m.m.SessionID != session {
-		t.Fatalf("browser got %s, want the relay's own %s on %s", m.data, method, session)
+	m := fc.Next(t)
+	if m.Wire.ID == nil || *m.Wire.ID >= 0 || m.Wire.Method != method || m.Wire.SessionID != session {
+		t.Fatalf("browser got %s, want the relay's own %s on %s", m.Data, method, session)
 	}
-	fc.send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, *m.m.ID, session))
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, *m.Wire.ID, session))
 	return m
 }
 
@@ -34,17 +36,17 @@ func paused(session, id, network, frame, typ, url string) []byte {
 
 // continuedOwn waits for the relay's own Fetch.continueRequest of id and
 // returns when the browser got it.
-func continuedOwn(t *testing.T, fc *fakeConn, id string) time.Time {
+func continuedOwn(t *testing.T, fc *fakebrowser.Conn, id string) time.Time {
 	t.Helper()
 	for {
-		m := fc.next(t)
-		if m.m.Method == "Fetch.continueRequest" && strings.Contains(string(m.m.Params), `"`+id+`"`) {
-			if m.m.ID == nil || *m.m.ID >= 0 {
-				t.Fatalf("browser got %s, want the relay's own", m.data)
+		m := fc.Next(t)
+		if m.Wire.Method == "Fetch.continueRequest" && strings.Contains(string(m.Wire.Params), `"`+id+`"`) {
+			if m.Wire.ID == nil || *m.Wire.ID >= 0 {
+				t.Fatalf("browser got %s, want the relay's own", m.Data)
 			}
-			return m.at
+			return m.At
 		}
-		t.Fatalf("browser got %s, want the relay to continue %s", m.data, id)
+		t.Fatalf("browser got %s, want the relay to continue %s", m.Data, id)
 	}
 }
 
@@ -54,14 +56,14 @@ func continuedOwn(t *testing.T, fc *fakeConn, id string) time.Time {
 // let go at once; the client's own interception merged with the relay's,
 // seeing exactly its own paused requests, across its own Fetch.disable.
 func TestSessionHold(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond))
 	if got := tp.p.ups[0].holding(); got != "session" {
 		t.Fatalf("navigations held by %q, want session for Lightpanda", got)
 	}
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	const S, F = "SID-1", "FID-0000000001"
 	marker := func(n int) []byte {
 		return fmt.Appendf(nil, `{"method":"Page.lifecycleEvent","params":{"name":"m%d"},"sessionId":%q}`, n, S)
@@ -74,26 +76,26 @@ func TestSessionHold(t *testing.T) {
 	}
 
 	// The client learns of its page session; the relay has armed it first.
-	fc.send(attachedTo(S, F, "page"))
+	fc.Send(attachedTo(S, F, "page"))
 	enable := ownCommand(t, fc, "Fetch.enable", S)
-	if want := `{"patterns":[{"urlPattern":"*","requestStage":"Request"}]}`; string(enable.m.Params) != want {
-		t.Errorf("relay's Fetch.enable: got %s, want %s", enable.m.Params, want)
+	if want := `{"patterns":[{"urlPattern":"*","requestStage":"Request"}]}`; string(enable.Wire.Params) != want {
+		t.Errorf("relay's Fetch.enable: got %s, want %s", enable.Wire.Params, want)
 	}
 	ownCommand(t, fc, "Network.enable", S)
 	expect(attachedTo(S, F, "page"))
 
 	// Network events the client did not ask for and paused subresources
 	// never reach it.
-	fc.send([]byte(`{"method":"Network.requestWillBeSent","params":{"requestId":"REQ-1","frameId":"` + F + `","type":"Script","request":{"url":"http://a.test/x.js"}},"sessionId":"` + S + `"}`))
-	fc.send(paused(S, "INT-1", "REQ-1", F, "Script", "http://a.test/x.js"))
+	fc.Send([]byte(`{"method":"Network.requestWillBeSent","params":{"requestId":"REQ-1","frameId":"` + F + `","type":"Script","request":{"url":"http://a.test/x.js"}},"sessionId":"` + S + `"}`))
+	fc.Send(paused(S, "INT-1", "REQ-1", F, "Script", "http://a.test/x.js"))
 	continuedOwn(t, fc, "INT-1")
-	fc.send(marker(1))
+	fc.Send(marker(1))
 	expect(marker(1))
 
 	// A document waits for its slot.
 	tp.lim.Reserve("a.test", time.Now())
 	sent := time.Now()
-	fc.send(paused(S, "INT-2", "REQ-2", F, "Document", "http://a.test/next"))
+	fc.Send(paused(S, "INT-2", "REQ-2", F, "Document", "http://a.test/next"))
 	if at := continuedOwn(t, fc, "INT-2"); at.Sub(sent) < 250*time.Millisecond {
 		t.Errorf("document let go %v after it paused, want about its 300ms slot", at.Sub(sent))
 	}
@@ -101,40 +103,40 @@ func TestSessionHold(t *testing.T) {
 	// The client's own interception: its Fetch.enable reaches the browser
 	// with the relay's pattern added, its answer reaches the client.
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"`+S+`","method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*.js"}]}}`))
-	m := fc.next(t)
-	if want := `{"id":1,"sessionId":"` + S + `","method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*.js"},{"urlPattern":"*","requestStage":"Request"}]}}`; string(m.data) != want {
-		t.Errorf("browser got %s, want %s", m.data, want)
+	m := fc.Next(t)
+	if want := `{"id":1,"sessionId":"` + S + `","method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*.js"},{"urlPattern":"*","requestStage":"Request"}]}}`; string(m.Data) != want {
+		t.Errorf("browser got %s, want %s", m.Data, want)
 	}
-	fc.send([]byte(`{"id":1,"result":{},"sessionId":"` + S + `"}`))
+	fc.Send([]byte(`{"id":1,"result":{},"sessionId":"` + S + `"}`))
 	expect([]byte(`{"id":1,"result":{},"sessionId":"` + S + `"}`))
 	// It gets its own paused requests, and only those.
 	js := paused(S, "INT-3", "REQ-3", F, "Script", "http://a.test/y.js")
-	fc.send(js)
+	fc.Send(js)
 	expect(js)
-	fc.send(paused(S, "INT-4", "REQ-4", F, "Image", "http://a.test/z.png"))
+	fc.Send(paused(S, "INT-4", "REQ-4", F, "Image", "http://a.test/z.png"))
 	continuedOwn(t, fc, "INT-4")
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"`+S+`","method":"Fetch.continueRequest","params":{"requestId":"INT-3"}}`))
-	if m := fc.next(t); *m.m.ID != 2 {
-		t.Fatalf("browser got %s, want the client's continue", m.data)
+	if m := fc.Next(t); *m.Wire.ID != 2 {
+		t.Fatalf("browser got %s, want the client's continue", m.Data)
 	}
 
 	// Its Fetch.disable is answered by the relay, which keeps its own
 	// interception on and lets go what the client still held.
 	doc := paused(S, "INT-5", "REQ-5", F, "Document", "http://a.test/held")
-	fc.send(doc)
+	fc.Send(doc)
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"sessionId":"`+S+`","method":"Fetch.disable"}`))
 	expect([]byte(`{"id":3,"result":{},"sessionId":"` + S + `"}`))
 	again := ownCommand(t, fc, "Fetch.enable", S)
-	if want := `{"patterns":[{"urlPattern":"*","requestStage":"Request"}]}`; string(again.m.Params) != want {
-		t.Errorf("relay's Fetch.enable after the client's disable: got %s, want %s", again.m.Params, want)
+	if want := `{"patterns":[{"urlPattern":"*","requestStage":"Request"}]}`; string(again.Wire.Params) != want {
+		t.Errorf("relay's Fetch.enable after the client's disable: got %s, want %s", again.Wire.Params, want)
 	}
 	continuedOwn(t, fc, "INT-5") // held for its slot, and no client interception any more
 
 	// Network events reach the client once it enabled them itself.
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":4,"sessionId":"`+S+`","method":"Network.enable"}`))
-	fc.next(t)
+	fc.Next(t)
 	ev := []byte(`{"method":"Network.loadingFinished","params":{"requestId":"REQ-5","timestamp":1,"encodedDataLength":1},"sessionId":"` + S + `"}`)
-	fc.send(ev)
+	fc.Send(ev)
 	expect(ev)
 }
 
@@ -142,50 +144,25 @@ func TestSessionHold(t *testing.T) {
 // on a URL (its request may leave before the new session is armed) and
 // books the page's first document no second time.
 func TestSessionHoldCreateTarget(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	tp.lim.Reserve("a.test", time.Now())
 	sent := time.Now()
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))
-	if m := fc.next(t); m.at.Sub(sent) < 250*time.Millisecond || m.m.Method != "Target.createTarget" {
-		t.Errorf("browser got %s %v after it was sent, want the command after its 300ms slot", m.data, m.at.Sub(sent))
+	if m := fc.Next(t); m.At.Sub(sent) < 250*time.Millisecond || m.Wire.Method != "Target.createTarget" {
+		t.Errorf("browser got %s %v after it was sent, want the command after its 300ms slot", m.Data, m.At.Sub(sent))
 	}
-	fc.send(attachedTo("SID-1", "FID-1", "page"))
+	fc.Send(attachedTo("SID-1", "FID-1", "page"))
 	ownCommand(t, fc, "Fetch.enable", "SID-1")
 	ownCommand(t, fc, "Network.enable", "SID-1")
 	readClient(t, c)
-	fc.send(paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
+	fc.Send(paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
 	continuedOwn(t, fc, "INT-1")
 	if n := len(rec.bookings()); n != 1 {
 		t.Errorf("%d bookings, want 1", n)
-	}
-}
-
-// TestGlob checks the Fetch URL pattern matching the relay does for a
-// client's own patterns.
-func TestGlob(t *testing.T) {
-	tests := []struct {
-		pat, s string
-		want   bool
-	}{
-		{"*", "http://a.test/", true},
-		{"", "", true},
-		{"*.js", "http://a.test/x.js", true},
-		{"*.js", "http://a.test/x.css", false},
-		{"http://a.test/?", "http://a.test/x", true},
-		{"http://a.test/?", "http://a.test/", false},
-		{`http://a.test/\*`, "http://a.test/*", true},
-		{`http://a.test/\*`, "http://a.test/x", false},
-		{"*a*b*c*", "xxaxxbxxcxx", true},
-		{"*a*b*c*", "xxaxxcxxbxx", false},
-	}
-	for _, tt := range tests {
-		if got := glob(tt.pat, tt.s); got != tt.want {
-			t.Errorf("glob(%q, %q) = %v, want %v", tt.pat, tt.s, got, tt.want)
-		}
 	}
 }

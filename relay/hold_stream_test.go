@@ -11,29 +11,31 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // navigateInStream makes a relay hold navigations in the client streams.
-func navigateInStream(p *Proxy) { p.Intercept = InterceptNavigate }
+func navigateInStream(p *Proxy) { p.Intercept = hold.InterceptNavigate }
 
 // pageSession returns the recorded Target.attachedToTarget of the page the
 // session transcript navigates, with its session and target ids.
-func pageSession(t *testing.T, sess *recording) (attached []byte, session, target string) {
+func pageSession(t *testing.T, sess *fakebrowser.Recording) (attached []byte, session, target string) {
 	t.Helper()
 	created := false
-	for _, rm := range sess.msgs {
-		if rm.From == "client" && rm.m.Method == "Target.createTarget" {
+	for _, rm := range sess.Msgs {
+		if rm.From == "client" && rm.Wire.Method == "Target.createTarget" {
 			created = true
 		}
-		if !created || rm.m.Method != "Target.attachedToTarget" {
+		if !created || rm.Wire.Method != "Target.attachedToTarget" {
 			continue
 		}
 		var p struct {
-			SessionID  string     `json:"sessionId"`
-			TargetInfo targetInfo `json:"targetInfo"`
+			SessionID  string                 `json:"sessionId"`
+			TargetInfo fakebrowser.TargetInfo `json:"targetInfo"`
 		}
-		if json.Unmarshal(rm.m.Params, &p) == nil && p.TargetInfo.Type == "page" {
+		if json.Unmarshal(rm.Wire.Params, &p) == nil && p.TargetInfo.Type == "page" {
 			return rm.Msg, p.SessionID, p.TargetInfo.TargetID
 		}
 	}
@@ -46,13 +48,13 @@ func pageSession(t *testing.T, sess *recording) (attached []byte, session, targe
 // the browser unchanged, a browser line is sent by the fake and must reach
 // the client unchanged. before, when set, is called before each browser
 // line is sent.
-func replay(t *testing.T, c *websocket.Conn, fc *fakeConn, lines []recordedMsg, before func(msg []byte) []byte) {
+func replay(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, lines []fakebrowser.RecordedMsg, before func(msg []byte) []byte) {
 	t.Helper()
 	for _, rm := range lines {
 		msg := rm.Msg
 		if rm.From == "client" {
 			writeClient(t, c, websocket.TextMessage, msg)
-			if d := equalMsg(fc.next(t).data, msg); d != "" {
+			if d := fakebrowser.EqualMsg(fc.Next(t).Data, msg); d != "" {
 				t.Fatalf("browser got another message than %.80s: %s", msg, d)
 			}
 			continue
@@ -60,11 +62,11 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakeConn, lines []recordedMsg, 
 		if before != nil {
 			msg = before(msg)
 		}
-		if err := fc.send(msg); err != nil {
+		if err := fc.Send(msg); err != nil {
 			t.Fatal(err)
 		}
-		if _, got := readClient(t, c); equalMsg(got, msg) != "" {
-			t.Fatalf("client got another message than %.80s: %s", msg, equalMsg(got, msg))
+		if _, got := readClient(t, c); fakebrowser.EqualMsg(got, msg) != "" {
+			t.Fatalf("client got another message than %.80s: %s", msg, fakebrowser.EqualMsg(got, msg))
 		}
 	}
 }
@@ -74,15 +76,15 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakeConn, lines []recordedMsg, 
 // stream: every message passes unchanged and in order, and the answers in
 // the session's Network events reach the limiter.
 func TestNavHoldReplaysChromiumSession(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
-	fb.hush()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	fb.Hush()
 	tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
-	sess := loadRecording(t, "chromium-session.jsonl")
+	fc := fb.Accept(t)
+	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	var busyAnswered time.Time
-	replay(t, c, fc, sess.msgs, func(msg []byte) []byte {
+	replay(t, c, fc, sess.Msgs, func(msg []byte) []byte {
 		if bytes.Contains(msg, []byte(`"method":"Network.responseReceived"`)) && bytes.Contains(msg, []byte(`"status":429`)) {
 			busyAnswered = time.Now()
 		}
@@ -110,7 +112,7 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 // the browser gets: everything that is not a navigation to a booked host,
 // at once and in order.
 func TestNavHoldHolds(t *testing.T) {
-	sess := loadRecording(t, "chromium-session.jsonl")
+	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	attached, S, T := pageSession(t, sess)
 	nav := func(id int, session, url, frame string) string {
 		m := map[string]any{"id": id, "method": "Page.navigate", "params": map[string]string{"url": url}}
@@ -185,9 +187,9 @@ func TestNavHoldHolds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
-			fb.hush()
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
+			fb.Hush()
 			tp := relayTo(t, fb, fixed(time.Hour), navigateInStream)
 			tp.lim.Reserve("a.test", time.Now())
 			path := tt.path
@@ -195,9 +197,9 @@ func TestNavHoldHolds(t *testing.T) {
 				path = "/"
 			}
 			c := tp.dial(t, path, nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			if path == "/" {
-				if err := fc.send(attached); err != nil {
+				if err := fc.Send(attached); err != nil {
 					t.Fatal(err)
 				}
 				readClient(t, c)
@@ -220,14 +222,14 @@ func TestNavHoldHolds(t *testing.T) {
 			// commands have negative ids) before it reloads it.
 			var got []string
 			for len(got) < len(want) {
-				m := fc.next(t)
-				if m.m.ID != nil && *m.m.ID < 0 {
-					if m.m.Method == "Page.getNavigationHistory" {
-						fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":0,"entries":[{"id":1,"url":"about:blank"}]},"sessionId":%q}`, *m.m.ID, m.m.SessionID))
+				m := fc.Next(t)
+				if m.Wire.ID != nil && *m.Wire.ID < 0 {
+					if m.Wire.Method == "Page.getNavigationHistory" {
+						fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":0,"entries":[{"id":1,"url":"about:blank"}]},"sessionId":%q}`, *m.Wire.ID, m.Wire.SessionID))
 					}
 					continue
 				}
-				got = append(got, string(m.data))
+				got = append(got, string(m.Data))
 			}
 			slices.Sort(got)
 			slices.Sort(want)
@@ -252,11 +254,11 @@ func contains(s []int, i int) bool {
 // one at once, the next two a slot and two slots later, whichever books
 // first.
 func TestNavHoldDelay(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	msgs := []string{
 		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
 		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`,
@@ -269,8 +271,8 @@ func TestNavHoldDelay(t *testing.T) {
 	}
 	arrived := map[string]time.Time{}
 	for range msgs {
-		m := fc.next(t)
-		arrived[string(m.data)] = m.at
+		m := fc.Next(t)
+		arrived[string(m.Data)] = m.At
 	}
 	var navs []time.Duration
 	for i, m := range msgs {
@@ -296,12 +298,12 @@ func TestNavHoldDelay(t *testing.T) {
 // answered as the browser answers an interrupted navigation, and never
 // reaches the browser; one that may go at once goes before the next.
 func TestNavHoldKeepsOrder(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
 	tp.lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
 	time.Sleep(50 * time.Millisecond) // booked, waiting
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
@@ -314,13 +316,13 @@ func TestNavHoldKeepsOrder(t *testing.T) {
 	if want := `{"id":2,"result":{},"sessionId":"SID-1"}`; string(got) != want {
 		t.Errorf("client got %s, want %s", got, want)
 	}
-	if m := fc.next(t); !strings.Contains(string(m.data), `"id":3`) {
-		t.Errorf("browser got %s first, want the last navigation", m.data)
+	if m := fc.Next(t); !strings.Contains(string(m.Data), `"id":3`) {
+		t.Errorf("browser got %s first, want the last navigation", m.Data)
 	}
 	time.Sleep(400 * time.Millisecond)
-	for _, m := range fc.received() {
-		if strings.Contains(string(m.data), "stale") || strings.Contains(string(m.data), "Page.reload") {
-			t.Errorf("browser got an overtaken navigation: %s", m.data)
+	for _, m := range fc.Received() {
+		if strings.Contains(string(m.Data), "stale") || strings.Contains(string(m.Data), "Page.reload") {
+			t.Errorf("browser got an overtaken navigation: %s", m.Data)
 		}
 	}
 }
@@ -328,7 +330,7 @@ func TestNavHoldKeepsOrder(t *testing.T) {
 // TestNavHoldAnswers replays single navigations of the recorded session
 // and checks what their answers do to the limiter.
 func TestNavHoldAnswers(t *testing.T) {
-	sess := loadRecording(t, "chromium-session.jsonl")
+	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	attached, _, _ := pageSession(t, sess)
 	tests := []struct {
 		name   string
@@ -387,13 +389,13 @@ func TestNavHoldAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
-			fb.hush()
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
+			fb.Hush()
 			tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
-			replay(t, c, fc, []recordedMsg{{From: "browser", Msg: attached}}, nil)
+			fc := fb.Accept(t)
+			replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
 			var answered time.Time
 			mutate := func(msg []byte) []byte {
 				if tt.mutate != nil {
@@ -412,17 +414,17 @@ func TestNavHoldAnswers(t *testing.T) {
 
 // navigation returns the recorded lines of the navigation to a URL with
 // urlPart: its command and what the browser sent until the next command.
-func navigation(t *testing.T, sess *recording, urlPart string) []recordedMsg {
+func navigation(t *testing.T, sess *fakebrowser.Recording, urlPart string) []fakebrowser.RecordedMsg {
 	t.Helper()
-	for i, rm := range sess.msgs {
-		if rm.From != "client" || rm.m.Method != "Page.navigate" || !strings.Contains(string(rm.m.Params), urlPart) {
+	for i, rm := range sess.Msgs {
+		if rm.From != "client" || rm.Wire.Method != "Page.navigate" || !strings.Contains(string(rm.Wire.Params), urlPart) {
 			continue
 		}
 		j := i + 1
-		for j < len(sess.msgs) && sess.msgs[j].From != "client" {
+		for j < len(sess.Msgs) && sess.Msgs[j].From != "client" {
 			j++
 		}
-		return sess.msgs[i:j]
+		return sess.Msgs[i:j]
 	}
 	t.Fatalf("no recorded navigation to %q", urlPart)
 	return nil
@@ -434,27 +436,27 @@ func navigation(t *testing.T, sess *recording, urlPart string) []recordedMsg {
 // click moved it elsewhere), and a navigation of an iframe's own session
 // books nothing.
 func TestNavHoldFindsWhereItGoes(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
-	fb.hush()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	fb.Hush()
 	var rec *recorder
 	tp := relayTo(t, fb, fixed(time.Millisecond), navigateInStream, recordBookings(&rec))
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
-	fc.send(attachedTo("PAGE-S", "PAGE", "page"))
-	fc.send(attachedTo("IFRAME-S", "OOPIF", "iframe"))
+	fc := fb.Accept(t)
+	fc.Send(attachedTo("PAGE-S", "PAGE", "page"))
+	fc.Send(attachedTo("IFRAME-S", "OOPIF", "iframe"))
 	readClient(t, c)
 	readClient(t, c)
 	// answer plays the browser: it answers the relay's own history query.
-	answer := func(wantMethod string) fakeMsg {
+	answer := func(wantMethod string) fakebrowser.Msg {
 		for {
-			m := fc.next(t)
-			if m.m.ID != nil && *m.m.ID < 0 && m.m.Method == "Page.getNavigationHistory" {
-				fc.send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":1,"entries":[{"id":7,"url":"http://a.test/"},{"id":8,"url":"http://b.test/"}]},"sessionId":%q}`, *m.m.ID, m.m.SessionID))
+			m := fc.Next(t)
+			if m.Wire.ID != nil && *m.Wire.ID < 0 && m.Wire.Method == "Page.getNavigationHistory" {
+				fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"currentIndex":1,"entries":[{"id":7,"url":"http://a.test/"},{"id":8,"url":"http://b.test/"}]},"sessionId":%q}`, *m.Wire.ID, m.Wire.SessionID))
 				continue
 			}
-			if m.m.Method != wantMethod {
-				t.Fatalf("browser got %s, want %s", m.data, wantMethod)
+			if m.Wire.Method != wantMethod {
+				t.Fatalf("browser got %s, want %s", m.Data, wantMethod)
 			}
 			return m
 		}
@@ -473,11 +475,11 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	step(`{"id":2,"sessionId":"IFRAME-S","method":"Page.navigate","params":{"url":"http://c.test/"}}`, "Page.navigate", "")
 	step(`{"id":3,"sessionId":"PAGE-S","method":"Page.navigate","params":{"url":"http://c.test/"}}`, "Page.navigate", "c.test")
 	// A click took the page to d.test; the client enabled Page events.
-	fc.send([]byte(`{"method":"Page.frameNavigated","params":{"frame":{"id":"PAGE","loaderId":"L","url":"http://d.test/next","securityOrigin":"http://d.test","mimeType":"text/html"},"type":"Navigation"},"sessionId":"PAGE-S"}`))
+	fc.Send([]byte(`{"method":"Page.frameNavigated","params":{"frame":{"id":"PAGE","loaderId":"L","url":"http://d.test/next","securityOrigin":"http://d.test","mimeType":"text/html"},"type":"Navigation"},"sessionId":"PAGE-S"}`))
 	readClient(t, c)
 	step(`{"id":4,"sessionId":"PAGE-S","method":"Page.reload"}`, "Page.reload", "d.test")
 	// With nothing seen of a page, the browser is asked where it is.
-	fc.send(attachedTo("NEW-S", "NEW", "page"))
+	fc.Send(attachedTo("NEW-S", "NEW", "page"))
 	readClient(t, c)
 	step(`{"id":5,"sessionId":"NEW-S","method":"Page.reload"}`, "Page.reload", "b.test")
 }

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // busyLimiter is a Limiter whose Busiest reports hosts as given.
 type busyLimiter struct {
-	Limiter
+	hold.Limiter
 	hosts []limiter.HostState
 	asked int // the n of the last Busiest
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -71,37 +72,37 @@ func onPage(chain [][]byte, target string) [][]byte {
 }
 
 // announce tells the relay's connection of a page target.
-func announceTarget(t *testing.T, hc *fakeConn, target string) {
+func announceTarget(t *testing.T, hc *fakebrowser.Conn, target string) {
 	t.Helper()
-	if err := hc.send(fmt.Appendf(nil, `{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":%q,"type":"page","title":"","url":"about:blank","attached":false,"canAccessOpener":false}}}`, target)); err != nil {
+	if err := hc.Send(fmt.Appendf(nil, `{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":%q,"type":"page","title":"","url":"about:blank","attached":false,"canAccessOpener":false}}}`, target)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // inJob moves a recorded pause to the interception job of requestID.
 func inJob(msg []byte, requestID string) []byte {
-	return jobID.ReplaceAll(msg, []byte(`"`+requestID[:strings.LastIndexByte(requestID, '.')+1]))
+	return fakebrowser.JobID.ReplaceAll(msg, []byte(`"`+requestID[:strings.LastIndexByte(requestID, '.')+1]))
 }
 
 // goesAtOnce plays the request of a navigation of host on a fresh page and
 // fails unless the relay lets it go at once, then answers it.
-func goesAtOnce(t *testing.T, fb *fakeBrowser, hc *fakeConn, host string) {
+func goesAtOnce(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, host string) {
 	t.Helper()
-	page := fmt.Sprintf("PROBE%027d", fb.newJob())
+	page := fmt.Sprintf("PROBE%027d", fb.NewJob())
 	announceTarget(t, hc, page)
-	chain := onPage(fb.fetch.chain(t, "/page?first"), page)
+	chain := onPage(fb.FetchRec.Chain(t, "/page?first"), page)
 	if host != "a.test" {
-		chain = onPage(fb.fetch.chain(t, "/page?created"), page) // b.test
+		chain = onPage(fb.FetchRec.Chain(t, "/page?created"), page) // b.test
 	}
-	job := fb.newJob()
-	req := renumberJob(chain[0], job)
-	p, _ := readPause(req)
-	hc.send(req)
+	job := fb.NewJob()
+	req := fakebrowser.RenumberJob(chain[0], job)
+	p, _ := fakebrowser.ReadPause(req)
+	hc.Send(req)
 	if !continuedWithin(hc, p.RequestID, 2*time.Second) {
 		t.Fatalf("the next navigation of %s is held: a place was not given back", host)
 	}
-	hc.send(renumberJob(chain[1], job))
-	hc.continuedAt(p.RequestID)
+	hc.Send(fakebrowser.RenumberJob(chain[1], job))
+	hc.ContinuedAt(p.RequestID)
 }
 
 // TestCapFetch: through the relay's own connections (Chromium), every way
@@ -114,114 +115,114 @@ func TestCapFetch(t *testing.T) {
 		dropped bool   // it drops the connection it played on
 		host    string // whose places are checked
 		// end plays a navigation and ends it one way.
-		end func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy)
+		end func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy)
 	}{
-		{name: "answer", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))
+		{name: "answer", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
 		}},
-		{name: "429", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/busy"))
+		{name: "429", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/busy"))
 		}},
-		{name: "no answer: refused", host: "c.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "http://c.test"))
+		{name: "no answer: refused", host: "c.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "http://c.test"))
 		}},
-		{name: "redirect to another host", host: "b.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			chain := fb.fetch.chain(t, "/r")
-			hops := hc.mustPlay(t, chain[:2]) // a.test answered 302
+		{name: "redirect to another host", host: "b.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			chain := fb.FetchRec.Chain(t, "/r")
+			hops := hc.MustPlay(t, chain[:2]) // a.test answered 302
 			// Its place goes with its hop unless that is to another host.
 			awaitInFlight(t, tp, "a.test", 1)
-			for i, m := range [][]byte{inJob(chain[2], hops[0].requestID), inJob(chain[3], hops[0].requestID)} {
-				p, _ := readPause(m)
-				hc.send(m)
-				if _, err := hc.continuedAt(p.RequestID); err != nil {
+			for i, m := range [][]byte{inJob(chain[2], hops[0].RequestID), inJob(chain[3], hops[0].RequestID)} {
+				p, _ := fakebrowser.ReadPause(m)
+				hc.Send(m)
+				if _, err := hc.ContinuedAt(p.RequestID); err != nil {
 					t.Fatal(err)
 				}
-				hc.mu.Lock()
-				delete(hc.continued, p.RequestID)
-				hc.mu.Unlock()
+				hc.Mu.Lock()
+				delete(hc.Continued, p.RequestID)
+				hc.Mu.Unlock()
 				if i == 0 {
 					awaitInFlight(t, tp, "a.test", 0)
 					awaitInFlight(t, tp, "b.test", 1)
 				}
 			}
 		}},
-		{name: "redirect within the host keeps its place to the end", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			chain := fb.fetch.chain(t, "/r2")
-			hops := hc.mustPlay(t, chain[:2])
+		{name: "redirect within the host keeps its place to the end", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			chain := fb.FetchRec.Chain(t, "/r2")
+			hops := hc.MustPlay(t, chain[:2])
 			awaitInFlight(t, tp, "a.test", 1)
-			hop := inJob(chain[2], hops[0].requestID)
-			p, _ := readPause(hop)
-			hc.send(hop)
-			hc.continuedAt(p.RequestID)
-			hc.mu.Lock()
-			delete(hc.continued, p.RequestID)
-			hc.mu.Unlock()
+			hop := inJob(chain[2], hops[0].RequestID)
+			p, _ := fakebrowser.ReadPause(hop)
+			hc.Send(hop)
+			hc.ContinuedAt(p.RequestID)
+			hc.Mu.Lock()
+			delete(hc.Continued, p.RequestID)
+			hc.Mu.Unlock()
 			awaitInFlight(t, tp, "a.test", 1)
-			answer := inJob(chain[3], hops[0].requestID)
-			hc.send(answer)
-			hc.continuedAt(p.RequestID)
+			answer := inJob(chain[3], hops[0].RequestID)
+			hc.Send(answer)
+			hc.ContinuedAt(p.RequestID)
 		}},
-		{name: "page closed mid-navigation", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/page?first")[:1])
+		{name: "page closed mid-navigation", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first")[:1])
 			awaitInFlight(t, tp, "a.test", 1)
-			hc.send(fmt.Appendf(nil, `{"method":"Target.targetDestroyed","params":{"targetId":%q}}`, recordedPage))
+			hc.Send(fmt.Appendf(nil, `{"method":"Target.targetDestroyed","params":{"targetId":%q}}`, recordedPage))
 		}},
-		{name: "a later navigation of the page", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			chain := fb.fetch.chain(t, "/page?first")
-			hc.mustPlay(t, chain[:1])
+		{name: "a later navigation of the page", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			chain := fb.FetchRec.Chain(t, "/page?first")
+			hc.MustPlay(t, chain[:1])
 			awaitInFlight(t, tp, "a.test", 1)
-			hc.mustPlay(t, chain) // the page's next navigation, answered
+			hc.MustPlay(t, chain) // the page's next navigation, answered
 		}},
-		{name: "page closed while waiting for a place", host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			chain := fb.fetch.chain(t, "/page?first")
-			hops := hc.mustPlay(t, chain[:1]) // in flight
+		{name: "page closed while waiting for a place", host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			chain := fb.FetchRec.Chain(t, "/page?first")
+			hops := hc.MustPlay(t, chain[:1]) // in flight
 			announceTarget(t, hc, otherPage)
-			waiting := renumberJob(onPage(chain, otherPage)[0], fb.newJob())
-			p, _ := readPause(waiting)
-			hc.send(waiting)
+			waiting := fakebrowser.RenumberJob(onPage(chain, otherPage)[0], fb.NewJob())
+			p, _ := fakebrowser.ReadPause(waiting)
+			hc.Send(waiting)
 			if continuedWithin(hc, p.RequestID, 300*time.Millisecond) {
 				t.Fatal("a second navigation of a.test went while one was in flight, cap 1")
 			}
 			if n, w := inFlight(tp, "a.test"); n != 1 || w != 1 {
 				t.Fatalf("a.test: %d in flight, %d waiting; want 1 and 1", n, w)
 			}
-			hc.send(fmt.Appendf(nil, `{"method":"Target.targetDestroyed","params":{"targetId":%q}}`, otherPage))
+			hc.Send(fmt.Appendf(nil, `{"method":"Target.targetDestroyed","params":{"targetId":%q}}`, otherPage))
 			awaitInFlight(t, tp, "a.test", 1)
-			hc.send(inJob(chain[1], hops[0].requestID))
-			hc.continuedAt(hops[0].requestID)
+			hc.Send(inJob(chain[1], hops[0].RequestID))
+			hc.ContinuedAt(hops[0].RequestID)
 		}},
-		{name: "connection lost", host: "a.test", dropped: true, end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/page?first")[:1])
+		{name: "connection lost", host: "a.test", dropped: true, end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first")[:1])
 			awaitInFlight(t, tp, "a.test", 1)
-			hc.drop() // its answer would have come here
+			hc.Drop() // its answer would have come here
 		}},
-		{name: "browser lost", host: "a.test", dropped: true, end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/page?first")[:1])
+		{name: "browser lost", host: "a.test", dropped: true, end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first")[:1])
 			awaitInFlight(t, tp, "a.test", 1)
-			for _, h := range append(fb.holders(), fb.pagesConns()...) {
-				h.drop()
+			for _, h := range append(fb.Holders(), fb.PagesConns()...) {
+				h.Drop()
 			}
 		}},
-		{name: "the bound", bound: 300 * time.Millisecond, host: "a.test", end: func(t *testing.T, fb *fakeBrowser, hc *fakeConn, tp *testProxy) {
-			hc.mustPlay(t, fb.fetch.chain(t, "/page?first")[:1]) // its end is never seen
+		{name: "the bound", bound: 300 * time.Millisecond, host: "a.test", end: func(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn, tp *testProxy) {
+			hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first")[:1]) // its end is never seen
 			awaitInFlight(t, tp, "a.test", 1)
 			time.Sleep(300 * time.Millisecond)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(tt.bound))
-			hc := fb.holder(t)
-			fb.pages(t) // both of the relay's connections are up; net holds what pauses there
-			announcePages(t, fb, hc, false)
+			hc := fb.Holder(t)
+			fb.Pages(t) // both of the relay's connections are up; net holds what pauses there
+			fakebrowser.AnnouncePages(t, fb, hc, false)
 			tt.end(t, fb, hc, tp)
 			awaitInFlight(t, tp, tt.host, 0)
 			if tt.dropped { // the relay reconnects: the next navigation pauses there
-				hc.ended(t)
-				hc = fb.holder(t)
-				announcePages(t, fb, hc, false)
+				hc.Ended(t)
+				hc = fb.Holder(t)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
 			}
 			goesAtOnce(t, fb, hc, tt.host)
 			awaitInFlight(t, tp, tt.host, 0)
@@ -237,24 +238,24 @@ func TestCapFetch(t *testing.T) {
 // The first time the cap holds a host it is warned about, and /metrics
 // counts the wait.
 func TestCapFetchHolds(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 		cfg := policy.Config{Default: fixed(200 * time.Millisecond), Concurrency: 1}
 		p.Limiter = policy.New(cfg, limiter.New(cfg.Default))
 		p.Metrics = NewMetrics(p.Limiter)
 	})
-	hc := fb.holder(t)
-	announcePages(t, fb, hc, false)
-	chain := fb.fetch.chain(t, "/page?first")
-	first := hc.mustPlay(t, chain[:1])
+	hc := fb.Holder(t)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
+	chain := fb.FetchRec.Chain(t, "/page?first")
+	first := hc.MustPlay(t, chain[:1])
 	var waiting []string
 	for i := range 2 {
 		page := fmt.Sprintf("WAITING%025d", i)
 		announceTarget(t, hc, page)
-		m := renumberJob(onPage(chain, page)[0], fb.newJob())
-		p, _ := readPause(m)
-		hc.send(m)
+		m := fakebrowser.RenumberJob(onPage(chain, page)[0], fb.NewJob())
+		p, _ := fakebrowser.ReadPause(m)
+		hc.Send(m)
 		waiting = append(waiting, p.RequestID)
 		time.Sleep(20 * time.Millisecond) // arrival order
 	}
@@ -262,8 +263,8 @@ func TestCapFetchHolds(t *testing.T) {
 		t.Fatal("a navigation over the cap went")
 	}
 	answered := time.Now()
-	hc.send(inJob(chain[1], first[0].requestID)) // the first is answered
-	at, err := hc.continuedAt(waiting[0])
+	hc.Send(inJob(chain[1], first[0].RequestID)) // the first is answered
+	at, err := hc.ContinuedAt(waiting[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +273,10 @@ func TestCapFetchHolds(t *testing.T) {
 	}
 	// Its place came at once; its slot was the one the spacing gave it.
 	t.Logf("the second navigation went %v after the first was answered", at.Sub(answered))
-	if d := at.Sub(first[0].continued); d < 200*time.Millisecond {
+	if d := at.Sub(first[0].Continued); d < 200*time.Millisecond {
 		t.Errorf("the second navigation went %v after the first, want its slot 200ms after", d)
 	}
-	if lines := tp.logs.lines("holding navigations to this host until one in flight is answered", `"host":"a.test"`, `"concurrency":1`); len(lines) != 1 {
+	if lines := tp.logs.Lines("holding navigations to this host until one in flight is answered", `"host":"a.test"`, `"concurrency":1`); len(lines) != 1 {
 		t.Errorf("warnings: %q, want one", lines)
 	}
 	rec := httptestGet(t, tp, "/metrics")
@@ -326,38 +327,38 @@ func TestCapSession(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		end  func(t *testing.T, fc *fakeConn, c *websocket.Conn)
+		end  func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn)
 	}{
-		{"answer", func(t *testing.T, fc *fakeConn, c *websocket.Conn) { fc.send(response(1, 200)) }},
-		{"5xx", func(t *testing.T, fc *fakeConn, c *websocket.Conn) { fc.send(response(1, 500)) }},
-		{"connection reset", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
-			fc.send(fmt.Appendf(nil, `{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_EMPTY_RESPONSE","canceled":false},"sessionId":%q}`, S))
+		{"answer", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) { fc.Send(response(1, 200)) }},
+		{"5xx", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) { fc.Send(response(1, 500)) }},
+		{"connection reset", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
+			fc.Send(fmt.Appendf(nil, `{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_EMPTY_RESPONSE","canceled":false},"sessionId":%q}`, S))
 		}},
-		{"aborted", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
-			fc.send(fmt.Appendf(nil, `{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_ABORTED","canceled":true},"sessionId":%q}`, S))
+		{"aborted", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
+			fc.Send(fmt.Appendf(nil, `{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_ABORTED","canceled":true},"sessionId":%q}`, S))
 		}},
-		{"page closed", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
-			fc.send(fmt.Appendf(nil, `{"method":"Target.detachedFromTarget","params":{"sessionId":%q,"targetId":%q}}`, S, F))
+		{"page closed", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
+			fc.Send(fmt.Appendf(nil, `{"method":"Target.detachedFromTarget","params":{"sessionId":%q,"targetId":%q}}`, S, F))
 		}},
-		{"a later navigation of the page", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
-			fc.send(doc(2))
+		{"a later navigation of the page", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
+			fc.Send(doc(2))
 			continuedOwn(t, fc, "INT-2")
-			fc.send(response(2, 200))
+			fc.Send(response(2, 200))
 		}},
-		{"client gone", func(t *testing.T, fc *fakeConn, c *websocket.Conn) { c.Close() }},
+		{"client gone", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) { c.Close() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0))
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
-			fc.send(attachedTo(S, F, "page"))
+			fc := fb.Accept(t)
+			fc.Send(attachedTo(S, F, "page"))
 			ownCommand(t, fc, "Fetch.enable", S)
 			ownCommand(t, fc, "Network.enable", S)
 			readClient(t, c)
-			fc.send(doc(1))
+			fc.Send(doc(1))
 			continuedOwn(t, fc, "INT-1")
 			awaitInFlight(t, tp, "a.test", 1)
 			tt.end(t, fc, c)
@@ -370,49 +371,35 @@ func TestCapSession(t *testing.T) {
 // cap waits until the one in flight is answered; a held createTarget's
 // place passes to its page's document.
 func TestCapSessionHolds(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0))
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))
-	if m := fc.next(t); m.m.Method != "Target.createTarget" {
-		t.Fatalf("browser got %s, want the createTarget", m.data)
+	if m := fc.Next(t); m.Wire.Method != "Target.createTarget" {
+		t.Fatalf("browser got %s, want the createTarget", m.Data)
 	}
 	awaitInFlight(t, tp, "a.test", 1)
-	fc.send(attachedTo("SID-1", "FID-1", "page"))
+	fc.Send(attachedTo("SID-1", "FID-1", "page"))
 	ownCommand(t, fc, "Fetch.enable", "SID-1")
 	ownCommand(t, fc, "Network.enable", "SID-1")
 	readClient(t, c)
-	fc.send(paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
+	fc.Send(paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
 	continuedOwn(t, fc, "INT-1") // the createTarget's page: its place already
 	awaitInFlight(t, tp, "a.test", 1)
 	// Another page's document waits for that place.
-	fc.send(attachedTo("SID-2", "FID-2", "page"))
+	fc.Send(attachedTo("SID-2", "FID-2", "page"))
 	ownCommand(t, fc, "Fetch.enable", "SID-2")
 	ownCommand(t, fc, "Network.enable", "SID-2")
 	readClient(t, c)
-	fc.send(paused("SID-2", "INT-2", "REQ-2", "FID-2", "Document", "http://a.test/2"))
-	select {
-	case <-time.After(300 * time.Millisecond):
-	case <-fc.arrivedCh():
-		t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.next(t).data)
+	fc.Send(paused("SID-2", "INT-2", "REQ-2", "FID-2", "Document", "http://a.test/2"))
+	if fc.GotWithin(300 * time.Millisecond) {
+		t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.Next(t).Data)
 	}
-	fc.send([]byte(`{"method":"Network.responseReceived","params":{"requestId":"REQ-1","frameId":"FID-1","type":"Document","response":{"url":"http://a.test/","status":200,"headers":{}}},"sessionId":"SID-1"}`))
+	fc.Send([]byte(`{"method":"Network.responseReceived","params":{"requestId":"REQ-1","frameId":"FID-1","type":"Document","response":{"url":"http://a.test/","status":200,"headers":{}}},"sessionId":"SID-1"}`))
 	continuedOwn(t, fc, "INT-2")
 	awaitInFlight(t, tp, "a.test", 1)
-}
-
-// arrivedCh is closed when the fake receives its next message.
-func (fc *fakeConn) arrivedCh() <-chan struct{} {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	if fc.nread < len(fc.msgs) {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	return fc.arrived
 }
 
 // TestCapStream: held in the client stream, a navigation command waits for
@@ -427,31 +414,31 @@ func TestCapStream(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		end  func(t *testing.T, fc *fakeConn, c *websocket.Conn)
+		end  func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn)
 	}{
-		{"answer in the client's Network events", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
-			fc.send(sent("REQ-1"))
+		{"answer in the client's Network events", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
+			fc.Send(sent("REQ-1"))
 			readClient(t, c)
-			fc.send([]byte(`{"method":"Network.responseReceived","params":{"requestId":"REQ-1","frameId":"FID-1","type":"Document","response":{"url":"http://a.test/","status":200,"headers":{}}},"sessionId":"SID-1"}`))
+			fc.Send([]byte(`{"method":"Network.responseReceived","params":{"requestId":"REQ-1","frameId":"FID-1","type":"Document","response":{"url":"http://a.test/","status":200,"headers":{}}},"sessionId":"SID-1"}`))
 			readClient(t, c)
 		}},
-		{"the session's next navigation", func(t *testing.T, fc *fakeConn, c *websocket.Conn) {
+		{"the session's next navigation", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) {
 			writeClient(t, c, websocket.TextMessage, navigate(2, "http://b.test/"))
-			if m := fc.next(t); !strings.Contains(string(m.data), "b.test") {
-				t.Fatalf("browser got %s", m.data)
+			if m := fc.Next(t); !strings.Contains(string(m.Data), "b.test") {
+				t.Fatalf("browser got %s", m.Data)
 			}
 		}},
-		{"client gone", func(t *testing.T, fc *fakeConn, c *websocket.Conn) { c.Close() }},
+		{"client gone", func(t *testing.T, fc *fakebrowser.Conn, c *websocket.Conn) { c.Close() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0), navigateInStream)
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			writeClient(t, c, websocket.TextMessage, navigate(1, "http://a.test/"))
-			fc.next(t)
+			fc.Next(t)
 			awaitInFlight(t, tp, "a.test", 1)
 			tt.end(t, fc, c)
 			awaitInFlight(t, tp, "a.test", 0)
@@ -459,25 +446,23 @@ func TestCapStream(t *testing.T) {
 	}
 	// Over the cap, a navigation command of another session waits.
 	t.Run("holds", func(t *testing.T) {
-		checkLeaks(t)
-		fb := newFakeBrowser(t, fakeConfig{lightpanda: true})
+		fakebrowser.CheckLeaks(t)
+		fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 		tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, capped(0), navigateInStream)
 		c := tp.dial(t, "/", nil)
-		fc := fb.accept(t)
+		fc := fb.Accept(t)
 		writeClient(t, c, websocket.TextMessage, navigate(1, "http://a.test/"))
-		fc.next(t)
+		fc.Next(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`))
-		select {
-		case <-time.After(300 * time.Millisecond):
-		case <-fc.arrivedCh():
-			t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.next(t).data)
+		if fc.GotWithin(300 * time.Millisecond) {
+			t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.Next(t).Data)
 		}
-		fc.send(sent("REQ-1"))
+		fc.Send(sent("REQ-1"))
 		readClient(t, c)
-		fc.send([]byte(`{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_CONNECTION_RESET","canceled":false},"sessionId":"SID-1"}`))
+		fc.Send([]byte(`{"method":"Network.loadingFailed","params":{"requestId":"REQ-1","type":"Document","errorText":"net::ERR_CONNECTION_RESET","canceled":false},"sessionId":"SID-1"}`))
 		readClient(t, c)
-		if m := fc.next(t); !strings.Contains(string(m.data), `"id":2`) {
-			t.Fatalf("browser got %s, want the second navigation", m.data)
+		if m := fc.Next(t); !strings.Contains(string(m.Data), `"id":2`) {
+			t.Fatalf("browser got %s, want the second navigation", m.Data)
 		}
 		_ = tp
 	})

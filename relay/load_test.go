@@ -19,6 +19,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -286,7 +288,7 @@ func TestLoad(t *testing.T) {
 }
 
 func testLoad(t *testing.T, mode string) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	const (
 		clients  = 500
 		hosts    = 100
@@ -323,7 +325,7 @@ func testLoad(t *testing.T, mode string) {
 		quiet := p.Log.Level(2) // warn and up: the debug lines of 4,000 navigations are no figure
 		p.Log = &quiet
 		if mode == "navigate" {
-			p.Intercept = InterceptNavigate
+			p.Intercept = hold.InterceptNavigate
 		}
 	})
 
@@ -402,23 +404,8 @@ func testLoad(t *testing.T, mode string) {
 		t.Errorf("%d navigations answered, want %d (all but those of clients that vanished)", n, want)
 	}
 	// The relay holds nothing any more.
-	if h := tp.p.ups[0].holder; mode == "fetch" {
-		for i, fc := range []*fetchConn{h.fetch.pages.Load(), h.fetch.net.Load()} {
-			if fc == nil {
-				continue
-			}
-			fc.mu.Lock()
-			calls, hops, timers := len(fc.calls), len(fc.hops)+len(fc.tracks), int(h.waiting.Load())
-			fc.mu.Unlock()
-			if calls+hops+timers != 0 {
-				fc.mu.Lock()
-				for k, v := range fc.hops {
-					t.Logf("hop %s: %+v", k, v)
-				}
-				fc.mu.Unlock()
-				t.Errorf("relay's own connection %d keeps %d calls, %d hops, %d timers, want none", i, calls, hops, timers)
-			}
-		}
+	if st := hold.StateOf(tp.p.ups[0].holds); mode == "fetch" && st.Commands+st.Followed+st.Waiting != 0 {
+		t.Errorf("relay's own connections keep %d calls, %d hops, %d timers, want none", st.Commands, st.Followed, st.Waiting)
 	}
 
 	fig.heapPeakGrowth = peakHeap()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -150,9 +151,9 @@ func first[T any](ls []any) (T, bool) {
 	return zero, false
 }
 
-// concurrencyWait counts a navigation that waited d for a place among its
-// host's navigations in flight.
-func (m *Metrics) concurrencyWait(d time.Duration) {
+// Waited counts a navigation that waited d for a place among its host's
+// navigations in flight (hold.Metrics).
+func (m *Metrics) Waited(d time.Duration) {
 	if m != nil {
 		m.concurrency.Observe(d.Seconds())
 	}
@@ -199,33 +200,34 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// navigation counts one navigation: booked for a wait of d (exempt and
-// untracked ones pass nothing to book).
-func (m *Metrics) navigation(outcome navOutcome, d time.Duration) {
+// Navigation counts one navigation: booked for a wait of d (exempt and
+// untracked ones pass nothing to book) (hold.Metrics).
+func (m *Metrics) Navigation(outcome hold.NavOutcome, d time.Duration) {
 	if m == nil {
 		return
 	}
 	switch outcome {
-	case navBooked:
+	case hold.NavBooked:
 		if d > 0 {
 			m.navDelayed.Inc()
 			m.delay.Observe(d.Seconds())
 		} else {
 			m.navPassed.Inc()
 		}
-	case navExempt:
+	case hold.NavExempt:
 		m.navExempt.Inc()
-	case navUntracked:
+	case hold.NavUntracked:
 		m.navUntracked.Inc()
-	case navForeign:
+	case hold.NavForeign:
 		m.navForeign.Inc()
-	case navDisallowed:
+	case hold.NavDisallowed:
 		m.navDisallowed.Inc()
 	}
 }
 
-// unheld counts n navigations that reached the network without a booking.
-func (m *Metrics) unheld(n int) {
+// AddUnheld counts n navigations that reached the network without a
+// booking (hold.Metrics).
+func (m *Metrics) AddUnheld(n int) {
 	if m != nil {
 		m.navUnheld.Add(float64(n))
 	}
@@ -243,18 +245,8 @@ func (m *Metrics) Unheld() int {
 	return int(d.GetCounter().GetValue())
 }
 
-type navOutcome int
-
-const (
-	navBooked navOutcome = iota
-	navExempt
-	navUntracked
-	navForeign
-	navDisallowed
-)
-
-// feedback counts one answer fed back to the limiter.
-func (m *Metrics) feedback(e limiter.Effect) {
+// Feedback counts one answer fed back to the limiter (hold.Metrics).
+func (m *Metrics) Feedback(e limiter.Effect) {
 	if m == nil {
 		return
 	}
@@ -270,26 +262,13 @@ func (m *Metrics) feedback(e limiter.Effect) {
 	}
 }
 
-// pushed counts a late departure that moved its schedule by by.
-func (m *Metrics) pushed(by time.Duration) {
+// Pushed counts a late departure that moved its schedule by by
+// (hold.Metrics).
+func (m *Metrics) Pushed(by time.Duration) {
 	if m != nil {
 		m.late.Inc()
 		m.pushedBy.Add(by.Seconds())
 	}
-}
-
-// answerClass is the class of an answer as the limiter heard it, for the
-// page: overload (its setting's overload statuses: the overload
-// pressure), failure (another 5xx, no answer, or slower than its host's
-// baseline: the failure pressure) or ok (the rest).
-func answerClass(e limiter.Effect) dashboard.Answer {
-	switch e {
-	case limiter.Overload:
-		return dashboard.Overload
-	case limiter.Failure, limiter.Slow:
-		return dashboard.Failure
-	}
-	return dashboard.OK
 }
 
 // counts reads the counters the page shows.

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 )
 
 // conn is one side of a relayed connection.
@@ -45,9 +46,9 @@ type pair struct {
 	client  *conn
 	browser *conn
 	log     zerolog.Logger
-	path    string // the websocket path the client asked for
-	watch   *watch // nil when no navigation is held
-	share   *share // what the client owns, and what it may do to the others
+	path    string    // the websocket path the client asked for
+	holds   hold.Conn // nil when no navigation is held
+	share   *share    // what the client owns, and what it may do to the others
 
 	ctx    context.Context // cancelled when the pair ends: held navigations give up
 	cancel context.CancelFunc
@@ -158,8 +159,8 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id ui
 	pongWait := 2*p.PingInterval + 10*time.Second
 	cc.SetReadDeadline(time.Now().Add(pongWait))
 	cc.SetPongHandler(func(string) error { return cc.SetReadDeadline(time.Now().Add(pongWait)) })
-	if up.holder != nil {
-		pr.watch = newWatch(pr, up.holder)
+	if up.holds != nil {
+		pr.holds = up.holds.Conn(pr)
 	}
 	pr.share = newShare(pr, id)
 	p.mu.Lock()
@@ -181,8 +182,8 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id ui
 // run relays until either side ends, passes the ending on to the other
 // side, and returns when both pumps and every held navigation are done.
 func (pr *pair) run() {
-	if pr.watch != nil {
-		pr.watch.start()
+	if pr.holds != nil {
+		pr.holds.Start()
 	}
 	browserDone := make(chan struct{})
 	go func() {
@@ -193,8 +194,8 @@ func (pr *pair) run() {
 	<-browserDone
 	pr.cancel()
 	pr.held.Wait()
-	if pr.watch != nil {
-		pr.watch.ended()
+	if pr.holds != nil {
+		pr.holds.Ended()
 	}
 	pr.share.ended()
 	pr.client.c.Close()
@@ -264,10 +265,10 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 	defer smallBufs.Put(bp)
 	buf := *bp
 	n, err := io.ReadFull(r, buf)
-	if err == nil && (dst.toBrowser && (pr.watch != nil || pr.share.own != nil) || !dst.toBrowser && pr.watch != nil && pr.watch.via() != viaFetch) {
+	if err == nil && (dst.toBrowser && (pr.holds != nil || pr.share.own != nil) || !dst.toBrowser && pr.holds != nil && pr.holds.ReadsAll()) {
 		// A navigation's URL may be up to 2 MiB long, and so may a paused
 		// request's or a new page's: read a message up to maxHeldCommand
-		// whole, so that the watch and the share see it.
+		// whole, so that the holding and the share see it.
 		rest, rerr := io.ReadAll(io.LimitReader(r, maxHeldCommand-smallMessage))
 		switch {
 		case rerr != nil:
@@ -288,7 +289,7 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 		}
 		if dst.toBrowser {
 			if took, err := pr.fromClient(msg); took || err != nil {
-				return err // held, or answered: written later by the watch or the share
+				return err // held, or answered: written later by the holding or the share
 			}
 		} else if pr.fromBrowser(msg) {
 			return nil // for the relay, not the client
@@ -347,7 +348,7 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 }
 
 // fromClient shows a whole message from the client to the share and the
-// watch, and reports whether one of them took it; an error ends the pair.
+// holding, and reports whether one of them took it; an error ends the pair.
 func (pr *pair) fromClient(msg []byte) (bool, error) {
 	hd, err := cdp.Scan(msg)
 	if err != nil {
@@ -356,15 +357,15 @@ func (pr *pair) fromClient(msg []byte) (bool, error) {
 	if took, err := pr.share.fromClient(&hd, msg); took || err != nil {
 		return took, err
 	}
-	return pr.watch != nil && pr.watch.fromClient(&hd, msg), nil
+	return pr.holds != nil && pr.holds.FromClient(&hd, msg), nil
 }
 
 // fromBrowser shows a whole message from the browser to the share and the
-// watch, scanned once when either wants it, and reports whether to drop
+// holding, scanned once when either wants it, and reports whether to drop
 // it.
 func (pr *pair) fromBrowser(msg []byte) bool {
-	share, watch := pr.share.wants(msg), pr.watch != nil && pr.watch.wants(msg)
-	if !share && !watch {
+	share, holds := pr.share.wants(msg), pr.holds != nil && pr.holds.Wants(msg)
+	if !share && !holds {
 		return false
 	}
 	hd, err := cdp.Scan(msg)
@@ -374,7 +375,7 @@ func (pr *pair) fromBrowser(msg []byte) bool {
 	if share {
 		pr.share.fromBrowser(&hd, msg)
 	}
-	return watch && pr.watch.fromBrowser(&hd, msg)
+	return holds && pr.holds.FromBrowser(&hd, msg)
 }
 
 // finish passes a pump's ending on: the side that closed or failed is
@@ -463,4 +464,33 @@ func quiet(err error) error {
 		return nil
 	}
 	return err
+}
+
+// The pair is the hold.Client of its connection's holding.
+
+// Path is the websocket path the client asked for.
+func (pr *pair) Path() string { return pr.path }
+
+// Context ends when the pair does.
+func (pr *pair) Context() context.Context { return pr.ctx }
+
+// Held is what the pair waits for, once its context ended, before it ends.
+func (pr *pair) Held() *sync.WaitGroup { return &pr.held }
+
+// Log is the connection's logger.
+func (pr *pair) Log() *zerolog.Logger { return &pr.log }
+
+// ToBrowser writes a message to the browser and counts it.
+func (pr *pair) ToBrowser(msg []byte) error { return pr.writeText(pr.browser, msg) }
+
+// ToClient writes a message to the client and counts it.
+func (pr *pair) ToClient(msg []byte) error { return pr.writeText(pr.client, msg) }
+
+// writeText writes a whole text message to one side and counts it.
+func (pr *pair) writeText(side *conn, msg []byte) error {
+	if err := side.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
+		return err
+	}
+	pr.p.Metrics.relayed(side.toBrowser, len(msg))
+	return nil
 }

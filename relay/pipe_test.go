@@ -10,59 +10,60 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // TestWebsocketPaths checks which browser websocket each client path reaches.
 func TestWebsocketPaths(t *testing.T) {
-	browserPath := func(fb *fakeBrowser) string { return "/devtools/browser/" + fb.id() }
+	browserPath := func(fb *fakebrowser.Browser) string { return "/devtools/browser/" + fb.ID() }
 	const page = "/devtools/page/4FB0C61DB07E344E3271886300C1F6F5"
 	tests := []struct {
 		name     string
-		browser  fakeConfig
-		upstream func(fb *fakeBrowser) string // nil: http://HOST:PORT
-		path     func(fb *fakeBrowser) string // asked of the relay
-		want     func(fb *fakeBrowser) string // reached at the browser
+		browser  fakebrowser.Config
+		upstream func(fb *fakebrowser.Browser) string // nil: http://HOST:PORT
+		path     func(fb *fakebrowser.Browser) string // asked of the relay
+		want     func(fb *fakebrowser.Browser) string // reached at the browser
 	}{
-		{name: "bare / is the browser endpoint", path: func(*fakeBrowser) string { return "/" }, want: browserPath},
+		{name: "bare / is the browser endpoint", path: func(*fakebrowser.Browser) string { return "/" }, want: browserPath},
 		{name: "browser endpoint", path: browserPath, want: browserPath},
-		{name: "page endpoint", path: func(*fakeBrowser) string { return page }, want: func(*fakeBrowser) string { return page }},
+		{name: "page endpoint", path: func(*fakebrowser.Browser) string { return page }, want: func(*fakebrowser.Browser) string { return page }},
 		{name: "ws upstream: any browser id is its browser endpoint",
-			upstream: func(fb *fakeBrowser) string { return fb.wsURL() },
-			path:     func(*fakeBrowser) string { return "/devtools/browser/other" }, want: browserPath},
+			upstream: func(fb *fakebrowser.Browser) string { return fb.WSURL() },
+			path:     func(*fakebrowser.Browser) string { return "/devtools/browser/other" }, want: browserPath},
 		{name: "ws upstream: bare /",
-			upstream: func(fb *fakeBrowser) string { return fb.wsURL() },
-			path:     func(*fakeBrowser) string { return "/" }, want: browserPath},
-		{name: "lightpanda: bare /", browser: fakeConfig{lightpanda: true},
-			path: func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
-		{name: "lightpanda as localhost (it takes an IP Host only)", browser: fakeConfig{lightpanda: true},
-			upstream: func(fb *fakeBrowser) string {
-				return "http://localhost:" + fb.addr[strings.LastIndexByte(fb.addr, ':')+1:]
+			upstream: func(fb *fakebrowser.Browser) string { return fb.WSURL() },
+			path:     func(*fakebrowser.Browser) string { return "/" }, want: browserPath},
+		{name: "lightpanda: bare /", browser: fakebrowser.Config{Lightpanda: true},
+			path: func(*fakebrowser.Browser) string { return "/" }, want: func(*fakebrowser.Browser) string { return "/" }},
+		{name: "lightpanda as localhost (it takes an IP Host only)", browser: fakebrowser.Config{Lightpanda: true},
+			upstream: func(fb *fakebrowser.Browser) string {
+				return "http://localhost:" + fb.Addr[strings.LastIndexByte(fb.Addr, ':')+1:]
 			},
-			path: func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
-		{name: "lightpanda as ws upstream", browser: fakeConfig{lightpanda: true},
-			upstream: func(fb *fakeBrowser) string { return "ws://" + fb.addr },
-			path:     func(*fakeBrowser) string { return "/" }, want: func(*fakeBrowser) string { return "/" }},
+			path: func(*fakebrowser.Browser) string { return "/" }, want: func(*fakebrowser.Browser) string { return "/" }},
+		{name: "lightpanda as ws upstream", browser: fakebrowser.Config{Lightpanda: true},
+			upstream: func(fb *fakebrowser.Browser) string { return "ws://" + fb.Addr },
+			path:     func(*fakebrowser.Browser) string { return "/" }, want: func(*fakebrowser.Browser) string { return "/" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, tt.browser)
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, tt.browser)
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				if tt.upstream != nil {
 					p.Upstream = tt.upstream(fb)
 				}
 			})
 			c := tp.dial(t, tt.path(fb), nil)
-			fc := fb.accept(t)
-			if got, want := fc.path, tt.want(fb); got != want {
+			fc := fb.Accept(t)
+			if got, want := fc.Path, tt.want(fb); got != want {
 				t.Errorf("got browser path %q, want %q", got, want)
 			}
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.getVersion"}`))
-			if got := fc.next(t); string(got.data) != `{"id":1,"method":"Browser.getVersion"}` {
-				t.Errorf("browser got %q", got.data)
+			if got := fc.Next(t); string(got.Data) != `{"id":1,"method":"Browser.getVersion"}` {
+				t.Errorf("browser got %q", got.Data)
 			}
-			fc.send([]byte(`{"id":1,"result":{}}`))
+			fc.Send([]byte(`{"id":1,"result":{}}`))
 			if _, got := readClient(t, c); string(got) != `{"id":1,"result":{}}` {
 				t.Errorf("client got %q", got)
 			}
@@ -122,8 +123,8 @@ func TestMessagesPassUnchanged(t *testing.T) {
 		{name: "reply 64 KiB + 1", typ: websocket.TextMessage, data: payload(64<<10+1, 6), wantType: websocket.TextMessage},
 		{name: "reply 20 MiB", typ: websocket.TextMessage, data: payload(20*MiB, 7), wantType: websocket.TextMessage},
 	}
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,12 +137,12 @@ func TestMessagesPassUnchanged(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			if !tt.toBrowser {
 				// The relay streams a big message to the client while the
 				// browser is still writing it.
 				werr := make(chan error, 1)
-				go func() { werr <- fc.write(tt.typ, tt.data) }()
+				go func() { werr <- fc.WriteFrame(tt.typ, tt.data) }()
 				typ, got := readClient(t, c)
 				if err := <-werr; err != nil {
 					t.Fatal(err)
@@ -149,7 +150,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 				if typ != tt.wantType {
 					t.Errorf("client got type %d, want %d", typ, tt.wantType)
 				}
-				if d := equalMsg(got, tt.data); d != "" {
+				if d := fakebrowser.EqualMsg(got, tt.data); d != "" {
 					t.Errorf("client got another message: %s", d)
 				}
 				return
@@ -171,11 +172,11 @@ func TestMessagesPassUnchanged(t *testing.T) {
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
-			got := fc.next(t)
-			if got.typ != tt.wantType {
-				t.Errorf("browser got type %d, want %d", got.typ, tt.wantType)
+			got := fc.Next(t)
+			if got.Type != tt.wantType {
+				t.Errorf("browser got type %d, want %d", got.Type, tt.wantType)
 			}
-			if d := equalMsg(got.data, tt.data); d != "" {
+			if d := fakebrowser.EqualMsg(got.Data, tt.data); d != "" {
 				t.Errorf("browser got another message: %s", d)
 			}
 		})
@@ -185,11 +186,11 @@ func TestMessagesPassUnchanged(t *testing.T) {
 // TestMessagesKeepOrder interleaves small and big messages in both
 // directions at once and checks each side gets the other's in order.
 func TestMessagesKeepOrder(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	var msgs [][]byte
 	for i := range 200 {
 		n := 40 + i
@@ -201,7 +202,7 @@ func TestMessagesKeepOrder(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		for _, m := range msgs {
-			if err := fc.write(websocket.TextMessage, m); err != nil {
+			if err := fc.WriteFrame(websocket.TextMessage, m); err != nil {
 				errc <- err
 				return
 			}
@@ -212,13 +213,13 @@ func TestMessagesKeepOrder(t *testing.T) {
 		writeClient(t, c, websocket.TextMessage, m)
 	}
 	for i, m := range msgs {
-		if d := equalMsg(fc.next(t).data, m); d != "" {
+		if d := fakebrowser.EqualMsg(fc.Next(t).Data, m); d != "" {
 			t.Fatalf("browser: message %d: %s", i, d)
 		}
 	}
 	for i, m := range msgs {
-		if _, got := readClient(t, c); equalMsg(got, m) != "" {
-			t.Fatalf("client: message %d: %s", i, equalMsg(got, m))
+		if _, got := readClient(t, c); fakebrowser.EqualMsg(got, m) != "" {
+			t.Fatalf("client: message %d: %s", i, fakebrowser.EqualMsg(got, m))
 		}
 	}
 	if err := <-errc; err != nil {
@@ -250,11 +251,11 @@ func TestCloseIsPassedOn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{})
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			closeFrame := websocket.FormatCloseMessage(tt.code, tt.text)
 			var got error
 			if tt.byClient {
@@ -263,11 +264,11 @@ func TestCloseIsPassedOn(t *testing.T) {
 				} else if err := c.WriteControl(websocket.CloseMessage, closeFrame, time.Now().Add(time.Second)); err != nil {
 					t.Fatal(err)
 				}
-				got = fc.ended(t)
+				got = fc.Ended(t)
 			} else {
 				if tt.code == 0 {
-					fc.drop()
-				} else if err := fc.c.WriteControl(websocket.CloseMessage, closeFrame, time.Now().Add(time.Second)); err != nil {
+					fc.Drop()
+				} else if err := fc.WS.WriteControl(websocket.CloseMessage, closeFrame, time.Now().Add(time.Second)); err != nil {
 					t.Fatal(err)
 				}
 				c.SetReadDeadline(time.Now().Add(waitFor))
@@ -310,11 +311,11 @@ func waitConns(t *testing.T, tp *testProxy, n int) {
 // TestRelayClose checks that closing the relay closes both sides of every
 // connection with 1001.
 func TestRelayClose(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	waitConns(t, tp, 1)
 	done := make(chan error, 1)
 	go func() { done <- tp.p.Close() }()
@@ -323,7 +324,7 @@ func TestRelayClose(t *testing.T) {
 	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Errorf("client got %v, want close 1001", err)
 	}
-	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Errorf("browser got %v, want close 1001", err)
 	}
 	if err := <-done; err != nil {
@@ -339,8 +340,8 @@ func TestRelayClose(t *testing.T) {
 	if _, _, err := late.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Errorf("client after Close got %v, want close 1001", err)
 	}
-	if fb.connCount() > 2 { // the relay dialled the browser for it
-		if err := fb.accept(t).ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+	if fb.ConnCount() > 2 { // the relay dialled the browser for it
+		if err := fb.Accept(t).Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 			t.Errorf("browser connection of a client after Close got %v, want close 1001", err)
 		}
 	}
@@ -352,21 +353,21 @@ func TestRelayClose(t *testing.T) {
 // TestOversizedMessage checks that a message over MaxMessageSize closes
 // the connection with 1009 on both sides.
 func TestOversizedMessage(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
 	c := tp.dial(t, "/", nil)
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	writeClient(t, c, websocket.TextMessage, payload(2<<10, 1))
 	var ce *websocket.CloseError
-	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
 		t.Errorf("browser got %v, want close 1009", err)
 	}
 	c.SetReadDeadline(time.Now().Add(waitFor))
 	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
 		t.Errorf("client got %v, want close 1009", err)
 	}
-	if n := len(fc.received()); n != 0 {
+	if n := len(fc.Received()); n != 0 {
 		t.Errorf("browser got %d messages, want none", n)
 	}
 }
@@ -390,14 +391,14 @@ func TestOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.AllowOrigins = tt.allow })
 			hdr := http.Header{}
 			if tt.origin != "" {
 				hdr.Set("Origin", tt.origin)
 			}
-			before := fb.connCount()
+			before := fb.ConnCount()
 			c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/", hdr)
 			if c != nil {
 				defer c.Close()
@@ -412,9 +413,9 @@ func TestOrigin(t *testing.T) {
 			wantConns := before
 			if tt.want == http.StatusSwitchingProtocols {
 				wantConns++
-				fb.accept(t)
+				fb.Accept(t)
 			}
-			if n := fb.connCount(); n != wantConns {
+			if n := fb.ConnCount(); n != wantConns {
 				t.Errorf("browser has %d websockets, want %d", n, wantConns)
 			}
 		})
@@ -424,8 +425,8 @@ func TestOrigin(t *testing.T) {
 // TestBrowserRefusal checks that a browser's refusal of the websocket is
 // answered with its own status before the client is upgraded.
 func TestBrowserRefusal(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/devtools/other/1", nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
@@ -436,12 +437,12 @@ func TestBrowserRefusal(t *testing.T) {
 // TestPings checks that the relay pings its clients and its own browser
 // connection, and that the pongs keep them open.
 func TestPings(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.PingInterval = 20 * time.Millisecond })
-	hc := fb.holder(t)
+	hc := fb.Holder(t)
 	c := tp.dial(t, "/", nil)
-	fb.accept(t)
+	fb.Accept(t)
 	pings := make(chan struct{}, 100)
 	c.SetPingHandler(func(data string) error {
 		select {
@@ -463,9 +464,9 @@ func TestPings(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(waitFor)
-	for hc.pingCount() < 3 {
+	for hc.PingCount() < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("relay's browser connection got %d pings, want 3", hc.pingCount())
+			t.Fatalf("relay's browser connection got %d pings, want 3", hc.PingCount())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -479,14 +480,14 @@ func TestPings(t *testing.T) {
 func TestBrowserRestart(t *testing.T) {
 	for _, cfg := range []limiter.Config{{Mode: limiter.Off}, {}} {
 		t.Run(cfg.Mode.String(), func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, cfg)
 			tp.dial(t, "/", nil)
-			fb.accept(t)
-			fb.restart("0f0f0f0f-0000-4000-8000-000000000001")
+			fb.Accept(t)
+			fb.Restart("0f0f0f0f-0000-4000-8000-000000000001")
 			tp.dial(t, "/", nil)
-			if got, want := fb.accept(t).path, "/devtools/browser/0f0f0f0f-0000-4000-8000-000000000001"; got != want {
+			if got, want := fb.Accept(t).Path, "/devtools/browser/0f0f0f0f-0000-4000-8000-000000000001"; got != want {
 				t.Errorf("got browser path %q, want %q", got, want)
 			}
 		})
@@ -496,24 +497,24 @@ func TestBrowserRestart(t *testing.T) {
 // TestSlowClient checks that a client that stops reading is closed once a
 // write to it has waited WriteTimeout, and the browser is told why.
 func TestSlowClient(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond })
 	tp.dial(t, "/", nil) // never reads
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	go func() {
 		big := payload(1<<20, 9)
 		for range 64 {
-			if fc.write(websocket.TextMessage, big) != nil {
+			if fc.WriteFrame(websocket.TextMessage, big) != nil {
 				return
 			}
 		}
 	}()
 	var ce *websocket.CloseError
-	if err := fc.ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
+	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
 		t.Errorf("browser got %v, want close 1008 \"client did not read in time\"", err)
 	}
-	if n := len(tp.logs.lines(`"level":"warn"`, "client did not read in time")); n != 1 {
+	if n := len(tp.logs.Lines(`"level":"warn"`, "client did not read in time")); n != 1 {
 		t.Errorf("got %d warnings, want 1", n)
 	}
 	waitConns(t, tp, 0)

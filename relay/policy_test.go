@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/resolve"
@@ -16,8 +17,8 @@ import (
 // one), an exempt rule is never held nor booked, and /hosts shows each
 // bucket's rule and where it came from.
 func TestFetchHolderRules(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const hour = time.Hour
 	var lim *limiter.Limiter
 	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
@@ -28,16 +29,16 @@ func TestFetchHolderRules(t *testing.T) {
 		lim = limiter.New(cfg.Default)
 		p.Limiter = policy.New(cfg, lim)
 	})
-	hc := fb.holder(t)
-	announcePages(t, fb, hc, false)
+	hc := fb.Holder(t)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
 	// A new page opened with its URL: b.test, exempt by rule 2.
-	hc.mustPlay(t, fb.fetch.chain(t, "/page?created"))
+	hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?created"))
 	if n := lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts after an exempt navigation, want none", n)
 	}
 	// a.test twice: the second is held for an hour by rule 1 (its release
 	// is never awaited).
-	hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))
+	hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
 
 	_, body := getBody(t, "http://"+tp.addr+"/hosts")
 	var hosts []struct {
@@ -55,45 +56,15 @@ func TestFetchHolderRules(t *testing.T) {
 	// until the relay closes when the test ends.
 	held := make(chan error, 1)
 	go func() {
-		_, err := hc.play(fb.fetch.chain(t, "/page?first"))
+		_, err := hc.Play(fb.FetchRec.Chain(t, "/page?first"))
 		held <- err
 	}()
 	t.Cleanup(func() { tp.p.Close(); <-held })
-	eventually(t, "the held navigation", func() bool { return len(tp.logs.lines(`"message":"navigation held"`)) > 0 })
-	warned := tp.logs.lines("spacing out navigations to this host", `"host":"a.test"`)
+	fakebrowser.Eventually(t, "the held navigation", func() bool { return len(tp.logs.Lines(`"message":"navigation held"`)) > 0 })
+	warned := tp.logs.Lines("spacing out navigations to this host", `"host":"a.test"`)
 	if len(warned) != 1 || !strings.Contains(warned[0], `"level":"debug"`) || !strings.Contains(warned[0], `"source":"rule 1"`) ||
 		!strings.Contains(warned[0], `"rule":"a.test=fixed:1h,burst:1"`) || !strings.Contains(warned[0], `"delay_ms":`) {
 		t.Errorf("got %q, want one debug line naming rule 1 and the delay in ms", warned)
-	}
-}
-
-// TestFetchHolderLearnsAddress: with --bucket ip, the address a document's
-// answer came from (Chromium's remoteIPAddress) reaches the policy, and
-// the host's next navigation is booked on it.
-func TestFetchHolderLearnsAddress(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
-	var pol *policy.Policy
-	relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
-		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol = policy.New(cfg, limiter.New(cfg.Default))
-		t.Cleanup(pol.Close)
-		p.Limiter = pol
-	})
-	relayConns(t, fb, false)
-	if got := pol.Bucket("a.test"); got != "a.test" {
-		t.Fatalf("before any answer: bucket %q, want a.test", got)
-	}
-	fb.navigate(t, fb.fetch.chain(t, "/page?first"))
-	deadline := time.Now().Add(5 * time.Second)
-	for pol.Bucket("a.test") != "127.0.0.2" && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := pol.Bucket("a.test"); got != "127.0.0.2" {
-		t.Errorf("after its answer: bucket %q, want 127.0.0.2", got)
 	}
 }
 
@@ -104,7 +75,7 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 // resolver's, which the log says. A browser that does not tell costs
 // nothing but a debug line.
 func TestBrowserArgs(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -119,7 +90,7 @@ func TestBrowserArgs(t *testing.T) {
 		{"not asked without --bucket ip", []string{"--host-resolver-rules=MAP *.test 127.0.0.2"}, policy.Flags{}, "a.test", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fb := newFakeBrowser(t, fakeConfig{commandLine: tc.args})
+			fb := fakebrowser.New(t, fakebrowser.Config{CommandLine: tc.args})
 			var pol *policy.Policy
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				cfg, err := policy.FromFlags(tc.flags)

@@ -9,32 +9,24 @@
 // URLs rewritten to the relay), its own status surface (status.go,
 // metrics.go: /hosts, /healthz, /metrics, and the page at / of package
 // dashboard) and who may use it (access.go).
-// It reads messages with package cdp and books slots through the Limiter
-// interface; it knows neither the limiter's rule nor Redis. What one
-// client may do to the others sharing a browser is in share.go: a
-// client's Browser.close closes only what it owns (package ownership
-// keeps track), and what a vanished client created is closed after
-// OrphanTimeout.
+// It reads messages with package cdp; it knows neither the limiter's rule
+// nor Redis. What one client may do to the others sharing a browser is in
+// share.go: a client's Browser.close closes only what it owns (package
+// ownership keeps track), and what a vanished client created is closed
+// after OrphanTimeout.
 //
-// Navigations are held in one of two ways, each in a file of its own, and
-// both go through the same book → wait → release → observe steps of
-// hold.go (a place among its host's navigations in flight first, when the
-// Limiter is a Capper that caps it, given back when the navigation ends:
-// a flight). With a Chromium upstream (hold_fetch.go) the relay opens its own
-// connection to the browser endpoint and enables Fetch interception there
-// for document requests; the browser pauses every document request of
-// every page for it, however the navigation started, and the relay never
-// touches a client's sessions. A browser that does not support that
-// (Lightpanda gives each connection a browser of its own) gets the
-// in-stream fallback (hold_stream.go): the relay holds Page.navigate,
-// Page.reload and Target.createTarget commands in the client's own stream
-// and reads the answers from the Network events the client enabled.
+// Holding navigations is package hold's: Start builds a hold.Holder from
+// the Proxy's Limiter, Intercept and HoldBackup and arms it on each
+// browser (a hold.Upstream); each client connection is a hold.Client, and
+// the relay calls the hold.Conn it gets back at fixed moments (a client's
+// message before it is written on, a browser's before it reaches the
+// client, the connection started and ended). A browser nothing holds
+// (a nil hold.Browser) is relayed as is.
 package relay
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -46,83 +38,9 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
-	"github.com/cdp-throttle/cdp-throttle/inflight"
-	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
-	"github.com/cdp-throttle/cdp-throttle/pace"
 )
-
-// Intercept chooses how the relay catches navigations.
-type Intercept int
-
-const (
-	// InterceptAuto uses browser-level Fetch where the browser supports it
-	// and falls back to holding navigation commands otherwise.
-	InterceptAuto Intercept = iota
-	// InterceptFetch requires browser-level Fetch interception.
-	InterceptFetch
-	// InterceptNavigate holds Page.navigate, Page.reload,
-	// Page.navigateToHistoryEntry and Target.createTarget commands in each
-	// client's stream.
-	InterceptNavigate
-	// InterceptSession holds documents through the relay's own
-	// interception in each client session.
-	InterceptSession
-)
-
-// ParseIntercept reads "auto", "fetch", "session" or "navigate".
-func ParseIntercept(s string) (Intercept, error) {
-	switch strings.ToLower(s) {
-	case "", "auto":
-		return InterceptAuto, nil
-	case "fetch":
-		return InterceptFetch, nil
-	case "navigate":
-		return InterceptNavigate, nil
-	case "session":
-		return InterceptSession, nil
-	}
-	return 0, fmt.Errorf("relay: intercept %q: want auto, fetch, session or navigate", s)
-}
-
-func (i Intercept) String() string {
-	return [...]string{"auto", "fetch", "navigate", "session"}[i]
-}
-
-// Limiter books navigation slots, as *policy.Policy does over the
-// in-process limiter or a shared store. Its methods must be safe for
-// concurrent use.
-type Limiter interface {
-	// Mode reports the global mode: Off means nothing is ever booked, so
-	// the relay arms no holding at all, unless the Limiter is a Capper
-	// that caps some host.
-	Mode() limiter.Mode
-	// Reserve books the slot of a navigation to rawURL, wanted at now; host
-	// is limiter.Key(rawURL). It may block, to read the site's robots.txt
-	// or to learn the host's address (--bucket ip, 1 s at most), but never
-	// past ctx. A reservation that is not Tracked has nothing to
-	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
-	// what was booked and why.
-	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
-	// Observe feeds the answer a navigation of host got at now back, with
-	// how long it took (o.Took), and says what the answer was: overload, a
-	// failure, slow, or calm.
-	Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect
-}
-
-// Capper is what a Limiter adds when it also caps the navigations of each
-// bucket in flight (*policy.Policy does): the relay asks it for a place
-// before it books a navigation, and gives the place back when the
-// navigation ends.
-type Capper interface {
-	// Caps reports whether any host has a cap: then navigations are held
-	// even where nothing is spaced.
-	Caps() bool
-	// Enter waits, behind the navigations that came first, for a place
-	// among the navigations in flight of host's bucket, and returns it, nil
-	// when host has no cap; it returns ctx's error when ctx ends first.
-	Enter(ctx context.Context, host string) (*inflight.Place, error)
-}
 
 // Defaults for the zero values of Proxy's fields.
 const (
@@ -153,11 +71,11 @@ type Proxy struct {
 	Browsers []Endpoint
 	// Metrics, when set, counts what the relay does and serves /metrics.
 	Metrics *Metrics
-	// Limiter books the navigations. Nil, or a limiter that is Off, relays
-	// without ever delaying.
-	Limiter Limiter
+	// Limiter books the navigations (package hold holds them). Nil, or a
+	// limiter that is Off, relays without ever delaying.
+	Limiter hold.Limiter
 	// Intercept chooses how navigations are caught.
-	Intercept Intercept
+	Intercept hold.Intercept
 	// HoldBackup keeps, in Fetch mode, the relay's browser-level
 	// interception on while its clients have pages, naming each navigation
 	// the relay holds, so that losing the relay's pages connection hands
@@ -232,21 +150,19 @@ type Proxy struct {
 	// for tests of the holding itself, which play pauses of pages no
 	// client drives.
 	everyPage bool
+	// netLinger, when set, is Holder.NetLinger, for tests that see the
+	// browser-level interception go off.
+	netLinger time.Duration
 
-	capper Capper // set once by Start: the Limiter, when it caps navigations in flight
-
-	log           zerolog.Logger    // set once by Start
-	ups           []*upstream       // set once by Start
-	dialer        *websocket.Dialer // the relay's own connections to the browsers
-	clientDialer  *websocket.Dialer // a client's connection to its browser
-	upgrader      *websocket.Upgrader
-	warned        warnOnce
-	refusedWarned warnOnce           // hosts whose refusal was said
-	pace          pace.Tracker       // the departures of held navigations, across browsers; Push set once by Start
-	gate          *admission.Gate    // set once by Start: places in the browsers for clients
-	stop          context.CancelFunc // set once by Start; ends the background goroutines
-	done          sync.WaitGroup     // background goroutines
-	limiting      sync.WaitGroup     // bookings and answers on their way to the limiter
+	log          zerolog.Logger    // set once by Start
+	ups          []*upstream       // set once by Start
+	dialer       *websocket.Dialer // the relay's own connections to the browsers
+	clientDialer *websocket.Dialer // a client's connection to its browser
+	upgrader     *websocket.Upgrader
+	holder       *hold.Holder       // set once by Start; nil when nothing is held
+	gate         *admission.Gate    // set once by Start: places in the browsers for clients
+	stop         context.CancelFunc // set once by Start; ends the background goroutines
+	done         sync.WaitGroup     // background goroutines
 
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
@@ -260,12 +176,6 @@ type Proxy struct {
 // clientHandshake bounds how long a client's connection waits for the
 // browser's websocket handshake.
 const clientHandshake = time.Minute
-
-// pushed counts and logs a late departure that moved bucket's schedule.
-func (p *Proxy) pushed(bucket string, by time.Duration) {
-	p.Metrics.pushed(by)
-	p.log.Debug().Str("bucket", bucket).Float64("by_ms", limiter.ShownMillis(by)).Msg("a navigation left the browser late: its schedule moves")
-}
 
 // Start checks the upstream browser, waiting up to StartTimeout for it to
 // come up, and arms the navigation holder. ctx bounds the wait only.
@@ -401,72 +311,34 @@ func (p *Proxy) Start(ctx context.Context) error {
 			}
 		}
 	}
-	if c, ok := p.Limiter.(Capper); ok && c.Caps() {
-		p.capper = c
+	hd := &hold.Holder{
+		Limiter:        p.Limiter,
+		Intercept:      p.Intercept,
+		HoldBackup:     p.HoldBackup,
+		Metrics:        p.Metrics,
+		Timeline:       &p.timeline,
+		Log:            &p.log,
+		Dialer:         p.dialer,
+		MaxMessageSize: p.MaxMessageSize,
+		WriteTimeout:   p.WriteTimeout,
+		PingInterval:   p.PingInterval,
+		StartTimeout:   p.StartTimeout,
+		EveryPage:      p.everyPage,
+		NetLinger:      p.netLinger,
 	}
-	if p.Limiter == nil || p.Limiter.Mode() == limiter.Off && p.capper == nil && p.refuser() == nil {
+	if !hd.Start() {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")
 		return nil
 	}
-	// A navigation that left the browser late moves its bucket's schedule,
-	// in the limiter too when it can (a shared store: every relay's).
-	if pusher, ok := p.Limiter.(interface {
-		Push(bucket string, by time.Duration, now time.Time)
-	}); ok {
-		p.pace.Push = func(bucket string, by time.Duration) {
-			p.pushed(bucket, by)
-			pusher.Push(bucket, by, time.Now())
-		}
-	} else {
-		p.pace.Push = p.pushed
-	}
-	p.pace.Left = func(bucket string, lag, usual time.Duration) {
-		p.log.Debug().Str("bucket", bucket).Float64("lag_ms", limiter.ShownMillis(lag)).Float64("usual_ms", limiter.ShownMillis(usual)).Msg("a navigation left the browser")
-	}
+	p.holder = hd
 	for i, u := range p.ups {
-		if err := p.arm(waitCtx, bg, u, versions[i], errs[i]); err != nil {
+		b, err := hd.Arm(waitCtx, bg, u, versions[i].Browser, errs[i], &p.done)
+		if err != nil {
 			stop()
 			p.done.Wait()
 			return err
 		}
-	}
-	return nil
-}
-
-// arm sets up how the navigations of one browser are held: through the
-// relay's own connections (Fetch) for Chromium, through each client's
-// sessions for Lightpanda, as Intercept says otherwise. In auto mode a
-// browser that refuses Fetch gets the session strategy, and a Fetch
-// connection that cannot be made yet is retried, navigations waiting
-// meanwhile, never passed unheld.
-func (p *Proxy) arm(ctx, bg context.Context, up *upstream, v version, notUp error) error {
-	h := newHolder(p, up, v)
-	up.holder = h
-	mode := p.Intercept
-	if mode == InterceptAuto && h.lightpanda {
-		mode = InterceptSession // each of its connections is a browser of its own
-	}
-	switch mode {
-	case InterceptNavigate:
-		h.use(viaStream)
-		p.log.Warn().Str("upstream", up.name).Str("browser", v.Browser).Msg(fallOverMsg[viaStream])
-		return nil
-	case InterceptSession:
-		h.use(viaSession)
-		p.log.Info().Str("upstream", up.name).Msg("holding navigations through the relay's own interception in each client session")
-		return nil
-	}
-	h.fetch = newFetchHold(h)
-	h.way.Store(int32(viaFetch))
-	if err := h.fetch.start(ctx, bg, notUp == nil, &p.done); err != nil {
-		if mode == InterceptFetch {
-			return err
-		}
-		h.fallOver(err.Error())
-		return nil
-	}
-	if h.isArmed() {
-		p.log.Info().Str("upstream", up.name).Msg("holding top-level navigations through the relay's own browser connections (Fetch)")
+		u.holds = b
 	}
 	return nil
 }
@@ -477,6 +349,9 @@ func (p *Proxy) arm(ctx, bg context.Context, up *upstream, v version, notUp erro
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	if p.holder != nil {
+		p.holder.Close()
+	}
 	pairs := make([]*pair, 0, len(p.pairs))
 	for pr := range p.pairs {
 		pairs = append(pairs, pr)
@@ -510,7 +385,9 @@ func (p *Proxy) Close() error {
 		p.stop()
 	}
 	p.done.Wait()
-	p.limiting.Wait()
+	if p.holder != nil {
+		p.holder.Wait()
+	}
 	return nil
 }
 

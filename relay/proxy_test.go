@@ -1,18 +1,18 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -22,56 +22,23 @@ type testProxy struct {
 	p    *Proxy
 	srv  *httptest.Server
 	lim  *limiter.Limiter
-	logs *syncBuffer
+	logs *fakebrowser.Logs
 	addr string // host:port the relay listens on
-}
-
-// syncBuffer collects the relay's logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the log lines that contain every one of parts.
-func (b *syncBuffer) lines(parts ...string) []string {
-	var out []string
-	for _, l := range strings.Split(b.String(), "\n") {
-		keep := l != ""
-		for _, p := range parts {
-			keep = keep && strings.Contains(l, p)
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // withPolicy is lim behind the policy of the global flags cfg alone, as
 // the relay command books without rules.
-func withPolicy(lim *limiter.Limiter, cfg limiter.Config) Limiter {
+func withPolicy(lim *limiter.Limiter, cfg limiter.Config) hold.Limiter {
 	return policy.New(policy.Config{Default: cfg}, lim)
 }
 
 // newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
-func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *syncBuffer) {
-	logs := &syncBuffer{}
+func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *fakebrowser.Logs) {
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
 	return &Proxy{
-		Upstream:     fb.url(),
+		Upstream:     fb.URL(),
 		Limiter:      withPolicy(lim, cfg),
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
@@ -81,7 +48,7 @@ func newProxy(fb *fakeBrowser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *s
 }
 
 // startProxy starts p and serves it; it is closed when the test ends.
-func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) *testProxy {
+func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *fakebrowser.Logs) *testProxy {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -104,7 +71,7 @@ func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *syncBuffer) 
 // before it starts. Its Fetch holding has the browser-level backup on
 // (HoldBackup), which most tests of the Fetch strategy play against;
 // noBackup turns it off, as it is by default.
-func relayTo(t *testing.T, fb *fakeBrowser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
+func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
 	p, lim, logs := newProxy(fb, cfg)
 	p.HoldBackup = true
@@ -162,29 +129,29 @@ func fixed(interval time.Duration) limiter.Config {
 func TestStartChoosesInterception(t *testing.T) {
 	tests := []struct {
 		name      string
-		browser   fakeConfig
+		browser   fakebrowser.Config
 		cfg       limiter.Config
-		intercept Intercept
+		intercept hold.Intercept
 		wantErr   string // Start fails with this
 		want      string // how navigations are held: fetch, session, navigate or off
 		wantWarn  string // the warning Start gives about it
 		wantConns int    // websockets the browser saw from Start, at least
 	}{
 		{name: "chromium: fetch", cfg: limiter.Config{}, want: "fetch", wantConns: 1},
-		{name: "lightpanda by name: session, no connection", browser: fakeConfig{lightpanda: true}, want: "session"},
-		{name: "fetch refused: session", browser: fakeConfig{rejectFetch: true}, want: "session", wantConns: 1,
+		{name: "lightpanda by name: session, no connection", browser: fakebrowser.Config{Lightpanda: true}, want: "session"},
+		{name: "fetch refused: session", browser: fakebrowser.Config{RejectFetch: true}, want: "session", wantConns: 1,
 			wantWarn: "holding navigations through each client session instead of the relay's own connection"},
-		{name: "fetch refused, fetch required: error", browser: fakeConfig{rejectFetch: true}, intercept: InterceptFetch,
+		{name: "fetch refused, fetch required: error", browser: fakebrowser.Config{RejectFetch: true}, intercept: hold.InterceptFetch,
 			wantErr: "browser refused browser-level Fetch", wantConns: 1},
-		{name: "navigate requested", intercept: InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
-		{name: "session requested", intercept: InterceptSession, want: "session"},
+		{name: "navigate requested", intercept: hold.InterceptNavigate, want: "navigate", wantWarn: "holding navigations in the client stream"},
+		{name: "session requested", intercept: hold.InterceptSession, want: "session"},
 		{name: "limiter off: nothing held", cfg: limiter.Config{Mode: limiter.Off}, want: "off"},
 		{name: "fixed 0 acts as off", cfg: limiter.Config{Mode: limiter.Fixed}, want: "off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, tt.browser)
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, tt.browser)
 			p, lim, logs := newProxy(fb, tt.cfg)
 			p.Intercept = tt.intercept
 			if tt.wantErr != "" {
@@ -193,19 +160,19 @@ func TestStartChoosesInterception(t *testing.T) {
 					t.Fatalf("Start: got %v, want an error with %q", err, tt.wantErr)
 				}
 				// Whatever Start opened is gone again.
-				if n := fb.connCount(); n != tt.wantConns {
+				if n := fb.ConnCount(); n != tt.wantConns {
 					t.Errorf("got %d websockets, want %d", n, tt.wantConns)
 				}
 				return
 			}
 			tp := startProxy(t, p, lim, logs)
-			if got := fb.connCount(); got < tt.wantConns || tt.wantConns == 0 && got != 0 {
+			if got := fb.ConnCount(); got < tt.wantConns || tt.wantConns == 0 && got != 0 {
 				t.Errorf("got %d websockets from Start, want %d", got, tt.wantConns)
 			}
 			if got := tp.p.ups[0].holding(); got != tt.want {
 				t.Errorf("navigations held by %q, want %q", got, tt.want)
 			}
-			if tt.wantWarn != "" && len(logs.lines(`"level":"warn"`, tt.wantWarn)) != 1 {
+			if tt.wantWarn != "" && len(logs.Lines(`"level":"warn"`, tt.wantWarn)) != 1 {
 				t.Errorf("got no warning %q; log:\n%s", tt.wantWarn, logs)
 			}
 		})
@@ -215,10 +182,10 @@ func TestStartChoosesInterception(t *testing.T) {
 // TestStartWaitsForTheBrowser checks that Start polls a browser that is
 // not up yet, and gives up at StartTimeout.
 func TestStartWaitsForTheBrowser(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
-	addr := fb.addr
-	fb.close()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	addr := fb.Addr
+	fb.Close()
 	p, _, _ := newProxy(fb, limiter.Config{})
 	p.Upstream = "http://" + addr
 	p.StartTimeout = 300 * time.Millisecond

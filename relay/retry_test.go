@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -43,33 +45,33 @@ func (s *holdingStore) Observe(host string, o limiter.Outcome, now time.Time) li
 // TestStoreHoldsUntilBack: a navigation the store cannot book is held, and
 // asked about again, until the store books it; then it goes at once.
 func TestStoreHoldsUntilBack(t *testing.T) {
-	for _, mode := range []Intercept{InterceptFetch, InterceptNavigate} {
+	for _, mode := range []hold.Intercept{hold.InterceptFetch, hold.InterceptNavigate} {
 		t.Run(mode.String(), func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			st := &holdingStore{Limiter: limiter.New(limiter.Config{}), retry: 50 * time.Millisecond, down: 400 * time.Millisecond}
 			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) {
 				p.Limiter = st
 				p.Intercept = mode
 			})
 			var paused, released time.Time
-			if mode == InterceptFetch {
-				hc := fb.holder(t)
-				announcePages(t, fb, hc, false)
-				hops := hc.mustPlay(t, fb.fetch.chain(t, "/page?first"))
-				paused, released = hops[0].paused, hops[0].continued
+			if mode == hold.InterceptFetch {
+				hc := fb.Holder(t)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
+				hops := hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
+				paused, released = hops[0].Paused, hops[0].Continued
 			} else {
 				c := tp.dial(t, "/", nil)
-				bc := fb.accept(t)
+				bc := fb.Accept(t)
 				paused = time.Now()
 				if err := c.WriteMessage(1, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/"}}`)); err != nil {
 					t.Fatal(err)
 				}
-				m := bc.next(t)
-				if m.m.Method != "Page.navigate" {
-					t.Fatalf("browser got %s first, want the navigation", m.m.Method)
+				m := bc.Next(t)
+				if m.Wire.Method != "Page.navigate" {
+					t.Fatalf("browser got %s first, want the navigation", m.Wire.Method)
 				}
-				released = m.at
+				released = m.At
 			}
 			if held := released.Sub(paused); held < 400*time.Millisecond {
 				t.Errorf("navigation released %v after it was asked for, want it held until the store books it (≥ 400 ms)", held)

@@ -117,11 +117,9 @@ func (s *share) ended() {
 
 // writeClient writes a message of the relay's own to the client.
 func (pr *pair) writeClient(msg []byte) {
-	if err := pr.client.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
+	if err := pr.ToClient(msg); err != nil {
 		pr.log.Debug().Err(err).Msg("answer for the client not delivered")
-		return
 	}
-	pr.p.Metrics.relayed(false, len(msg))
 }
 
 // closeWait bounds closing what one client leaves.

@@ -11,33 +11,34 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // call has client c send a command and the fake browser fc answer it
 // with result; it returns what the client got.
-func call(t *testing.T, c *websocket.Conn, fc *fakeConn, id int, method, params, result string) []byte {
+func call(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, id int, method, params, result string) []byte {
 	t.Helper()
 	writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"params":%s}`, id, method, params))
-	if got := fc.next(t); got.m.Method != method {
-		t.Fatalf("browser got %s, want %s", got.data, method)
+	if got := fc.Next(t); got.Wire.Method != method {
+		t.Fatalf("browser got %s, want %s", got.Data, method)
 	}
-	fc.send(fmt.Appendf(nil, `{"id":%d,"result":%s}`, id, result))
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":%s}`, id, result))
 	_, got := readClient(t, c)
 	return got
 }
 
 // cleanup returns the commands of the next connection the relay opens to
 // close what a client left, once it has sent n.
-func cleanup(t *testing.T, fb *fakeBrowser, n int) []string {
+func cleanup(t *testing.T, fb *fakebrowser.Browser, n int) []string {
 	t.Helper()
-	fc := fb.accept(t)
+	fc := fb.Accept(t)
 	var got []string
 	for range n {
-		m := fc.next(t)
+		m := fc.Next(t)
 		var p struct{ TargetID, BrowserContextID string }
-		json.Unmarshal(m.m.Params, &p)
-		got = append(got, m.m.Method+" "+p.TargetID+p.BrowserContextID)
+		json.Unmarshal(m.Wire.Params, &p)
+		got = append(got, m.Wire.Method+" "+p.TargetID+p.BrowserContextID)
 	}
 	return got
 }
@@ -66,17 +67,17 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 		cfg  limiter.Config
 	}{{"limiter off", limiter.Config{Mode: limiter.Off}}, {"fetch", fixed(time.Millisecond)}} {
 		t.Run(mode.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, mode.cfg, ownPagesOnly)
 			if mode.cfg.Mode != limiter.Off {
-				fb.holder(t)
-				fb.pages(t)
+				fb.Holder(t)
+				fb.Pages(t)
 			}
 			a := tp.dial(t, "/", nil)
-			fa := fb.accept(t)
+			fa := fb.Accept(t)
 			b := tp.dial(t, "/", nil)
-			fbb := fb.accept(t)
+			fbb := fb.Accept(t)
 			call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"PA1"}`)
 			call(t, a, fa, 2, "Target.createBrowserContext", `{}`, `{"browserContextId":"CA"}`)
 			call(t, a, fa, 3, "Target.createTarget", `{"url":"about:blank","browserContextId":"CA"}`, `{"targetId":"PA2"}`)
@@ -96,11 +97,11 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 			if code := closedWith(t, a); code != websocket.CloseNormalClosure {
 				t.Errorf("client's connection closed with %d, want 1000", code)
 			}
-			if err := fa.ended(t); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+			if err := fa.Ended(t); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
 				t.Errorf("the client's browser connection ended with %v, want 1000", err)
 			}
-			for _, m := range fa.received() {
-				if m.m.Method == "Browser.close" {
+			for _, m := range fa.Received() {
+				if m.Wire.Method == "Browser.close" {
 					t.Error("Browser.close reached the browser")
 				}
 			}
@@ -119,7 +120,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 					t.Errorf("metrics lack %s", line)
 				}
 			}
-			if n := len(tp.logs.lines("the client closed its browser", `"pages":2`, `"contexts":1`, `"gone_already":1`)); n != 1 {
+			if n := len(tp.logs.Lines("the client closed its browser", `"pages":2`, `"contexts":1`, `"gone_already":1`)); n != 1 {
 				t.Errorf("logged %d times that the client closed its browser, want once", n)
 			}
 		})
@@ -129,11 +130,11 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 func TestCrashRefused(t *testing.T) {
 	for _, lightpanda := range []bool{false, true} {
 		t.Run(fmt.Sprint("lightpanda=", lightpanda), func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, fakeConfig{lightpanda: lightpanda})
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: lightpanda})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			for i, m := range []string{"Browser.crash", "Browser.crashGpuProcess"} {
 				writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"sessionId":"S"}`, i+1, m))
 				_, got := readClient(t, c)
@@ -154,7 +155,7 @@ func TestCrashRefused(t *testing.T) {
 			if got := call(t, c, fc, 9, "Browser.getVersion", `{}`, `{}`); string(got) != `{"id":9,"result":{}}` {
 				t.Errorf("client got %s", got)
 			}
-			if n := len(fc.received()); n != 1 {
+			if n := len(fc.Received()); n != 1 {
 				t.Errorf("the browser got %d messages, want only Browser.getVersion", n)
 			}
 			if m := metricsBody(t, tp); !strings.Contains(m, `cdp_throttle_browser_commands_total{method="Browser.crash",outcome="refused"} 1`) {
@@ -167,26 +168,26 @@ func TestCrashRefused(t *testing.T) {
 func TestBrowserClosePasses(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		cfg   fakeConfig
+		cfg   fakebrowser.Config
 		allow bool
 	}{
 		{name: "allowed", allow: true},
-		{name: "lightpanda", cfg: fakeConfig{lightpanda: true}},
+		{name: "lightpanda", cfg: fakebrowser.Config{Lightpanda: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			checkLeaks(t)
-			fb := newFakeBrowser(t, tt.cfg)
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, tt.cfg)
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowBrowserClose = tt.allow })
 			c := tp.dial(t, "/", nil)
-			fc := fb.accept(t)
+			fc := fb.Accept(t)
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.close"}`))
-			if got := fc.next(t); got.m.Method != "Browser.close" {
-				t.Errorf("browser got %s, want Browser.close", got.data)
+			if got := fc.Next(t); got.Wire.Method != "Browser.close" {
+				t.Errorf("browser got %s, want Browser.close", got.Data)
 			}
 			if tt.allow {
 				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Browser.crash"}`))
-				if got := fc.next(t); got.m.Method != "Browser.crash" {
-					t.Errorf("browser got %s, want Browser.crash", got.data)
+				if got := fc.Next(t); got.Wire.Method != "Browser.crash" {
+					t.Errorf("browser got %s, want Browser.crash", got.Data)
 				}
 			}
 		})
@@ -194,12 +195,12 @@ func TestBrowserClosePasses(t *testing.T) {
 }
 
 func TestOrphansClosed(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const orphan = 300 * time.Millisecond
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
 	a := tp.dial(t, "/", nil)
-	fa := fb.accept(t)
+	fa := fb.Accept(t)
 	call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P1"}`)
 	call(t, a, fa, 2, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P2"}`)
 	a.Close()
@@ -213,7 +214,7 @@ func TestOrphansClosed(t *testing.T) {
 		t.Errorf("the relay closed %q, want %q", got, want)
 	}
 	deadline := time.Now().Add(waitFor)
-	for len(tp.logs.lines("closed what a client left behind", `"pages":2`)) != 1 && time.Now().Before(deadline) {
+	for len(tp.logs.Lines("closed what a client left behind", `"pages":2`)) != 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if m := metricsBody(t, tp); !strings.Contains(m, `cdp_throttle_leftovers_total{outcome="closed",what="page",why="orphan"} 2`) {
@@ -224,22 +225,22 @@ func TestOrphansClosed(t *testing.T) {
 // TestOrphanTakenOver checks a client that comes back and drives a page
 // it left keeps it: the relay closes nothing.
 func TestOrphanTakenOver(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const orphan = 300 * time.Millisecond
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
 	a := tp.dial(t, "/", nil)
-	fa := fb.accept(t)
+	fa := fb.Accept(t)
 	call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P1"}`)
 	a.Close()
 	b := tp.dial(t, "/", nil)
-	fbb := fb.accept(t)
-	fbb.send([]byte(`{"method":"Target.attachedToTarget","params":{"sessionId":"S1","targetInfo":{"targetId":"P1","type":"page"},"waitingForDebugger":false}}`))
+	fbb := fb.Accept(t)
+	fbb.Send([]byte(`{"method":"Target.attachedToTarget","params":{"sessionId":"S1","targetInfo":{"targetId":"P1","type":"page"},"waitingForDebugger":false}}`))
 	readClient(t, b)
 	writeClient(t, b, websocket.TextMessage, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"S1"}`))
-	fbb.next(t)
+	fbb.Next(t)
 	time.Sleep(3 * orphan)
-	if n := fb.connCount(); n != 2 {
+	if n := fb.ConnCount(); n != 2 {
 		t.Errorf("the browser got %d connections, want the two clients' only: the relay closed what b took over", n)
 	}
 }

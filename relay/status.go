@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -17,22 +17,6 @@ import (
 // its /status are package dashboard's, which the relay tells of each
 // navigation booked and answered (per navigation, never per message) and
 // hands its state when the page asks (Status).
-
-// booked tells the page's timeline of a navigation booked at now.
-func (p *Proxy) booked(host string, now time.Time, r limiter.Reservation) {
-	p.timeline.Booked(dashboard.Booking{Bucket: cmp.Or(r.Bucket, host), Host: host, At: now, Start: r.Start,
-		Spacing: r.Spacing, Pressure: r.Pressure, Mode: r.Mode.String(), Source: r.Source, Rule: r.Rule})
-}
-
-// answered tells the page's timeline of the answer a navigation of host
-// got at, with status, and what it did to the host (e).
-func (p *Proxy) answered(host string, e limiter.Effect, status int, at time.Time) {
-	bucket := host
-	if b, ok := p.Limiter.(interface{ Bucket(host string) string }); ok {
-		bucket = b.Bucket(host)
-	}
-	p.timeline.Answered(bucket, host, answerClass(e), status, at)
-}
 
 // Status reports the relay's state at now for its page, with up to n of
 // the busiest buckets (hosts, or sites).
@@ -47,8 +31,8 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	st.Navigations, st.Answers = p.Metrics.counts()
 	for _, up := range p.ups {
 		b := dashboard.Browser{Upstream: up.name, Alive: up.alive.Load(), Clients: int(up.conns.Load()), Holding: "none"}
-		if up.holder != nil {
-			b.Browser, b.Holding = up.holder.browser, up.holder.holding()
+		if up.holds != nil {
+			b.Browser, b.Holding = up.holds.Name(), up.holds.Holding()
 		}
 		st.Browsers = append(st.Browsers, b)
 	}
@@ -119,7 +103,7 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
 				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
 				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer), Refused: h.Refused}
-			if p.capper != nil {
+			if c, ok := p.Limiter.(hold.Capper); ok && c.Caps() {
 				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
 			}
 			out = append(out, hs)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -14,11 +15,11 @@ import (
 // it holds, the navigations of each host with their answers, the counts
 // of /metrics.
 func TestPage(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
-	hc := fb.holder(t)
-	replayChromium(t, fb, hc)
+	hc := fb.Holder(t)
+	fakebrowser.ReplayChromium(t, fb, hc)
 
 	code, page := getBody(t, "http://"+tp.addr+"/")
 	if code != 200 || !strings.HasPrefix(page, "<!doctype html>") {

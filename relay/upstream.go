@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
@@ -41,7 +42,7 @@ type upstream struct {
 	// not parsed again.
 	last   atomic.Pointer[address]
 	client *http.Client
-	holder *holder // set once by Start; nil when nothing is held
+	holds  hold.Browser // set once by Start; nil when nothing is held
 	// owners knows which client owns which of its pages and contexts; set
 	// once by Start, nil for a browser that gives each connection a
 	// browser of its own (Lightpanda).
@@ -415,6 +416,10 @@ func (p *Proxy) owner(ctx context.Context, target string) *upstream {
 	return nil
 }
 
+// maxTargets bounds how many targets' browsers the relay remembers; past
+// it, it forgets them all and asks again.
+const maxTargets = 10_000
+
 // remember notes which browser a target belongs to.
 func (p *Proxy) remember(target string, up *upstream) {
 	if len(p.ups) == 1 || target == "" {
@@ -422,7 +427,7 @@ func (p *Proxy) remember(target string, up *upstream) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.targets) >= maxTracked {
+	if len(p.targets) >= maxTargets {
 		clear(p.targets)
 	}
 	p.targets[target] = up
@@ -433,8 +438,18 @@ func (p *Proxy) remember(target string, up *upstream) {
 // (in the client streams), "waiting" while nothing can hold them, or
 // "off".
 func (up *upstream) holding() string {
-	if up.holder == nil {
+	if up.holds == nil {
 		return "off"
 	}
-	return up.holder.holding()
+	return up.holds.Holding()
 }
+
+// Name names the browser in logs (hold.Upstream).
+func (up *upstream) Name() string { return up.name }
+
+// BrowserEndpoint returns the URL of the browser endpoint (hold.Upstream).
+func (up *upstream) BrowserEndpoint(ctx context.Context) (string, error) { return up.browserWS(ctx) }
+
+// Forget drops the discovered browser endpoint after dialling it failed
+// (hold.Upstream).
+func (up *upstream) Forget(wsURL string) { up.forget(wsURL) }

@@ -8,21 +8,21 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // twoBrowsers serves a relay in front of two fake browsers with distinct
 // browser ids, limiter off (no connections of the relay's own).
-func twoBrowsers(t *testing.T) (*testProxy, *fakeBrowser, *fakeBrowser) {
+func twoBrowsers(t *testing.T) (*testProxy, *fakebrowser.Browser, *fakebrowser.Browser) {
 	t.Helper()
-	fb1 := newFakeBrowser(t, fakeConfig{})
-	fb2 := newFakeBrowser(t, fakeConfig{})
-	fb2.restart("second-browser-id")
-	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Upstreams = []string{fb2.url()} })
+	fb1 := fakebrowser.New(t, fakebrowser.Config{})
+	fb2 := fakebrowser.New(t, fakebrowser.Config{})
+	fb2.Restart("second-browser-id")
+	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Upstreams = []string{fb2.URL()} })
 	return tp, fb1, fb2
 }
 
@@ -40,13 +40,13 @@ func getBody(t *testing.T, url string) (int, string) {
 // TestSeveralBrowsersFewestFirst: new clients go to the browser with the
 // fewest; /json/version names that browser; its id routes the websocket.
 func TestSeveralBrowsersFewestFirst(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
-	for i, want := range []*fakeBrowser{fb1, fb2, fb1} {
+	for i, want := range []*fakebrowser.Browser{fb1, fb2, fb1} {
 		tp.dial(t, "/", nil)
-		eventually(t, "the client's connection", func() bool { return fb1.connCount()+fb2.connCount() == i+1 })
-		if want.connCount() != (i+2)/2 && want == fb1 || want == fb2 && fb2.connCount() != 1 {
-			t.Fatalf("client %d: browsers have %d and %d connections", i+1, fb1.connCount(), fb2.connCount())
+		fakebrowser.Eventually(t, "the client's connection", func() bool { return fb1.ConnCount()+fb2.ConnCount() == i+1 })
+		if want.ConnCount() != (i+2)/2 && want == fb1 || want == fb2 && fb2.ConnCount() != 1 {
+			t.Fatalf("client %d: browsers have %d and %d connections", i+1, fb1.ConnCount(), fb2.ConnCount())
 		}
 	}
 	// fb1 has two clients, fb2 one: the next client is sent to fb2.
@@ -55,9 +55,9 @@ func TestSeveralBrowsersFewestFirst(t *testing.T) {
 		t.Fatalf("/json/version with fb2 the least busy: got %s, want fb2's endpoint", body)
 	}
 	tp.dial(t, "/devtools/browser/second-browser-id", nil)
-	eventually(t, "the client's connection", func() bool { return fb2.connCount() == 2 })
-	if fb1.connCount() != 2 {
-		t.Errorf("fb1 has %d connections, want still 2", fb1.connCount())
+	fakebrowser.Eventually(t, "the client's connection", func() bool { return fb2.ConnCount() == 2 })
+	if fb1.ConnCount() != 2 {
+		t.Errorf("fb1 has %d connections, want still 2", fb1.ConnCount())
 	}
 	if _, _, err := dialStatus(tp, "/devtools/browser/no-such-browser"); err == nil {
 		t.Errorf("dialling an unknown browser id succeeded, want 404")
@@ -80,19 +80,19 @@ func dialStatus(tp *testProxy, path string) (int, string, error) {
 // TestDeadBrowserSkipped: a browser that stops answering gets no new
 // clients and shows in /healthz; with none left /healthz is 503.
 func TestDeadBrowserSkipped(t *testing.T) {
-	checkLeaks(t)
+	fakebrowser.CheckLeaks(t)
 	tp, fb1, fb2 := twoBrowsers(t)
-	fb1.close()
-	eventually(t, "the relay to notice", func() bool {
+	fb1.Close()
+	fakebrowser.Eventually(t, "the relay to notice", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/healthz")
 		return strings.Contains(body, `"alive":false`)
 	})
 	for range 3 {
 		tp.dial(t, "/", nil)
 	}
-	eventually(t, "three clients on fb2", func() bool {
+	fakebrowser.Eventually(t, "three clients on fb2", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/healthz")
-		return fb2.connCount() == 3 && strings.Contains(body, `"clients":3`)
+		return fb2.ConnCount() == 3 && strings.Contains(body, `"clients":3`)
 	})
 	status, body := getBody(t, "http://"+tp.addr+"/healthz")
 	var h struct {
@@ -107,8 +107,8 @@ func TestDeadBrowserSkipped(t *testing.T) {
 		h.Upstreams[0].Alive || !h.Upstreams[1].Alive || h.Upstreams[1].Clients != 3 {
 		t.Fatalf("/healthz: got %d %s, want 200 with fb1 dead and fb2 alive with 3 clients", status, body)
 	}
-	fb2.close()
-	eventually(t, "the relay to notice", func() bool {
+	fb2.Close()
+	fakebrowser.Eventually(t, "the relay to notice", func() bool {
 		status, _ := getBody(t, "http://"+tp.addr+"/healthz")
 		return status == http.StatusServiceUnavailable
 	})
@@ -117,21 +117,21 @@ func TestDeadBrowserSkipped(t *testing.T) {
 // TestMetricsAndHosts replays Chromium's recorded navigations through a
 // relay with metrics, then reads /metrics and /hosts.
 func TestMetricsAndHosts(t *testing.T) {
-	checkLeaks(t)
-	fb := newFakeBrowser(t, fakeConfig{})
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
 	p, lim, logs := newProxy(fb, limiter.Config{})
 	p.Metrics = NewMetrics(lim) // as the relay command does: the hosts tracked are the limiter's
 	p.HoldBackup = true         // the recording is of the backup net connection
 	tp := startProxy(t, p, lim, logs)
-	hc := fb.holder(t)
-	replayChromium(t, fb, hc)
+	hc := fb.Holder(t)
+	fakebrowser.ReplayChromium(t, fb, hc)
 	c := tp.dial(t, "/", nil)
 	for i := range 3 {
 		if err := c.WriteMessage(1, []byte(`{"id":`+strconv.Itoa(i+1)+`,"method":"Browser.getVersion"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the client's messages", func() bool {
+	fakebrowser.Eventually(t, "the client's messages", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/metrics")
 		return strings.Contains(body, `cdp_throttle_messages_total{direction="to_browser"} 3`)
 	})
@@ -182,17 +182,4 @@ func TestMetricsAndHosts(t *testing.T) {
 
 func websocketDial(url string) (*websocket.Conn, *http.Response, error) {
 	return websocket.DefaultDialer.Dial(url, nil)
-}
-
-// eventually polls check until it reports true (unlike fakeBrowser.await,
-// check may call into the fake and the relay).
-func eventually(t *testing.T, what string, check func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !check() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -118,7 +118,7 @@ type Options struct {
 }
 
 // Redis books navigation slots per host in Redis, with the rule of
-// limiter.Limiter, and implements relay.Limiter. It is safe for concurrent
+// limiter.Limiter, and implements hold.Limiter. It is safe for concurrent
 // use. The zero Redis is not usable: create it with NewRedis and end it
 // with Close.
 //

@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"context"
@@ -21,7 +21,7 @@ type connRole int
 
 const (
 	// rolePages attaches to every page and intercepts the documents of
-	// the relay's clients' pages in their sessions (hold_fetch_pages.go).
+	// the relay's clients' pages in their sessions (fetch_pages.go).
 	rolePages connRole = iota
 	// roleNet intercepts at the browser level, behind every page session:
 	// only what pages holds, or every document while pages cannot hold.
@@ -33,7 +33,7 @@ func (r connRole) String() string { return [...]string{"pages", "net"}[r] }
 // fetchConn is one of the relay's own connections to the browser endpoint.
 type fetchConn struct {
 	f     *fetchHold
-	h     *holder
+	h     *browserHold
 	role  connRole
 	c     *websocket.Conn
 	log   zerolog.Logger
@@ -54,7 +54,7 @@ type fetchConn struct {
 	held    context.Context
 	dropAll context.CancelFunc
 
-	// The pages connection's own state (hold_fetch_pages.go).
+	// The pages connection's own state (fetch_pages.go).
 	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
 	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
 	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
@@ -87,23 +87,23 @@ var documentPattern = []*fetch.RequestPattern{
 // dial dials the browser endpoint for one of the relay's connections.
 func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
 	h := f.h
-	wsURL, err := h.up.browserWS(ctx)
+	wsURL, err := h.up.BrowserEndpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, _, err := h.p.dialer.DialContext(ctx, wsURL, nil)
+	c, _, err := h.holder.Dialer.DialContext(ctx, wsURL, nil)
 	if err != nil {
-		h.up.forget(wsURL) // it may have restarted under a new endpoint
+		h.up.Forget(wsURL) // it may have restarted under a new endpoint
 		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
 	}
-	c.SetReadLimit(h.p.MaxMessageSize)
+	c.SetReadLimit(h.holder.MaxMessageSize)
 	fc := &fetchConn{
 		f:        f,
 		h:        h,
 		role:     role,
 		c:        c,
 		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
-		log:      h.p.log.With().Str("conn", "relay-"+role.String()).Str("upstream", h.up.name).Logger(),
+		log:      h.holder.log.With().Str("conn", "relay-"+role.String()).Str("upstream", h.up.Name()).Logger(),
 		calls:    make(map[int64]func(reply)),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
@@ -197,7 +197,7 @@ func (fc *fetchConn) send(session, method string, params any, answer func(reply)
 		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
 	}
 	fc.mu.Unlock()
-	fc.c.SetWriteDeadline(time.Now().Add(fc.h.p.WriteTimeout))
+	fc.c.SetWriteDeadline(time.Now().Add(fc.h.holder.WriteTimeout))
 	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
 		fc.mu.Lock()
 		delete(fc.calls, id)

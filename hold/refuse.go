@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"bytes"
@@ -35,8 +35,8 @@ type Refuser interface {
 const blockedByClient = "net::ERR_BLOCKED_BY_CLIENT"
 
 // refuser returns the Limiter as a Refuser when it refuses anything.
-func (p *Proxy) refuser() Refuser {
-	if r, ok := p.Limiter.(Refuser); ok && r.Refuses() {
+func (hd *Holder) refuser() Refuser {
+	if r, ok := hd.Limiter.(Refuser); ok && r.Refuses() {
 		return r
 	}
 	return nil
@@ -44,8 +44,8 @@ func (p *Proxy) refuser() Refuser {
 
 // refused asks the Limiter whether a navigation to rawURL must be
 // refused, and when it must, counts it and says so, once per host.
-func (h *holder) refused(ctx context.Context, host, rawURL string, log *zerolog.Logger) bool {
-	r := h.p.refuser()
+func (h *browserHold) refused(ctx context.Context, host, rawURL string, log *zerolog.Logger) bool {
+	r := h.holder.refuser()
 	if r == nil {
 		return false
 	}
@@ -53,13 +53,13 @@ func (h *holder) refused(ctx context.Context, host, rawURL string, log *zerolog.
 	if ok || ctx.Err() != nil {
 		return false
 	}
-	h.p.Metrics.navigation(navDisallowed, 0)
+	h.holder.Metrics.Navigation(NavDisallowed, 0)
 	path := "/"
 	if u, err := url.Parse(redact.URL(rawURL)); err == nil && u.Path != "" {
 		path = u.Path
 	}
-	if h.p.refusedWarned.first(host) {
-		h.p.log.Warn().Str("host", host).Str("path", path).Str("source", "robots.txt").Str("rule", rule).
+	if h.holder.refusedWarned.first(host) {
+		h.holder.log.Warn().Str("host", host).Str("path", path).Str("source", "robots.txt").Str("rule", rule).
 			Msg("navigation refused: robots.txt disallows it")
 	}
 	log.Debug().Str("host", host).Str("path", path).Str("rule", rule).Msg("navigation refused")
@@ -71,14 +71,14 @@ func (h *holder) refused(ctx context.Context, host, rawURL string, log *zerolog.
 // unless the Limiter refuses it: then refuse. Asking may block, so it is
 // done on a goroutine of its own when the Limiter refuses anything; at
 // once otherwise. Neither is called when ctx ends first.
-func (h *holder) checkThen(ctx context.Context, host, rawURL string, log *zerolog.Logger, refuse, release func()) {
-	if refuse == nil || h.p.refuser() == nil {
+func (h *browserHold) checkThen(ctx context.Context, host, rawURL string, log *zerolog.Logger, refuse, release func()) {
+	if refuse == nil || h.holder.refuser() == nil {
 		release()
 		return
 	}
-	h.p.limiting.Add(1)
+	h.holder.limiting.Add(1)
 	go func() {
-		defer h.p.limiting.Done()
+		defer h.holder.limiting.Done()
 		switch {
 		case h.refused(ctx, host, rawURL, log):
 			refuse()

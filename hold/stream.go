@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"context"
@@ -133,8 +133,8 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		}
 	}
 	cmd := &heldCmd{id: hd.ID, method: method, session: session, msg: append([]byte(nil), msg...), url: rawURL, entry: entry}
-	cmd.ctx, cmd.cancel = context.WithCancel(w.pr.ctx)
-	cmd.fl = w.h.newFlight(w.pr.ctx)
+	cmd.ctx, cmd.cancel = context.WithCancel(w.ctx)
+	cmd.fl = w.h.newFlight(w.ctx)
 	if method == "Target.createTarget" {
 		s.start(cmd) // opens a page of its own: nothing to keep in order with
 		return true
@@ -166,9 +166,9 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 // history navigation goes) and lets it go when the slot comes.
 func (s *streamHold) start(cmd *heldCmd) {
 	w := s.w
-	w.pr.held.Add(1)
+	w.held.Add(1)
 	go func() {
-		defer w.pr.held.Done()
+		defer w.held.Done()
 		defer cmd.cancel()
 		u := cmd.url
 		if u == "" {
@@ -401,7 +401,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			// its schedule counts the request, though it cannot be held (nor
 			// take a place in flight).
 			prev.fl.end()
-			go w.h.book(w.pr.ctx, host, ev.URL, w.navLog(session))
+			go w.h.book(w.ctx, host, ev.URL, w.navLog(session))
 		case ev.Redirect != nil:
 			doc.fl = prev.fl
 		default:

@@ -1,11 +1,9 @@
-package relay
+package hold
 
 import (
 	"context"
 	"hash/fnv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,212 +14,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
-// via is how the navigations of one browser are held.
-type via int32
-
-const (
-	// viaNone: nothing is held yet (the relay's own connection is not up
-	// in Fetch mode); navigations wait until something holds them.
-	viaNone via = iota
-	// viaFetch: the relay's own browser connections pause document
-	// requests (hold_fetch.go).
-	viaFetch
-	// viaSession: the relay's own interception in each client session
-	// (hold_session.go).
-	viaSession
-	// viaStream: navigation commands held in each client stream
-	// (hold_stream.go).
-	viaStream
-)
-
-func (v via) String() string {
-	return [...]string{"none", "fetch", "session", "navigate"}[v]
-}
-
-// holder holds the navigations of the relay's clients on one browser: it
-// chooses how (via), books slots in the Proxy's Limiter, lets navigations
-// go when their slot comes and feeds answers back. It fails closed: while
-// it cannot hold through its chosen way, navigations wait (armed).
-type holder struct {
-	p       *Proxy
-	up      *upstream
-	browser string // as /json/version names it, for logs
-	// lightpanda is set for a browser that gives each connection a browser
-	// of its own and honours only the "*" Fetch pattern everywhere.
-	lightpanda bool
-
-	way      atomic.Int32 // a via
-	fetch    *fetchHold   // the relay's own connections; nil unless Fetch was chosen
-	claims   claims       // the pages of the relay's own clients, for Fetch
-	waiting  atomic.Int64 // navigations waiting for their slot now
-	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
-
-	mu    sync.Mutex
-	armed chan struct{} // guarded by mu; closed while navigations can be held
-
-	ansMu     sync.Mutex
-	answering map[string]*answering // guarded by ansMu; by host
-
-	// attachedClients counts the sessions the relay's clients have on each
-	// target, to tell a client whether a target is attached as it would be
-	// without the relay.
-	attachedClients counts
-	// clientNetwork counts the page sessions of the relay's clients with
-	// Network events on, on each page: the Fetch strategy reads when a
-	// request left, and its answer, from theirs, and enables its own only
-	// where no client did.
-	clientNetwork counts
-}
-
-// counts is a number per key, safe for concurrent use; a key counted down
-// to zero is forgotten.
-type counts struct {
-	mu sync.Mutex
-	n  map[string]int // guarded by mu
-}
-
-// add adds d to key's count and returns the count.
-func (c *counts) add(key string, d int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = make(map[string]int)
-	}
-	c.n[key] += d
-	n := c.n[key]
-	if n <= 0 {
-		delete(c.n, key)
-	}
-	return max(n, 0)
-}
-
-func (c *counts) count(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[key]
-}
-
-func newHolder(p *Proxy, up *upstream, v version) *holder {
-	h := &holder{p: p, up: up, browser: v.Browser, armed: make(chan struct{}), answering: make(map[string]*answering)}
-	h.lightpanda = strings.HasPrefix(strings.ToLower(v.Browser), "lightpanda")
-	h.claims.init()
-	h.claims.all = p.everyPage
-	return h
-}
-
-// via reports how navigations are held now.
-func (h *holder) via() via { return via(h.way.Load()) }
-
-// use holds navigations the given way from now on, in every client
-// connection of this browser.
-func (h *holder) use(v via) {
-	h.way.Store(int32(v))
-	if v == viaSession || v == viaStream {
-		h.setArmed(true) // held in each client connection: nothing to wait for
-	}
-	h.p.mu.Lock()
-	pairs := make([]*pair, 0, len(h.p.pairs))
-	for pr := range h.p.pairs {
-		if pr.up == h.up && pr.watch != nil {
-			pairs = append(pairs, pr)
-		}
-	}
-	h.p.mu.Unlock()
-	for _, pr := range pairs {
-		pr.watch.switchTo(v)
-	}
-}
-
-// fallOver leaves the way navigations are held now for the next one, and
-// says once what the browser did and what the relay does instead.
-func (h *holder) fallOver(why string) {
-	cur := h.via()
-	if cur == viaStream {
-		return // the last resort
-	}
-	next := viaSession
-	if cur == viaSession {
-		next = viaStream
-	}
-	if h.fellOver.CompareAndSwap(false, true) {
-		h.p.log.Warn().Str("upstream", h.up.name).Str("browser", h.browser).Str("why", why).Str("holding", next.String()).
-			Msg(fallOverMsg[next])
-	}
-	h.use(next)
-	if h.fetch != nil {
-		h.fetch.stopAll() // after use: its connections ending is no news then
-	}
-}
-
-var fallOverMsg = map[via]string{
-	viaSession: "holding navigations through each client session instead of the relay's own connection: " +
-		"popups a client is not attached to go unheld",
-	viaStream: "holding navigations in the client stream: only Page.navigate, Page.reload, " +
-		"Page.navigateToHistoryEntry and Target.createTarget are held; link clicks, form submissions, " +
-		"script navigations, redirects and popups go unheld (counted as unheld when the client enabled Network events)",
-}
-
-// setArmed records whether navigations can be held now.
-func (h *holder) setArmed(on bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.armed:
-		if !on {
-			h.armed = make(chan struct{})
-		}
-	default:
-		if on {
-			close(h.armed)
-		}
-	}
-}
-
-// whenArmed returns a channel closed once navigations can be held.
-func (h *holder) whenArmed() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.armed
-}
-
-// isArmed reports whether navigations can be held now.
-func (h *holder) isArmed() bool {
-	select {
-	case <-h.whenArmed():
-		return true
-	default:
-		return false
-	}
-}
-
-// holding says how the browser's navigations are held, for /healthz:
-// "fetch", "session", "navigate", or "waiting" while nothing can hold them.
-func (h *holder) holding() string {
-	if !h.isArmed() {
-		return "waiting"
-	}
-	return h.via().String()
-}
-
-// pageLog is log naming the page (its target id) and the client session a
-// navigation is in, for its debug lines: a reader looks for a page, and a
-// connection's websocket path is / for most clients. Either may be "".
-// Built only when debug lines are written.
-func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
-	if log.GetLevel() > zerolog.DebugLevel || page == "" && session == "" {
-		return log
-	}
-	c := log.With()
-	if page != "" {
-		c = c.Str("page", page)
-	}
-	if session != "" {
-		c = c.Str("session", session)
-	}
-	l := c.Logger()
-	return &l
-}
-
 // flight follows one held navigation from its hold to its end: its place
 // among its bucket's navigations in flight (when the bucket has a cap),
 // and when it was let go, for its answer time. The holding strategy ends
@@ -231,7 +23,7 @@ func pageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
 // let go whose answer never comes is forgotten after maxInFlight. Its
 // methods are safe for concurrent use, and on a nil flight.
 type flight struct {
-	h    *holder
+	h    *browserHold
 	ctx  context.Context // ends with the flight: stops its wait for a place
 	stop context.CancelFunc
 
@@ -250,7 +42,7 @@ const maxInFlight = 61 * time.Minute
 
 // newFlight starts following a navigation to be held, until life ends at
 // the latest.
-func (h *holder) newFlight(life context.Context) *flight {
+func (h *browserHold) newFlight(life context.Context) *flight {
 	fl := &flight{h: h}
 	fl.ctx, fl.stop = context.WithCancel(life)
 	context.AfterFunc(fl.ctx, fl.giveBack)
@@ -329,7 +121,7 @@ func (fl *flight) took(now time.Time) time.Duration {
 // navigation. When ctx ends first, release is never called. done, when
 // set, is called once the hold is over, either way. It returns the
 // navigation's flight, which ends with ctx.
-func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
+func (h *browserHold) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
 	fl := h.newFlight(ctx)
 	h.holdFlight(ctx, fl, host, rawURL, log, nil, nil, release, done)
 	return fl
@@ -342,7 +134,7 @@ func (h *holder) hold(ctx context.Context, host, rawURL string, log *zerolog.Log
 // once it is booked. Before either, a navigation the Limiter refuses
 // (Refuser) is handed to refuse instead, when set, and nothing is booked;
 // a nil refuse is never asked for.
-func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
+func (h *browserHold) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
 	var b func(time.Time, *pace.Nav)
 	if booked != nil {
 		b = func(start time.Time, _ *pace.Nav) { booked(start) }
@@ -357,22 +149,22 @@ func (h *holder) holdFlight(ctx context.Context, fl *flight, host, rawURL string
 // (package pace). Without depart, it is booked's nil. waits, when set, is
 // called once, when the navigation may have to wait at all; refuse is
 // holdFlight's.
-func (h *holder) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
+func (h *browserHold) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
 	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, refuse, release, nil)
 }
 
-func (h *holder) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
+func (h *browserHold) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
 	h.waiting.Add(1)
-	h.p.limiting.Add(1)
+	h.holder.limiting.Add(1)
 	go func() {
-		defer h.p.limiting.Done()
+		defer h.holder.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
 		if refuse != nil && h.refused(ctx, host, rawURL, log) {
 			refuse() // before a place or a slot: it books nothing
 			h.end(nil, done)
 			return
 		}
-		if h.p.capper != nil && h.p.capper.Caps() {
+		if h.holder.capper != nil && h.holder.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
 		if !h.enter(fl, host, log) {
@@ -406,15 +198,15 @@ func (fl *flight) releasing(release func()) func() {
 // it): then the navigation is over, and is not let go. The first time the
 // cap holds a navigation of a host, it warns (once per host, as the
 // spacing does).
-func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
+func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
 	fl.mu.Lock()
 	entered := fl.entered
 	fl.entered = true
 	fl.mu.Unlock()
-	if entered || h.p.capper == nil {
+	if entered || h.holder.capper == nil {
 		return true
 	}
-	p, err := h.p.capper.Enter(fl.ctx, host)
+	p, err := h.holder.capper.Enter(fl.ctx, host)
 	if err != nil {
 		return false
 	}
@@ -429,9 +221,9 @@ func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
 		return false
 	}
 	if p.Waited > 0 {
-		h.p.Metrics.concurrencyWait(p.Waited)
-		if h.p.warned.first(host) {
-			ev := h.p.log.Warn().Str("host", host)
+		h.holder.Metrics.Waited(p.Waited)
+		if h.holder.warned.first(host) {
+			ev := h.holder.log.Warn().Str("host", host)
 			if p.Bucket != host {
 				ev = ev.Str("bucket", p.Bucket)
 			}
@@ -449,7 +241,7 @@ func (h *holder) enter(fl *flight, host string, log *zerolog.Logger) bool {
 
 // end ends a hold counted in waiting: it calls release (unless nil: the
 // hold was given up), then done (when set).
-func (h *holder) end(release, done func()) {
+func (h *browserHold) end(release, done func()) {
 	h.waiting.Add(-1)
 	if release != nil {
 		release()
@@ -461,7 +253,7 @@ func (h *holder) end(release, done func()) {
 
 // holdWait is one navigation on its way from its booking to its release.
 type holdWait struct {
-	h            *holder
+	h            *browserHold
 	ctx          context.Context
 	host, rawURL string
 	log          *zerolog.Logger
@@ -483,7 +275,7 @@ func (w *holdWait) book() bool {
 	if !retry {
 		w.start = time.Now().Add(max(d, 0))
 		if w.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
-			w.nav = h.p.pace.Book(r.Bucket, h.up.name, w.start, r.Slack, r.Headroom)
+			w.nav = h.holder.pace.Book(r.Bucket, h.up.Name(), w.start, r.Slack, r.Headroom)
 		}
 		if w.booked != nil {
 			w.booked(w.start, w.nav)
@@ -532,9 +324,9 @@ func (w *holdWait) due() bool {
 		// could overtake it.
 		w.log.Debug().Str("host", w.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
 		w.waiting()
-		w.h.p.limiting.Add(1)
+		w.h.holder.limiting.Add(1)
 		go func() {
-			defer w.h.p.limiting.Done()
+			defer w.h.holder.limiting.Done()
 			t := time.NewTimer(time.Until(until))
 			defer t.Stop()
 			select {
@@ -566,7 +358,7 @@ func (w *holdWait) cancelled() {
 // ended ends navigations whose departure was followed: answered, failed,
 // aborted or their page gone. It is every followed navigation's last
 // step, once each.
-func (h *holder) ended(navs ...*pace.Nav) {
+func (h *browserHold) ended(navs ...*pace.Nav) {
 	for _, n := range navs {
 		n.End()
 	}
@@ -575,7 +367,7 @@ func (h *holder) ended(navs ...*pace.Nav) {
 // holdUntil holds a navigation already booked until start, as when the
 // relay's other connection takes over a request the first one held; fl
 // has its place already.
-func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
+func (h *browserHold) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
 	h.waiting.Add(1)
 	after(ctx, time.Until(start), func() { h.end(fl.releasing(release), done) }, func() { h.end(nil, done) })
 }
@@ -586,30 +378,30 @@ func (h *holder) holdUntil(ctx context.Context, fl *flight, start time.Time, rel
 // holds navigations while it is unreachable): the navigation waits d and
 // then books again. Booking may block for the site's robots.txt, never
 // past ctx.
-func (h *holder) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
+func (h *browserHold) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
 	now := time.Now()
-	r = h.p.Limiter.Reserve(ctx, host, rawURL, now)
+	r = h.holder.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return r, max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
-		h.p.Metrics.navigation(navExempt, 0)
+		h.holder.Metrics.Navigation(NavExempt, 0)
 		return r, 0, false
 	}
-	h.p.Metrics.navigation(navBooked, d)
-	h.p.booked(host, now, r)
+	h.holder.Metrics.Navigation(NavBooked, d)
+	h.holder.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("skew_ms", limiter.ShownMillis(r.Skew)).Msg("navigation goes at once")
 		return r, 0, false
 	}
-	if h.p.warned.first(host) {
+	if h.holder.warned.first(host) {
 		// Adaptive spacing surprises; a fixed one was asked for.
-		ev := h.p.log.Warn()
+		ev := h.holder.log.Warn()
 		if r.Mode != limiter.Adaptive {
-			ev = h.p.log.Debug()
+			ev = h.holder.log.Debug()
 		}
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
@@ -644,7 +436,7 @@ func logURL(rawURL string) func(*zerolog.Event) {
 // when none did), back to the limiter with its answer time, on a goroutine
 // of its own: a slow store must not stall the reader that saw the answer.
 // It does not end fl: a redirect's answer is not the navigation's end.
-func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
+func (h *browserHold) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
@@ -659,12 +451,12 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 	}
 	a.n++
 	h.ansMu.Unlock()
-	h.p.limiting.Add(1)
+	h.holder.limiting.Add(1)
 	go func() {
-		defer h.p.limiting.Done()
-		effect := h.p.Limiter.Observe(host, o, now)
-		h.p.Metrics.feedback(effect)
-		h.p.answered(host, effect, o.Status, now)
+		defer h.holder.limiting.Done()
+		effect := h.holder.Limiter.Observe(host, o, now)
+		h.holder.Metrics.Feedback(effect)
+		h.holder.answered(host, effect, o.Status, now)
 		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
@@ -677,7 +469,7 @@ func (h *holder) observe(fl *flight, host string, answer cdp.Outcome, log *zerol
 
 // answering counts the answers of a host on their way to the limiter.
 type answering struct {
-	n    int           // guarded by holder.ansMu
+	n    int           // guarded by browserHold.ansMu
 	done chan struct{} // closed when n is back to 0
 }
 
@@ -687,7 +479,7 @@ const answerWait = time.Second
 
 // awaitAnswers waits until the answers of host that arrived so far are in
 // the limiter: a navigation that follows a 503 books with its pressure.
-func (h *holder) awaitAnswers(host string) {
+func (h *browserHold) awaitAnswers(host string) {
 	h.ansMu.Lock()
 	a := h.answering[host]
 	h.ansMu.Unlock()
@@ -705,8 +497,8 @@ func (h *holder) awaitAnswers(host string) {
 // exempt reports whether navigations to host are neither spaced nor
 // capped, so that nothing holds them: loopback, unless the Limiter says
 // otherwise (a rule that names it).
-func (h *holder) exempt(host string) bool {
-	if e, ok := h.p.Limiter.(interface{ Exempt(string) bool }); ok {
+func (h *browserHold) exempt(host string) bool {
+	if e, ok := h.holder.Limiter.(interface{ Exempt(string) bool }); ok {
 		return e.Exempt(host)
 	}
 	return limiter.Exempt(host)
@@ -714,22 +506,22 @@ func (h *holder) exempt(host string) bool {
 
 // notBooked counts a top-level navigation that books nothing: exempt when
 // it is http(s), untracked otherwise.
-func (h *holder) notBooked(httpURL bool) {
+func (h *browserHold) notBooked(httpURL bool) {
 	if httpURL {
-		h.p.Metrics.navigation(navExempt, 0)
+		h.holder.Metrics.Navigation(NavExempt, 0)
 	} else {
-		h.p.Metrics.navigation(navUntracked, 0)
+		h.holder.Metrics.Navigation(NavUntracked, 0)
 	}
 }
 
 // unheld counts top-level navigations of the relay's clients that reached
 // the network without a booking, and says why.
-func (h *holder) unheld(n int, why string) {
+func (h *browserHold) unheld(n int, why string) {
 	if n <= 0 {
 		return
 	}
-	h.p.Metrics.unheld(n)
-	h.p.log.Warn().Str("upstream", h.up.name).Int("navigations", n).Str("why", why).
+	h.holder.Metrics.AddUnheld(n)
+	h.holder.log.Warn().Str("upstream", h.up.Name()).Int("navigations", n).Str("why", why).
 		Msg("navigations reached the network unheld")
 }
 
@@ -752,168 +544,4 @@ func after(ctx context.Context, d time.Duration, fire, cancelled func()) {
 		}
 	})
 	close(ready)
-}
-
-// claims are the pages of one browser that the relay's own clients
-// created, drove or opened (as popups of their pages): in Fetch mode the
-// relay's connections see every page's requests, and hold only these.
-// Methods are safe for concurrent use.
-type claims struct {
-	all bool // set once: every page counts as a client's (tests of the holding itself)
-	// onClaim, set once before use, is told of each page claimed, outside
-	// the lock: the Fetch strategy arms it.
-	onClaim func(target string)
-	mu      sync.Mutex
-	pages   map[string]struct{} // guarded by mu; target ids
-	pending int                 // guarded by mu; pages being created by clients, ids not known yet
-	changed chan struct{}       // guarded by mu; closed and replaced when pending or pages change
-}
-
-// maxClaims bounds the pages remembered; a page leaves when its target is
-// destroyed, so only a browser that never says so fills it.
-const maxClaims = 100_000
-
-func (c *claims) init() {
-	c.pages = make(map[string]struct{})
-	c.changed = make(chan struct{})
-}
-
-func (c *claims) broadcast() {
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// claim marks a page as a client's.
-func (c *claims) claim(target string) {
-	if target == "" {
-		return
-	}
-	c.mu.Lock()
-	if _, ok := c.pages[target]; ok {
-		c.mu.Unlock()
-		return
-	}
-	c.addLocked(target)
-	c.broadcast()
-	c.mu.Unlock()
-	if c.onClaim != nil {
-		c.onClaim(target)
-	}
-}
-
-// addLocked adds a page, within maxClaims. Callers hold mu.
-func (c *claims) addLocked(target string) {
-	if len(c.pages) >= maxClaims {
-		clear(c.pages)
-	}
-	c.pages[target] = struct{}{}
-}
-
-// forget drops a page that is gone.
-func (c *claims) forget(target string) {
-	c.mu.Lock()
-	delete(c.pages, target)
-	c.mu.Unlock()
-}
-
-// claimed reports whether a page is a client's.
-func (c *claims) claimed(target string) bool {
-	if c.all {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.pages[target]
-	return ok
-}
-
-// creating notes a page a client is creating (Target.createTarget,
-// /json/new); created ends it, with the new page's id ("" when it failed).
-func (c *claims) creating() {
-	c.mu.Lock()
-	c.pending++
-	c.broadcast()
-	c.mu.Unlock()
-}
-
-func (c *claims) created(target string) {
-	c.mu.Lock()
-	c.pending = max(c.pending-1, 0)
-	if target != "" {
-		c.addLocked(target)
-	}
-	c.broadcast()
-	c.mu.Unlock()
-	if target != "" && c.onClaim != nil {
-		c.onClaim(target)
-	}
-}
-
-// decide reports whether target is a client's page, waiting while a
-// client is creating a page whose id is not known yet (the new page's
-// first request can pause before the client learns its id), but no longer
-// than ctx. Unsure when ctx ends, it says yes: politeness fails closed.
-func (c *claims) decide(ctx context.Context, target string) bool {
-	if c.all {
-		return true
-	}
-	for {
-		c.mu.Lock()
-		_, ok := c.pages[target]
-		pending, changed := c.pending, c.changed
-		c.mu.Unlock()
-		if ok || pending == 0 {
-			return ok
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return true
-		}
-	}
-}
-
-// any reports whether the relay's clients have a page, or are creating
-// one.
-func (c *claims) any() bool {
-	if c.all {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pages) > 0 || c.pending > 0
-}
-
-// unsure reports whether decide could have to wait.
-func (c *claims) unsure() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pending > 0
-}
-
-// warnOnce remembers the hosts already warned about, so each is warned
-// once for the life of the process. Memory is bounded: past max hosts the
-// older half is forgotten, and a host from it may be warned once more.
-type warnOnce struct {
-	mu       sync.Mutex
-	cur, old map[string]struct{} // guarded by mu
-}
-
-const maxWarned = 100_000
-
-// first reports whether host has not been warned about, and marks it.
-func (w *warnOnce) first(host string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.cur[host]; ok {
-		return false
-	}
-	if _, ok := w.old[host]; ok {
-		return false
-	}
-	if w.cur == nil || len(w.cur) >= maxWarned/2 {
-		w.old, w.cur = w.cur, make(map[string]struct{})
-	}
-	w.cur[host] = struct{}{}
-	return true
 }

@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"encoding/json"
@@ -134,7 +134,7 @@ func (s *sessionHold) arm(session string) {
 	network := st.network
 	w.mu.Unlock()
 	if _, err := w.send(session, "Fetch.enable", enable, nil); err != nil {
-		w.pr.log.Debug().Err(err).Msg("could not enable the relay's interception")
+		w.log.Debug().Err(err).Msg("could not enable the relay's interception")
 	}
 	if !network {
 		w.send(session, "Network.enable", struct{}{}, nil)
@@ -277,15 +277,15 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 	}
 	w := s.w
 	held := append([]byte(nil), msg...)
-	w.pr.held.Add(1)
-	fl := w.h.newFlight(w.pr.ctx)
+	w.held.Add(1)
+	fl := w.h.newFlight(w.ctx)
 	session, id := string(hd.SessionID), hd.ID
 	refuse := func() {
 		// Answered as in the stream: its result has no room for an error.
 		fl.end()
 		w.answerError(session, id, blockedByClient)
 	}
-	w.h.holdFlight(w.pr.ctx, fl, host, p.URL, &w.pr.log, nil, refuse, func() {
+	w.h.holdFlight(w.ctx, fl, host, p.URL, w.log, nil, refuse, func() {
 		w.mu.Lock()
 		if len(s.prebooked) >= maxTracked {
 			for _, pb := range s.prebooked {
@@ -309,7 +309,7 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 			}
 		})
 		w.pass(held)
-	}, w.pr.held.Done)
+	}, w.held.Done)
 	return true
 }
 
@@ -450,7 +450,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		if hop {
 			prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
 		}
-		fl = w.h.newFlight(w.pr.ctx)
+		fl = w.h.newFlight(w.ctx)
 	}
 	st.docs[networkOr(&ev)] = sessDoc{host: host, fl: fl}
 	s.held++
@@ -483,11 +483,11 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	if hop && prev.host == host || prebooked {
 		// A hop within the host, or the page of a held createTarget:
 		// booked already, and asked about only now.
-		w.h.checkThen(w.pr.ctx, host, ev.Request.URL, w.navLog(session), refuse, release)
+		w.h.checkThen(w.ctx, host, ev.Request.URL, w.navLog(session), refuse, release)
 		return true
 	}
-	w.pr.held.Add(1)
-	w.h.holdFlight(w.pr.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, refuse, release, w.pr.held.Done)
+	w.held.Add(1)
+	w.h.holdFlight(w.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, refuse, release, w.held.Done)
 	return true
 }
 

@@ -1,6 +1,6 @@
 //go:build record
 
-package relay
+package fakebrowser
 
 // The recorder drives a real headless Chromium and writes, verbatim, what it
 // sends into the transcripts the fake browser of the unit tests replays:
@@ -15,7 +15,7 @@ package relay
 //
 // Rerun it after a Chromium upgrade (CHROMIUM overrides /usr/bin/chromium):
 //
-//	go test -tags record -run TestRecord -count=1 ./relay
+//	go test -tags record -run TestRecord -count=1 ./internal/fakebrowser
 //
 // The site is served on 127.0.0.2, which Chromium reaches for every *.test
 // name, so a.test, b.test and c.test are hosts of their own.
@@ -42,6 +42,7 @@ import (
 	"github.com/chromedp/cdproto"
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/target"
 	"github.com/gorilla/websocket"
 
@@ -49,6 +50,29 @@ import (
 )
 
 const recordSiteIP = "127.0.0.2"
+
+// documentPattern is the pattern the relay's own connections enable Fetch
+// with (hold/fetch_conn.go, unexported there): the recorder must send
+// what they send, so change both together.
+var documentPattern = []*fetch.RequestPattern{
+	{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
+}
+
+// autoAttach is what the relay's pages connection sets its auto-attach to
+// (hold/fetch_pages.go, unexported there).
+var autoAttach = struct {
+	AutoAttach             bool `json:"autoAttach"`
+	WaitForDebuggerOnStart bool `json:"waitForDebuggerOnStart"`
+	Flatten                bool `json:"flatten"`
+}{true, true, true}
+
+// networkParams is what the relay's pages connection enables Network with
+// in a page session (hold/fetch_pages.go, unexported there).
+var networkParams = struct {
+	MaxTotalBufferSize    int64 `json:"maxTotalBufferSize"`
+	MaxResourceBufferSize int64 `json:"maxResourceBufferSize"`
+	MaxPostDataSize       int64 `json:"maxPostDataSize"`
+}{}
 
 var recordChromiumFlags = []string{
 	"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -64,7 +88,7 @@ func TestRecord(t *testing.T) {
 		"browser":  httpAddr,
 		"site":     site,
 		"chromium": version,
-		"recorder": "go test -tags record -run TestRecord -count=1 ./relay",
+		"recorder": "go test -tags record -run TestRecord -count=1 ./internal/fakebrowser",
 	}
 	_, sitePort, _ := net.SplitHostPort(site)
 	url := func(host, path string) string { return "http://" + host + ":" + sitePort + path }
@@ -202,8 +226,8 @@ func TestRecord(t *testing.T) {
 type recordHolder struct {
 	c        *recordedConn
 	mu       sync.Mutex
-	pages    map[string]bool // guarded by mu
-	notPages map[string]bool // guarded by mu
+	pages    map[string]bool // guarded by Mu
+	notPages map[string]bool // guarded by Mu
 	wg       sync.WaitGroup
 }
 
@@ -366,7 +390,7 @@ type recordedConn struct {
 	nextID int64 // guarded by wmu
 
 	mu    sync.Mutex
-	calls map[int64]chan *cdproto.Message // guarded by mu
+	calls map[int64]chan *cdproto.Message // guarded by Mu
 	done  chan struct{}
 }
 
@@ -491,7 +515,7 @@ func recordHTTP(t *testing.T, addr, pageURL string, meta map[string]string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		line, _ := json.Marshal(recordedHTTP{
+		line, _ := json.Marshal(RecordedHTTP{
 			Method: method, Path: path, Query: query,
 			Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: string(body),
 		})

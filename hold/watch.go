@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -23,13 +22,17 @@ import (
 // Fetch), and the relay's own commands on the connection. It hands the
 // messages on to the way navigations are held now: in-stream (stream) or
 // in the client's sessions (sess); in Fetch mode it holds navigation
-// commands only while the relay's own connections are down.
+// commands only while the relay's own connections are down. It is the
+// Conn that browserHold.Conn returns.
 //
-// fromClient runs on the client's reader, fromBrowser on the browser's;
-// state is guarded by mu.
+// FromClient runs on the client's reader, Wants and FromBrowser on the
+// browser's; state is guarded by mu.
 type watch struct {
-	pr *pair
-	h  *holder
+	c    Client
+	h    *browserHold
+	ctx  context.Context // c's: ends when the connection does
+	held *sync.WaitGroup // c's: what the connection waits for before it ends
+	log  *zerolog.Logger // c's
 
 	mu       sync.Mutex
 	way      via                    // guarded by mu; how navigations are held in this connection
@@ -74,10 +77,13 @@ type gatedCmd struct{ msg []byte }
 // forgotten.
 const maxTracked = 10_000
 
-func newWatch(pr *pair, h *holder) *watch {
+func newWatch(c Client, h *browserHold) *watch {
 	w := &watch{
-		pr:       pr,
+		c:        c,
 		h:        h,
+		ctx:      c.Context(),
+		held:     c.Held(),
+		log:      c.Log(),
 		sessions: make(map[string]sessionInfo),
 		creates:  make(map[cmdKey]func()),
 		own:      make(map[int64]chan reply),
@@ -85,7 +91,7 @@ func newWatch(pr *pair, h *holder) *watch {
 		fetching: make(map[string]bool),
 		network:  make(map[string]string),
 	}
-	if id, ok := strings.CutPrefix(pr.path, "/devtools/page/"); ok {
+	if id, ok := strings.CutPrefix(c.Path(), "/devtools/page/"); ok {
 		w.sessions[""] = sessionInfo{target: id, typ: "page"}
 		h.claims.claim(id) // a client that opens a page's own socket drives it
 	}
@@ -93,15 +99,21 @@ func newWatch(pr *pair, h *holder) *watch {
 	return w
 }
 
-// start arms the way navigations are held in this connection, before any
-// client message is relayed.
-func (w *watch) start() {
+// Start arms the way navigations are held in this connection, before any
+// client message is relayed (Conn.Start).
+func (w *watch) Start() {
+	w.h.connsMu.Lock()
+	w.h.conns[w] = struct{}{}
+	w.h.connsMu.Unlock()
 	w.switchTo(w.h.via())
 }
 
-// ended lets go of what the connection left under way: pages it was
-// creating, whose ids will never come.
-func (w *watch) ended() {
+// Ended lets go of what the connection left under way: pages it was
+// creating, whose ids will never come (Conn.Ended).
+func (w *watch) Ended() {
+	w.h.connsMu.Lock()
+	delete(w.h.conns, w)
+	w.h.connsMu.Unlock()
 	w.mu.Lock()
 	creates := w.creates
 	w.creates = make(map[cmdKey]func())
@@ -147,6 +159,10 @@ func (w *watch) via() via {
 	return w.way
 }
 
+// ReadsAll reports whether the session and in-stream strategies read the
+// browser's messages of every session now (Conn.ReadsAll).
+func (w *watch) ReadsAll() bool { return w.via() != viaFetch }
+
 // isNavCommand reports whether a command navigates a page.
 func isNavCommand(method []byte) bool {
 	switch string(method) {
@@ -156,10 +172,10 @@ func isNavCommand(method []byte) bool {
 	return false
 }
 
-// fromClient looks at a command on its way to the browser, whose header
+// FromClient looks at a command on its way to the browser, whose header
 // is hd, and reports whether it took it: the relay then writes it (or its
-// answer) itself, later or rewritten.
-func (w *watch) fromClient(hd *cdp.Header, msg []byte) bool {
+// answer) itself, later or rewritten (Conn.FromClient).
+func (w *watch) FromClient(hd *cdp.Header, msg []byte) bool {
 	if !hd.HasID || !utf8.Valid(msg) {
 		return false // the browser refuses all of it (-32700): nothing happens
 	}
@@ -253,8 +269,8 @@ func (w *watch) awaitCover(cover <-chan struct{}) {
 	select {
 	case <-cover:
 	case <-t.C:
-		w.pr.log.Warn().Msg("the relay's interception of a page was not on in time: the client's command goes on")
-	case <-w.pr.ctx.Done():
+		w.log.Warn().Msg("the relay's interception of a page was not on in time: the client's command goes on")
+	case <-w.ctx.Done():
 	}
 }
 
@@ -274,13 +290,13 @@ func (w *watch) awaitArmed() {
 	if !first {
 		return // a goroutine waits already
 	}
-	w.pr.log.Debug().Msg("navigation waits until the relay can hold it")
-	w.pr.held.Add(1)
+	w.log.Debug().Msg("navigation waits until the relay can hold it")
+	w.held.Add(1)
 	go func() {
-		defer w.pr.held.Done()
+		defer w.held.Done()
 		select {
 		case <-w.h.whenArmed():
-		case <-w.pr.ctx.Done():
+		case <-w.ctx.Done():
 			return
 		}
 		w.mu.Lock()
@@ -295,20 +311,16 @@ func (w *watch) awaitArmed() {
 
 // pass writes a client's message to the browser, as the relay would have.
 func (w *watch) pass(msg []byte) {
-	if err := w.pr.browser.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout); err != nil {
-		w.pr.log.Debug().Err(err).Msg("held command not delivered")
-		return
+	if err := w.c.ToBrowser(msg); err != nil {
+		w.log.Debug().Err(err).Msg("held command not delivered")
 	}
-	w.pr.p.Metrics.relayed(true, len(msg))
 }
 
 // toClient writes a message to the client, as the relay would have.
 func (w *watch) toClient(msg []byte) {
-	if err := w.pr.client.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout); err != nil {
-		w.pr.log.Debug().Err(err).Msg("message for the client not delivered")
-		return
+	if err := w.c.ToClient(msg); err != nil {
+		w.log.Debug().Err(err).Msg("message for the client not delivered")
 	}
-	w.pr.p.Metrics.relayed(false, len(msg))
 }
 
 // interesting reports, from its first bytes, whether a message from the
@@ -344,18 +356,18 @@ func followedEvent(msg []byte) bool {
 	return false
 }
 
-// wants reports, from its first bytes, whether fromBrowser needs to see
-// a message from the browser.
-func (w *watch) wants(msg []byte) bool {
+// Wants reports, from its first bytes, whether FromBrowser needs to see
+// a message from the browser (Conn.Wants).
+func (w *watch) Wants(msg []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.interesting(msg)
 }
 
-// fromBrowser looks at a message on its way to the client, whose header
+// FromBrowser looks at a message on its way to the client, whose header
 // is hd, and reports whether to drop it: an answer to the relay's own
-// command, or an event the client did not ask for.
-func (w *watch) fromBrowser(hd *cdp.Header, msg []byte) bool {
+// command, or an event the client did not ask for (Conn.FromBrowser).
+func (w *watch) FromBrowser(hd *cdp.Header, msg []byte) bool {
 	session := string(hd.SessionID)
 	if hd.HasID {
 		return w.answered(cmdKey{session, hd.ID}, msg)
@@ -481,39 +493,13 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 		json.Unmarshal(result, &r)
 		w.h.claims.created(r.TargetID)
 		if done != nil {
-			w.coveredThen(r.TargetID, done)
+			w.h.coveredThen(r.TargetID, done)
 		}
 	}
 	if checking {
 		w.checkFetch(check, msg)
 	}
 	return false
-}
-
-// coveredThen calls done once the relay's interception covers a page the
-// client created (at once when the creation failed), within coverWait.
-func (w *watch) coveredThen(target string, done func()) {
-	f := w.h.fetch
-	if target == "" || f == nil {
-		done()
-		return
-	}
-	cover := f.cover(target, false)
-	if cover == nil {
-		done()
-		return
-	}
-	w.h.p.limiting.Add(1)
-	go func() {
-		defer w.h.p.limiting.Done()
-		defer done()
-		t := time.NewTimer(coverWait)
-		defer t.Stop()
-		select {
-		case <-cover:
-		case <-t.C:
-		}
-	}()
 }
 
 // checkFetch confirms that the relay's own connection saw the document
@@ -580,7 +566,7 @@ func (w *watch) send(session, method string, params any, ch chan reply) (int64, 
 	w.mu.Unlock()
 	msg, err := cdp.Command(id, method, session, params)
 	if err == nil {
-		err = w.pr.browser.writeMessage(websocket.TextMessage, msg, w.pr.p.WriteTimeout)
+		err = w.c.ToBrowser(msg)
 	}
 	if err != nil {
 		w.mu.Lock()
@@ -626,14 +612,14 @@ func (w *watch) pageOf(session string) (target string, known bool) {
 // its page and the session as the browser named them when it attached the
 // client (an id a client made up is not repeated).
 func (w *watch) navLog(session string) *zerolog.Logger {
-	if w.pr.log.GetLevel() > zerolog.DebugLevel {
-		return &w.pr.log
+	if w.log.GetLevel() > zerolog.DebugLevel {
+		return w.log
 	}
 	w.mu.Lock()
 	si, ok := w.sessions[session]
 	w.mu.Unlock()
 	if !ok {
-		return &w.pr.log
+		return w.log
 	}
-	return pageLog(&w.pr.log, si.target, session)
+	return pageLog(w.log, si.target, session)
 }

@@ -1,4 +1,4 @@
-package relay
+package hold
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.p.Intercept
+	mode := f.h.holder.Intercept
 	// Pages announced before the reply are all of them: arm the clients'.
 	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		fc.close()
@@ -161,9 +161,9 @@ func (fc *fetchConn) attached(params []byte) {
 	// run; never on the reader. A page that turns out not to be a
 	// client's is let go, armed or not.
 	armed := fc.arm(ps)
-	fc.h.p.limiting.Add(1)
+	fc.h.holder.limiting.Add(1)
 	go func() {
-		defer fc.h.p.limiting.Done()
+		defer fc.h.holder.limiting.Done()
 		ctx, cancel := context.WithTimeout(fc.held, claimWait)
 		ours := claims.decide(ctx, ps.target)
 		cancel()
@@ -343,9 +343,9 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 	case attaching != nil:
 		return attaching // another claim of the page is attaching to it
 	}
-	fc.h.p.limiting.Add(1)
+	fc.h.holder.limiting.Add(1)
 	go func() {
-		defer fc.h.p.limiting.Done()
+		defer fc.h.holder.limiting.Done()
 		defer func() {
 			fc.mu.Lock()
 			delete(fc.attaching, target)
@@ -520,13 +520,13 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	fc.mu.Unlock()
 	if ps == nil || ev.FrameID != ps.target {
 		fc.release(session, id)
-		fc.h.p.Metrics.navigation(navUntracked, 0)
+		fc.h.holder.Metrics.Navigation(NavUntracked, 0)
 		return
 	}
 	fc.f.sawPause(ps.target)
 	if !fc.h.claims.claimed(ps.target) {
 		fc.release(session, id)
-		fc.h.p.Metrics.navigation(navForeign, 0)
+		fc.h.holder.Metrics.Navigation(NavForeign, 0)
 		return
 	}
 	host, ok := limiter.Key(ev.Request.URL)

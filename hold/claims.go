@@ -1,0 +1,170 @@
+package hold
+
+import (
+	"context"
+	"sync"
+)
+
+// claims are the pages of one browser that the relay's own clients
+// created, drove or opened (as popups of their pages): in Fetch mode the
+// relay's connections see every page's requests, and hold only these.
+// Methods are safe for concurrent use.
+type claims struct {
+	all bool // set once: every page counts as a client's (tests of the holding itself)
+	// onClaim, set once before use, is told of each page claimed, outside
+	// the lock: the Fetch strategy arms it.
+	onClaim func(target string)
+	mu      sync.Mutex
+	pages   map[string]struct{} // guarded by mu; target ids
+	pending int                 // guarded by mu; pages being created by clients, ids not known yet
+	changed chan struct{}       // guarded by mu; closed and replaced when pending or pages change
+}
+
+// maxClaims bounds the pages remembered; a page leaves when its target is
+// destroyed, so only a browser that never says so fills it.
+const maxClaims = 100_000
+
+func (c *claims) init() {
+	c.pages = make(map[string]struct{})
+	c.changed = make(chan struct{})
+}
+
+func (c *claims) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// claim marks a page as a client's.
+func (c *claims) claim(target string) {
+	if target == "" {
+		return
+	}
+	c.mu.Lock()
+	if _, ok := c.pages[target]; ok {
+		c.mu.Unlock()
+		return
+	}
+	c.addLocked(target)
+	c.broadcast()
+	c.mu.Unlock()
+	if c.onClaim != nil {
+		c.onClaim(target)
+	}
+}
+
+// addLocked adds a page, within maxClaims. Callers hold mu.
+func (c *claims) addLocked(target string) {
+	if len(c.pages) >= maxClaims {
+		clear(c.pages)
+	}
+	c.pages[target] = struct{}{}
+}
+
+// forget drops a page that is gone.
+func (c *claims) forget(target string) {
+	c.mu.Lock()
+	delete(c.pages, target)
+	c.mu.Unlock()
+}
+
+// claimed reports whether a page is a client's.
+func (c *claims) claimed(target string) bool {
+	if c.all {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pages[target]
+	return ok
+}
+
+// creating notes a page a client is creating (Target.createTarget,
+// /json/new); created ends it, with the new page's id ("" when it failed).
+func (c *claims) creating() {
+	c.mu.Lock()
+	c.pending++
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+func (c *claims) created(target string) {
+	c.mu.Lock()
+	c.pending = max(c.pending-1, 0)
+	if target != "" {
+		c.addLocked(target)
+	}
+	c.broadcast()
+	c.mu.Unlock()
+	if target != "" && c.onClaim != nil {
+		c.onClaim(target)
+	}
+}
+
+// decide reports whether target is a client's page, waiting while a
+// client is creating a page whose id is not known yet (the new page's
+// first request can pause before the client learns its id), but no longer
+// than ctx. Unsure when ctx ends, it says yes: politeness fails closed.
+func (c *claims) decide(ctx context.Context, target string) bool {
+	if c.all {
+		return true
+	}
+	for {
+		c.mu.Lock()
+		_, ok := c.pages[target]
+		pending, changed := c.pending, c.changed
+		c.mu.Unlock()
+		if ok || pending == 0 {
+			return ok
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// any reports whether the relay's clients have a page, or are creating
+// one.
+func (c *claims) any() bool {
+	if c.all {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pages) > 0 || c.pending > 0
+}
+
+// unsure reports whether decide could have to wait.
+func (c *claims) unsure() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending > 0
+}
+
+// warnOnce remembers the hosts already warned about, so each is warned
+// once for the life of the process. Memory is bounded: past max hosts the
+// older half is forgotten, and a host from it may be warned once more.
+type warnOnce struct {
+	mu       sync.Mutex
+	cur, old map[string]struct{} // guarded by mu
+}
+
+const maxWarned = 100_000
+
+// first reports whether host has not been warned about, and marks it.
+func (w *warnOnce) first(host string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.cur[host]; ok {
+		return false
+	}
+	if _, ok := w.old[host]; ok {
+		return false
+	}
+	if w.cur == nil || len(w.cur) >= maxWarned/2 {
+		w.old, w.cur = w.cur, make(map[string]struct{})
+	}
+	w.cur[host] = struct{}{}
+	return true
+}

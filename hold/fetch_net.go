@@ -1,0 +1,402 @@
+package hold
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
+)
+
+// echoWindow is how long after one connection let a request go the other
+// may see it: about a millisecond on an idle machine, much more on a busy
+// one. Only the other connection, up since before, takes it for the same
+// request, so a long window mistakes nothing.
+const echoWindow = 10 * time.Second
+
+// handOverLate is how far past its slot a handed-over navigation may still
+// go on it.
+const handOverLate = 10 * time.Millisecond
+
+// maxNetPatterns bounds the URLs net's patterns name; with more held at
+// once, net pauses every document instead.
+const maxNetPatterns = 256
+
+// maxPatternURL bounds the part of a URL a pattern names; the rest is a
+// wildcard.
+const maxPatternURL = 512
+
+// noMatch is a pattern no request matches: net's Fetch stays on, so that
+// a request of a client's page that starts now passes it, and can be held
+// there later.
+var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
+
+// patternsLocked returns net's patterns: every document, the URLs held, or
+// none (nil: Fetch off) while no client has a page. Callers hold mu.
+func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
+	if f.wideLocked() {
+		return documentPattern, true
+	}
+	if len(f.urls) == 0 {
+		if !f.clientsLocked() {
+			return nil, false
+		}
+		return noMatch, false
+	}
+	out := make([]*fetch.RequestPattern, 0, len(f.urls))
+	for u := range f.urls {
+		out = append(out, &fetch.RequestPattern{URLPattern: u, ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest})
+	}
+	return out, false
+}
+
+// clientsLocked reports whether net's Fetch must be on for the relay's
+// clients: they have a page, or had one within Holder.NetLinger, after which it
+// looks again. Callers hold mu.
+func (f *fetchHold) clientsLocked() bool {
+	if !f.h.holder.HoldBackup {
+		return false
+	}
+	now := time.Now()
+	if f.h.claims.any() {
+		f.clientsAt = now
+		return true
+	}
+	left := f.h.holder.NetLinger - now.Sub(f.clientsAt)
+	if left <= 0 {
+		return false
+	}
+	if f.recheck == nil {
+		f.recheck = time.AfterFunc(left, func() {
+			f.mu.Lock()
+			f.recheck = nil
+			f.mu.Unlock()
+			f.updateNet()
+		})
+	}
+	return true
+}
+
+// urlPattern is the Fetch pattern that matches rawURL: wildcards and the
+// escape character escaped, and a wildcard for what is past maxPatternURL.
+func urlPattern(rawURL string) string {
+	tail := ""
+	if len(rawURL) > maxPatternURL {
+		rawURL, tail = rawURL[:maxPatternURL], "*"
+	}
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`).Replace(rawURL) + tail
+}
+
+// updateNet writes net's patterns as they should be now (or turns its
+// Fetch off). One update
+// is under way at a time: while one is, the next waits for its answer and
+// then carries the patterns of that moment, so that a crawl of many held
+// navigations writes what changed, not every change. They reach the
+// browser in order.
+func (f *fetchHold) updateNet() {
+	f.netMu.Lock()
+	defer f.netMu.Unlock()
+	nc := f.net.Load()
+	if nc == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.netBusy == nc {
+		f.netDirty = true
+		return
+	}
+	f.writeNetLocked(nc)
+}
+
+// writeNetLocked writes net's patterns to nc. Callers hold netMu and mu.
+func (f *fetchHold) writeNetLocked(nc *fetchConn) {
+	patterns, wide := f.patternsLocked()
+	on := patterns != nil
+	if !on && !f.onAsked {
+		return // off, and net knows
+	}
+	f.wideAsked = wide
+	f.netSeq++
+	seq := f.netSeq
+	if wide && f.wideSince == 0 {
+		f.wideSince = seq
+	}
+	if !wide {
+		f.wideSince = 0
+	}
+	if on && !f.onAsked {
+		f.onSince = seq
+	}
+	if !on {
+		f.onSince = 0
+	}
+	f.onAsked = on
+	f.netBusy, f.netDirty = nc, false
+	method, params := "Fetch.enable", any(&fetch.EnableParams{Patterns: patterns})
+	if !on {
+		method, params = "Fetch.disable", struct{}{}
+	}
+	_, err := nc.send("", method, params, func(r reply) {
+		if r.err == nil && r.result != nil {
+			f.acked(seq, wide)
+		}
+		f.netMu.Lock()
+		f.mu.Lock()
+		if f.netBusy == nc {
+			f.netBusy = nil
+			if f.netDirty && f.net.Load() == nc {
+				f.writeNetLocked(nc)
+			}
+		}
+		f.mu.Unlock()
+		f.netMu.Unlock()
+	})
+	if err != nil {
+		f.netBusy = nil
+		if !errors.Is(err, errConnClosed) {
+			nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
+		}
+	}
+}
+
+// acked notes that net took pattern update seq.
+func (f *fetchHold) acked(seq int64, wide bool) {
+	f.mu.Lock()
+	f.wideAcked = max(f.wideAcked, seq)
+	if wide && f.wideSince == 0 {
+		f.wideSince = seq
+	}
+	close(f.netAcked)
+	f.netAcked = make(chan struct{})
+	f.mu.Unlock()
+	if wide {
+		f.rearm()
+	}
+}
+
+// netWide reports whether net pauses every document now: it took the
+// update that made it wide, and no narrower one was written since.
+func (f *fetchHold) netWideLocked() bool {
+	return f.net.Load() != nil && f.wideAsked && f.wideSince > 0 && f.wideAcked >= f.wideSince
+}
+
+// netOnLocked reports whether net's Fetch is on: net took the update that
+// enabled it, and none turned it off since. Callers hold mu.
+func (f *fetchHold) netOnLocked() bool {
+	return f.net.Load() != nil && f.onAsked && f.onSince > 0 && f.wideAcked >= f.onSince
+}
+
+// netCovering turns net's Fetch on for a client's page, and returns a
+// channel closed once it is on, or net is down (pages holds alone then),
+// within coverWait. Nil means it is on already.
+func (f *fetchHold) netCovering() <-chan struct{} {
+	if !f.h.holder.HoldBackup {
+		return nil
+	}
+	f.mu.Lock()
+	ok := f.net.Load() == nil || f.netOnLocked()
+	f.mu.Unlock()
+	if ok {
+		return nil
+	}
+	f.updateNet()
+	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOnLocked() }, coverWait)
+}
+
+// whenNet returns a channel closed once ok, asked under mu, holds (asked
+// again each time net takes an update), or within is over.
+func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	f.h.holder.limiting.Add(1)
+	go func() {
+		defer f.h.holder.limiting.Done()
+		defer close(ch)
+		t := time.NewTimer(within)
+		defer t.Stop()
+		for {
+			f.mu.Lock()
+			done, changed := ok(), f.netAcked
+			f.mu.Unlock()
+			if done {
+				return
+			}
+			select {
+			case <-t.C:
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return ch
+}
+
+// addURLLocked adds a held URL to net's patterns. Callers hold mu.
+func (f *fetchHold) addURLLocked(rawURL string) {
+	f.urls[urlPattern(rawURL)]++
+}
+
+// dropURLLocked takes a held URL out of net's patterns. Callers hold mu.
+func (f *fetchHold) dropURLLocked(rawURL string) {
+	p := urlPattern(rawURL)
+	if f.urls[p]--; f.urls[p] <= 0 {
+		delete(f.urls, p)
+	}
+}
+
+// echo lets go at once a request the pages connection let go a moment ago,
+// which net pauses all the same: the browser applied the update that
+// dropped it from net's patterns after the release (net's pauses are
+// decided apart from its answers, so the order on its socket does not
+// tell), or net pauses every document. It reports whether it did. While
+// pages is up, a client page's request reaches net only past pages: one
+// with a frame and URL pages let go is that one. Pages' entries go when
+// it does.
+func (f *fetchHold) echo(fc *fetchConn, ev *cdp.RequestPaused) bool {
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	f.mu.Lock()
+	p, ok := f.passed[key]
+	if !ok || p.by == fc || !fc.since.Before(p.at) || time.Since(p.at) >= echoWindow {
+		f.mu.Unlock()
+		return false
+	}
+	delete(f.passed, key)
+	f.mu.Unlock()
+	fc.release("", ev.RequestID)
+	return true
+}
+
+// handedOver holds on a request that the connection holding it let go by
+// dropping (the relay may not have noticed yet), which the browser handed
+// to fc: until the slot already booked. It reports whether the request
+// was one. A connection that came up since cannot be handed anything: the
+// request is then one of a browser that died, and this one is new.
+func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
+	id := ev.RequestID
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	f.mu.Lock()
+	hn, ok := f.held[key]
+	if !ok || hn.by == fc || !hn.orphaned.IsZero() && !fc.since.Before(hn.orphaned) {
+		f.mu.Unlock()
+		return false
+	}
+	hn.by, hn.session = fc, ""
+	hn.orphaned = time.Time{}
+	f.mu.Unlock()
+	host, _ := limiter.Key(ev.Request.URL)
+	fc.hopFor(ev)
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
+	f.h.holder.limiting.Add(1)
+	go func() {
+		defer f.h.holder.limiting.Done()
+		select {
+		case <-hn.booked:
+		case <-fc.held.Done():
+			return
+		case <-hn.fl.ctx.Done(): // its page went while it waited, or it was refused
+			f.mu.Lock()
+			refused := hn.refused
+			f.mu.Unlock()
+			if refused {
+				fc.refuse("", id, nil, hn.fl)
+			}
+			return
+		}
+		if late := time.Since(hn.start); late > handOverLate {
+			// Its slot went by while the browser handed it over: going now
+			// would come too close to the navigation after it. It takes
+			// the next slot instead.
+			log := pageLog(&fc.log, ev.FrameID, "")
+			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
+			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			return
+		}
+		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
+	}()
+	return true
+}
+
+// holdNet books and holds a client page's document request paused at the
+// browser level, while net pauses every document.
+func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
+	id := ev.RequestID
+	key := navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}
+	prev, redirected := fc.hopFor(ev)
+
+	f.mu.Lock()
+	if redirected && prev.host == host {
+		// A hop within the host of the hop before it books nothing, and
+		// keeps that hop's place in flight.
+		f.passLocked(key, fc, time.Now())
+		f.mu.Unlock()
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
+		refuse := func() {
+			fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: prev.fl})
+			fc.refuse("", id, nil, prev.fl)
+		}
+		f.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
+			fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
+		})
+		return
+	}
+	f.mu.Unlock()
+	if redirected {
+		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+	}
+	fl := f.newFlight()
+	f.mu.Lock()
+	hn := &heldNav{by: fc, url: ev.Request.URL, booked: make(chan struct{}), named: true, fl: fl}
+	if old := f.held[key]; old != nil && old.named {
+		f.dropURLLocked(old.url) // one of a browser that died: forgotten
+	}
+	f.held[key] = hn
+	f.addURLLocked(hn.url)
+	f.mu.Unlock()
+	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
+	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
+	booked := func(start time.Time, _ *pace.Nav) {
+		hn.start = start
+		close(hn.booked)
+	}
+	refuse := func() {
+		fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: fl})
+		fc.refuse("", id, nil, fl)
+	}
+	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, refuse, func() { f.let(fc, key, hn, "", id) })
+}
+
+// hopFor returns the document request a redirect hop follows, and forgets
+// it (its entry is replaced by the hop's). A request that follows none
+// starts a new navigation of its frame, which ends every chain the frame
+// had: so what is remembered is bounded by the requests under way.
+func (fc *fetchConn) hopFor(ev *cdp.RequestPaused) (hop, bool) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if ev.RedirectedRequestID == "" {
+		fc.dropFrameHopsLocked(ev.FrameID)
+		return hop{}, false
+	}
+	prev, ok := fc.hops[ev.RedirectedRequestID]
+	delete(fc.hops, ev.RedirectedRequestID)
+	return prev, ok
+}
+
+func (fc *fetchConn) setHop(id string, hp hop) {
+	fc.mu.Lock()
+	fc.hops[id] = hp
+	fc.mu.Unlock()
+}
+
+func isRedirect(status int) bool {
+	switch status {
+	case 301, 302, 303, 307, 308:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,300 @@
+// Package hold holds the top-level navigations of a CDP relay's clients
+// until their host's slot in a Limiter comes up, and feeds their answers
+// back. Package relay relays the messages and calls it at fixed moments
+// (hooks.go: a browser armed, a client connected, a message each way, a
+// connection gone); this package knows no websocket but the relay's own
+// connections to the browsers.
+//
+// Navigations are held in one of three ways, each in files of its own,
+// and all go through the same book → wait → release → observe steps of
+// flight.go (a place among its host's navigations in flight first, when
+// the Limiter is a Capper that caps it, given back when the navigation
+// ends: a flight). With a Chromium browser (fetch*.go) the relay opens
+// its own connections to the browser endpoint and pauses every document
+// request of its clients' pages there, however the navigation started,
+// never touching a client's sessions. Lightpanda gives each connection a
+// browser of its own: there the relay pauses documents in each client
+// session (session.go). Where neither works, the relay holds Page.navigate,
+// Page.reload and Target.createTarget commands in the client's own stream
+// (stream.go). watch.go follows each client connection and hands its
+// messages to the way in use.
+package hold
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/inflight"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
+)
+
+// Intercept chooses how the relay catches navigations.
+type Intercept int
+
+const (
+	// InterceptAuto uses browser-level Fetch where the browser supports it
+	// and falls back to holding navigation commands otherwise.
+	InterceptAuto Intercept = iota
+	// InterceptFetch requires browser-level Fetch interception.
+	InterceptFetch
+	// InterceptNavigate holds Page.navigate, Page.reload,
+	// Page.navigateToHistoryEntry and Target.createTarget commands in each
+	// client's stream.
+	InterceptNavigate
+	// InterceptSession holds documents through the relay's own
+	// interception in each client session.
+	InterceptSession
+)
+
+// ParseIntercept reads "auto", "fetch", "session" or "navigate".
+func ParseIntercept(s string) (Intercept, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return InterceptAuto, nil
+	case "fetch":
+		return InterceptFetch, nil
+	case "navigate":
+		return InterceptNavigate, nil
+	case "session":
+		return InterceptSession, nil
+	}
+	return 0, fmt.Errorf("hold: intercept %q: want auto, fetch, session or navigate", s)
+}
+
+func (i Intercept) String() string {
+	return [...]string{"auto", "fetch", "navigate", "session"}[i]
+}
+
+// Limiter books navigation slots, as *policy.Policy does over the
+// in-process limiter or a shared store. Its methods must be safe for
+// concurrent use.
+type Limiter interface {
+	// Mode reports the global mode: Off means nothing is ever booked, so
+	// the relay arms no holding at all, unless the Limiter is a Capper
+	// that caps some host.
+	Mode() limiter.Mode
+	// Reserve books the slot of a navigation to rawURL, wanted at now; host
+	// is limiter.Key(rawURL). It may block, to read the site's robots.txt
+	// or to learn the host's address (--bucket ip, 1 s at most), but never
+	// past ctx. A reservation that is not Tracked has nothing to
+	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
+	// what was booked and why.
+	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
+	// Observe feeds the answer a navigation of host got at now back, with
+	// how long it took (o.Took), and says what the answer was: overload, a
+	// failure, slow, or calm.
+	Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect
+}
+
+// Capper is what a Limiter adds when it also caps the navigations of each
+// bucket in flight (*policy.Policy does): the relay asks it for a place
+// before it books a navigation, and gives the place back when the
+// navigation ends.
+type Capper interface {
+	// Caps reports whether any host has a cap: then navigations are held
+	// even where nothing is spaced.
+	Caps() bool
+	// Enter waits, behind the navigations that came first, for a place
+	// among the navigations in flight of host's bucket, and returns it, nil
+	// when host has no cap; it returns ctx's error when ctx ends first.
+	Enter(ctx context.Context, host string) (*inflight.Place, error)
+}
+
+// Holder holds the navigations of a relay's clients on every browser it
+// fronts. Set its fields, call Start, then Arm each browser; fields must
+// not change after Start. Its methods are safe for concurrent use.
+type Holder struct {
+	// Limiter books the navigations. Nil holds nothing (Start says so).
+	Limiter Limiter
+	// Intercept chooses how navigations are caught.
+	Intercept Intercept
+	// HoldBackup keeps, in Fetch mode, the relay's browser-level
+	// interception on while its clients have pages (relay.Proxy.HoldBackup
+	// says what that costs and gives).
+	HoldBackup bool
+	// NetLinger is how long, with HoldBackup, the relay's browser-level
+	// interception stays on after its clients' last page is gone. Zero
+	// means DefaultNetLinger.
+	NetLinger time.Duration
+	// Metrics, when set, counts what holding does.
+	Metrics Metrics
+	// Timeline, when set, is told of each navigation booked and answered,
+	// for the relay's page.
+	Timeline *dashboard.Timeline
+	// Log receives holding's logs. Nil logs nothing.
+	Log *zerolog.Logger
+	// Dialer dials the relay's own connections to the browsers. Nil means
+	// websocket.DefaultDialer.
+	Dialer *websocket.Dialer
+	// MaxMessageSize is the largest message read on the relay's own
+	// connections; zero means no bound. This and the durations below are
+	// the relay's own (relay.Proxy sets them from its fields).
+	MaxMessageSize int64
+	// WriteTimeout bounds writing one message on the relay's own
+	// connections, and how long each of their pings may wait.
+	WriteTimeout time.Duration
+	// PingInterval is how often the relay's own connections are pinged.
+	PingInterval time.Duration
+	// StartTimeout bounds setting up one of the relay's own connections
+	// (10 s at most).
+	StartTimeout time.Duration
+	// EveryPage makes every page count as one of the relay's clients',
+	// for tests of the holding itself, which play pauses of pages no
+	// client drives.
+	EveryPage bool
+
+	log           zerolog.Logger // set once by Start
+	capper        Capper         // set once by Start: the Limiter, when it caps navigations in flight
+	warned        warnOnce
+	refusedWarned warnOnce       // hosts whose refusal was said
+	pace          pace.Tracker   // the departures of held navigations, across browsers; Push set once by Start
+	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
+	closing       atomic.Bool    // set by Close: the relay is shutting down
+}
+
+// Start readies the Holder and reports whether it holds anything: false
+// when the Limiter books nothing (Off), caps nothing and refuses nothing,
+// and the relay relays without holding.
+func (hd *Holder) Start() bool {
+	hd.log = zerolog.Nop()
+	if hd.Log != nil {
+		hd.log = *hd.Log
+	}
+	if hd.Metrics == nil {
+		hd.Metrics = noMetrics{}
+	}
+	if hd.NetLinger <= 0 {
+		hd.NetLinger = DefaultNetLinger
+	}
+	if hd.Dialer == nil {
+		hd.Dialer = websocket.DefaultDialer
+	}
+	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
+		hd.capper = c
+	}
+	if hd.Limiter == nil || hd.Limiter.Mode() == limiter.Off && hd.capper == nil && hd.refuser() == nil {
+		return false
+	}
+	// A navigation that left the browser late moves its bucket's schedule,
+	// in the limiter too when it can (a shared store: every relay's).
+	if pusher, ok := hd.Limiter.(interface {
+		Push(bucket string, by time.Duration, now time.Time)
+	}); ok {
+		hd.pace.Push = func(bucket string, by time.Duration) {
+			hd.pushed(bucket, by)
+			pusher.Push(bucket, by, time.Now())
+		}
+	} else {
+		hd.pace.Push = hd.pushed
+	}
+	hd.pace.Left = func(bucket string, lag, usual time.Duration) {
+		hd.log.Debug().Str("bucket", bucket).Float64("lag_ms", limiter.ShownMillis(lag)).Float64("usual_ms", limiter.ShownMillis(usual)).Msg("a navigation left the browser")
+	}
+	return true
+}
+
+// pushed counts and logs a late departure that moved bucket's schedule.
+func (hd *Holder) pushed(bucket string, by time.Duration) {
+	hd.Metrics.Pushed(by)
+	hd.log.Debug().Str("bucket", bucket).Float64("by_ms", limiter.ShownMillis(by)).Msg("a navigation left the browser late: its schedule moves")
+}
+
+// Arm sets up how the navigations of one browser are held, after Start:
+// through the relay's own connections (Fetch) for Chromium, through each
+// client's sessions for Lightpanda, as Intercept says otherwise. browser
+// is the browser as its /json/version names it, "" when up did not
+// answer at start (notUp). In auto mode a browser that refuses Fetch gets
+// the session strategy, and a Fetch connection that cannot be made yet is
+// retried, navigations waiting meanwhile, never passed unheld. ctx bounds
+// the setting up; the relay's own connections live until bg ends, on
+// goroutines counted in done.
+func (hd *Holder) Arm(ctx, bg context.Context, up Upstream, browser string, notUp error, done *sync.WaitGroup) (Browser, error) {
+	h := newBrowserHold(hd, up, browser)
+	mode := hd.Intercept
+	if mode == InterceptAuto && h.lightpanda {
+		mode = InterceptSession // each of its connections is a browser of its own
+	}
+	switch mode {
+	case InterceptNavigate:
+		h.use(viaStream)
+		hd.log.Warn().Str("upstream", up.Name()).Str("browser", browser).Msg(fallOverMsg[viaStream])
+		return h, nil
+	case InterceptSession:
+		h.use(viaSession)
+		hd.log.Info().Str("upstream", up.Name()).Msg("holding navigations through the relay's own interception in each client session")
+		return h, nil
+	}
+	h.fetch = newFetchHold(h)
+	h.way.Store(int32(viaFetch))
+	if err := h.fetch.start(ctx, bg, notUp == nil, done); err != nil {
+		if mode == InterceptFetch {
+			return nil, err
+		}
+		h.fallOver(err.Error())
+		return h, nil
+	}
+	if h.isArmed() {
+		hd.log.Info().Str("upstream", up.Name()).Msg("holding top-level navigations through the relay's own browser connections (Fetch)")
+	}
+	return h, nil
+}
+
+// Close tells holding that the relay is shutting down: its own
+// connections ending from now on are not lost. Call it before the relay
+// closes its connections.
+func (hd *Holder) Close() { hd.closing.Store(true) }
+
+// Wait waits for the bookings and answers on their way to the Limiter.
+// Call it once no client connection and none of the relay's own is left.
+func (hd *Holder) Wait() { hd.limiting.Wait() }
+
+// booked tells the page's timeline of a navigation booked at now.
+func (hd *Holder) booked(host string, now time.Time, r limiter.Reservation) {
+	if hd.Timeline == nil {
+		return
+	}
+	hd.Timeline.Booked(dashboard.Booking{Bucket: cmp.Or(r.Bucket, host), Host: host, At: now, Start: r.Start,
+		Spacing: r.Spacing, Pressure: r.Pressure, Mode: r.Mode.String(), Source: r.Source, Rule: r.Rule})
+}
+
+// answered tells the page's timeline of the answer a navigation of host
+// got at, with status, and what it did to the host (e).
+func (hd *Holder) answered(host string, e limiter.Effect, status int, at time.Time) {
+	if hd.Timeline == nil {
+		return
+	}
+	bucket := host
+	if b, ok := hd.Limiter.(interface{ Bucket(host string) string }); ok {
+		bucket = b.Bucket(host)
+	}
+	hd.Timeline.Answered(bucket, host, answerClass(e), status, at)
+}
+
+// answerClass is the class of an answer as the limiter heard it, for the
+// page: overload (its setting's overload statuses: the overload
+// pressure), failure (another 5xx, no answer, or slower than its host's
+// baseline: the failure pressure) or ok (the rest).
+func answerClass(e limiter.Effect) dashboard.Answer {
+	switch e {
+	case limiter.Overload:
+		return dashboard.Overload
+	case limiter.Failure, limiter.Slow:
+		return dashboard.Failure
+	}
+	return dashboard.OK
+}
+
+// DefaultNetLinger is how long net's Fetch stays on after the relay's
+// clients closed their last page (Holder.NetLinger): a client that closes
+// and opens pages in a loop does not wait for it each time.
+const DefaultNetLinger = 10 * time.Second

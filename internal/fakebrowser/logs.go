@@ -1,0 +1,44 @@
+package fakebrowser
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+)
+
+// Logs collects the logs of the relay (or the holding) under test, for a
+// test to read while it runs. It is safe for concurrent use; its zero
+// value is empty and ready.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write adds p to the logs.
+func (b *Logs) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns the logs so far.
+func (b *Logs) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Lines returns the log lines that contain every one of parts.
+func (b *Logs) Lines(parts ...string) []string {
+	var out []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		keep := l != ""
+		for _, p := range parts {
+			keep = keep && strings.Contains(l, p)
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,459 @@
+package relay
+
+// Reliability cases of a browser that misbehaves: it answers badly, late
+// or never, dies mid-navigation, or comes up after the relay.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// scriptedBrowser is a Chromium-like endpoint whose websockets the test
+// scripts by hand: /json/version names its browser endpoint, and each
+// websocket is handed to the script with its number (0 for the first),
+// which owns it until done is closed.
+type scriptedBrowser struct {
+	srv   *httptest.Server
+	done  chan struct{}
+	n     atomic.Int32
+	mu    sync.Mutex
+	conns []*websocket.Conn // guarded by mu
+	wg    sync.WaitGroup
+}
+
+func newScriptedBrowser(t *testing.T, script func(i int, c *websocket.Conn, done <-chan struct{})) *scriptedBrowser {
+	t.Helper()
+	sb := &scriptedBrowser{done: make(chan struct{})}
+	up := websocket.Upgrader{}
+	sb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !websocket.IsWebSocketUpgrade(r) {
+			fmt.Fprintf(w, `{"Browser":"Chrome/156.0.0.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/scripted"}`, r.Host)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		sb.mu.Lock()
+		sb.conns = append(sb.conns, c)
+		sb.wg.Add(1)
+		sb.mu.Unlock()
+		defer sb.wg.Done()
+		defer c.Close()
+		script(int(sb.n.Add(1)-1), c, sb.done)
+	}))
+	t.Cleanup(func() {
+		close(sb.done)
+		sb.mu.Lock()
+		for _, c := range sb.conns {
+			c.Close()
+		}
+		sb.mu.Unlock()
+		sb.wg.Wait()
+		sb.srv.Close()
+	})
+	return sb
+}
+
+// echo answers every command on c with an empty result until c ends.
+func echo(c *websocket.Conn) {
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		var m struct{ ID int64 }
+		json.Unmarshal(msg, &m)
+		if c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)) != nil {
+			return
+		}
+	}
+}
+
+// drain reads c until it ends.
+func drain(c *websocket.Conn) {
+	for {
+		if _, _, err := c.NextReader(); err != nil {
+			return
+		}
+	}
+}
+
+// closeOf reads c until it ends and returns the close it got, if any.
+func closeOf(t *testing.T, c *websocket.Conn) *websocket.CloseError {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	for {
+		_, _, err := c.ReadMessage()
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			return ce
+		}
+		t.Fatalf("client connection ended with %v, want a close frame", err)
+		return nil
+	}
+}
+
+// TestBrowserMisbehaves runs a client's browser connection into a browser
+// that breaks the protocol or stops, and checks the client is closed with
+// a code and reason, the relay lets go of the connection, and a client
+// beside it carries on.
+func TestBrowserMisbehaves(t *testing.T) {
+	tests := []struct {
+		name     string
+		script   func(c *websocket.Conn, done <-chan struct{})
+		client   func(c *websocket.Conn) // what the client does; nil: nothing
+		opt      func(*Proxy)
+		want     int
+		wantText string
+		warn     string // logged as a warning, when set
+	}{
+		{
+			name: "half-closed socket (FIN, no close frame)",
+			script: func(c *websocket.Conn, done <-chan struct{}) {
+				c.UnderlyingConn().(*net.TCPConn).CloseWrite()
+				drain(c)
+			},
+			want: websocket.CloseInternalServerErr, wantText: "browser connection lost",
+		},
+		{
+			name: "close frame, then never answers nor reads",
+			script: func(c *websocket.Conn, done <-chan struct{}) {
+				c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4002, "going"), time.Now().Add(time.Second))
+				<-done
+			},
+			want: 4002, wantText: "going",
+		},
+		{
+			name: "garbage instead of websocket frames",
+			script: func(c *websocket.Conn, done <-chan struct{}) {
+				c.UnderlyingConn().Write([]byte("\xff\xff\xff\xffHTTP/1.1 200 OK\r\n\r\n"))
+				drain(c)
+			},
+			want: websocket.CloseInternalServerErr, wantText: "browser connection lost",
+		},
+		{
+			name: "message over the read limit",
+			script: func(c *websocket.Conn, done <-chan struct{}) {
+				c.WriteMessage(websocket.TextMessage, payload(4<<10, 3))
+				drain(c)
+			},
+			opt:  func(p *Proxy) { p.MaxMessageSize = 1 << 10 },
+			want: websocket.CloseMessageTooBig, wantText: "message over the read limit", warn: "message over the read limit",
+		},
+		{
+			name:   "never reads",
+			script: func(c *websocket.Conn, done <-chan struct{}) { <-done },
+			client: func(c *websocket.Conn) {
+				big := payload(1<<20, 5)
+				for range 256 {
+					c.SetWriteDeadline(time.Now().Add(waitFor))
+					if c.WriteMessage(websocket.TextMessage, big) != nil {
+						return
+					}
+				}
+			},
+			opt:  func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond },
+			want: websocket.ClosePolicyViolation, wantText: "browser did not read in time", warn: "browser did not read in time",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			sb := newScriptedBrowser(t, func(i int, c *websocket.Conn, done <-chan struct{}) {
+				if i == 0 {
+					tt.script(c, done)
+					return
+				}
+				echo(c)
+			})
+			var opts []func(*Proxy)
+			if tt.opt != nil {
+				opts = append(opts, tt.opt)
+			}
+			tp := relayToURL(t, sb.srv.URL, limiter.Config{Mode: limiter.Off}, opts...)
+			c := tp.dial(t, "/", nil)
+			var wg sync.WaitGroup
+			if tt.client != nil {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tt.client(c)
+				}()
+			}
+			ce := closeOf(t, c)
+			c.Close() // a client writing still is done
+			wg.Wait()
+			if ce.Code != tt.want || ce.Text != tt.wantText {
+				t.Errorf("client got close %d %q, want %d %q", ce.Code, ce.Text, tt.want, tt.wantText)
+			}
+			waitConns(t, tp, 0)
+			if tt.warn != "" && len(tp.logs.Lines(`"level":"warn"`, tt.warn)) != 1 {
+				t.Errorf("no warning %q logged", tt.warn)
+			}
+			// A client beside it is served.
+			b := tp.dial(t, "/", nil)
+			writeClient(t, b, websocket.TextMessage, []byte(`{"id":5,"method":"Browser.getVersion"}`))
+			if _, got := readClient(t, b); string(got) != `{"id":5,"result":{}}` {
+				t.Errorf("next client got %q", got)
+			}
+		})
+	}
+}
+
+// TestBrowserNeverAnswersStart checks that a browser that never answers
+// the commands the relay sends on its own connection at start holds Start
+// up no longer than StartTimeout: the relay falls back to holding
+// navigations in the client streams, or, when Fetch was required, fails
+// with a clear error.
+func TestBrowserNeverAnswersStart(t *testing.T) {
+	for _, tt := range []struct {
+		method    string
+		intercept hold.Intercept
+		wantErr   string
+	}{
+		{method: "Target.setDiscoverTargets"},
+		{method: "Fetch.enable"},
+		{method: "Fetch.enable", intercept: hold.InterceptFetch, wantErr: "browser refused browser-level Fetch: relay: Fetch.enable: context deadline exceeded"},
+	} {
+		t.Run(tt.method+"/"+tt.intercept.String(), func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{tt.method: true}})
+			p, lim, logs := newProxy(fb, limiter.Config{})
+			p.Intercept = tt.intercept
+			p.StartTimeout = 300 * time.Millisecond
+			if tt.wantErr != "" {
+				err := p.Start(t.Context())
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Start: got %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			// Navigations wait while the relay keeps trying; a browser that
+			// stays silent gets the session strategy after a few tries.
+			tp := startProxy(t, p, lim, logs)
+			if got := tp.p.ups[0].holding(); got != "waiting" {
+				t.Errorf("navigations held by %q after Start, want waiting", got)
+			}
+			if n := len(logs.Lines(`"level":"warn"`, "navigations wait until it is", "context deadline exceeded")); n != 1 {
+				t.Errorf("got %d warnings that navigations wait and why, want 1", n)
+			}
+			deadline := time.Now().Add(waitFor)
+			for tp.p.ups[0].holding() != "session" && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := len(logs.Lines(`"level":"warn"`, "holding navigations through each client session", "context deadline exceeded")); n != 1 {
+				t.Errorf("got %d warnings about falling over to the session strategy and why, want 1", n)
+			}
+		})
+	}
+}
+
+// TestBrowserNeverAnswersTargetInfo checks that a document request of a
+// frame the relay asks the browser about is released when the browser does
+// not answer within the relay's bound, and that the relay asks again about
+// that frame next time rather than remembering a guess.
+func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
+	t.Parallel() // waits out the relay's 5 s bound twice
+	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargetInfo": true}})
+	tp := relayTo(t, fb, fixed(time.Hour))
+	hc := fb.Holder(t)
+	fakebrowser.AnnouncePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
+	chain := fb.FetchRec.Chain(t, "/page?first")
+	for range 2 {
+		hc.MustPlay(t, chain)
+	}
+	if got := len(fakebrowser.Commands(hc, "Target.getTargetInfo")); got != 2 {
+		t.Errorf("relay asked Target.getTargetInfo %d times, want 2 (once per unanswered pause)", got)
+	}
+	if n := tp.lim.Len(); n != 0 {
+		t.Errorf("limiter knows %d hosts, want none: a frame of unknown kind is not held", n)
+	}
+}
+
+// TestBrowserNeverAnswersReleases checks that the relay keeps nothing for
+// Fetch.continueRequest commands the browser never answers.
+func TestBrowserNeverAnswersReleases(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Fetch.continueRequest": true}})
+	tp := relayTo(t, fb, limiter.Config{})
+	_, pc := fakebrowser.RelayConns(t, fb, false)
+	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test: two hops
+	for range 25 {
+		fb.Navigate(t, chain)
+	}
+	// What the browser answers (net's pattern updates) may still be on its
+	// way; what it never answers must not be kept.
+	fakebrowser.Eventually(t, "the relay's own connections keeping no command", func() bool { return hold.StateOf(tp.p.ups[0].holds).Commands == 0 })
+	if n := len(fakebrowser.Commands(pc, "Fetch.continueRequest")); n != 25*2 {
+		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
+	}
+}
+
+// TestBrowserDiesMidNavigation kills the browser while a navigation is
+// held, in both interception modes, and checks that the client is closed
+// with 1011 and a reason, that the held navigation is let go (never
+// written, nothing left waiting), that the relay reconnects to the
+// restarted browser and serves new clients there, and that the hosts'
+// schedules outlive the browser.
+func TestBrowserDiesMidNavigation(t *testing.T) {
+	for _, mode := range []string{"fetch", "navigate"} {
+		t.Run(mode, func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
+			var rec *recorder
+			opts := []func(*Proxy){recordBookings(&rec)}
+			if mode == "navigate" {
+				opts = append(opts, navigateInStream)
+			}
+			tp := relayTo(t, fb, fixed(time.Hour), opts...)
+			c := tp.dial(t, "/", nil)
+			fc := fb.Accept(t)
+			var hc *fakebrowser.Conn
+			held := make(chan error, 1)
+			if mode == "fetch" {
+				hc = fb.Holder(t)
+				fakebrowser.AnnouncePages(t, fb, hc, false)
+				chain := fb.FetchRec.Chain(t, "/page?first")
+				hc.MustPlay(t, chain)
+				go func() {
+					_, err := hc.Play(chain)
+					held <- err
+				}()
+			} else {
+				writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
+				fc.Next(t)
+				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
+			}
+			deadline := time.Now().Add(waitFor)
+			for len(tp.logs.Lines(`"message":"navigation held"`)) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("navigation not held")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			fb.Restart("0f0f0f0f-0000-4000-8000-00000000dead")
+			if ce := closeOf(t, c); ce.Code != websocket.CloseInternalServerErr || ce.Text != "browser connection lost" {
+				t.Errorf("client got close %d %q, want 1011 \"browser connection lost\"", ce.Code, ce.Text)
+			}
+			waitConns(t, tp, 0)
+			if mode == "fetch" {
+				if err := <-held; err == nil {
+					t.Error("held request was continued on a dead connection")
+				}
+			} else if n := len(fc.Received()); n != 1 {
+				t.Errorf("dead browser connection got %d messages, want only the first navigation", n)
+			}
+			// The relay serves the restarted browser, and a.test keeps its schedule.
+			before := len(rec.bookings())
+			c2 := tp.dial(t, "/", nil)
+			fc2 := fb.Accept(t)
+			if want := "/devtools/browser/0f0f0f0f-0000-4000-8000-00000000dead"; fc2.Path != want {
+				t.Errorf("new client reached %q, want %q", fc2.Path, want)
+			}
+			if mode == "fetch" {
+				hc2 := fb.Holder(t)
+				fakebrowser.AnnouncePages(t, fb, hc2, false)
+				go hc2.Play(fb.FetchRec.Chain(t, "/page?first")) // ends when the relay closes
+			} else {
+				writeClient(t, c2, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
+			}
+			deadline = time.Now().Add(waitFor)
+			for len(rec.bookings()) == before {
+				if time.Now().After(deadline) {
+					t.Fatal("navigation to the restarted browser not booked")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			b := rec.bookings()
+			if got, first := b[len(b)-1].start, b[0].start; got.Sub(first) < 2*time.Hour-time.Minute {
+				t.Errorf("navigation after the restart booked %v after the first, want the third hourly slot", got.Sub(first))
+			}
+			if mode == "fetch" {
+				if n := len(tp.logs.Lines("browser connection is back")); n != 1 {
+					t.Errorf("got %d notes that the relay's browser connection is back, want 1", n)
+				}
+			}
+		})
+	}
+}
+
+// TestStartWaitsForLateBrowser starts the relay before its browser and
+// checks that it waits, saying so once, and starts when the browser comes
+// up, for an http:// and a ws:// upstream.
+func TestStartWaitsForLateBrowser(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		upstream func(addr string) string
+		cfg      fakebrowser.Config
+	}{
+		{"http", func(addr string) string { return "http://" + addr }, fakebrowser.Config{}},
+		{"ws", func(addr string) string { return "ws://" + addr + "/" }, fakebrowser.Config{Lightpanda: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close() // nothing listens there yet
+			logs := &fakebrowser.Logs{}
+			log := zerolog.New(logs).Level(zerolog.DebugLevel)
+			lim := limiter.New(limiter.Config{})
+			p := &Proxy{Upstream: tt.upstream(addr), Limiter: withPolicy(lim, limiter.Config{}), Log: &log, StartTimeout: waitFor}
+			if tt.name == "ws" {
+				p.Intercept = hold.InterceptNavigate // no Fetch attempt: one websocket to the browser before the client's
+			}
+			started := make(chan error, 1)
+			go func() { started <- p.Start(t.Context()) }()
+			deadline := time.Now().Add(waitFor)
+			for len(logs.Lines("waiting for the browser")) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("relay did not say it waits for the browser")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // a few attempts fail
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				t.Skipf("port taken meanwhile: %v", err)
+			}
+			cfg := tt.cfg
+			cfg.Listener = ln
+			fb := fakebrowser.New(t, cfg)
+			if err := <-started; err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			tp := &testProxy{p: p, lim: lim, logs: logs, srv: httptest.NewServer(p)}
+			tp.addr = tp.srv.Listener.Addr().String()
+			t.Cleanup(func() { p.Close(); tp.srv.Close() })
+			if n := len(logs.Lines("waiting for the browser")); n != 1 {
+				t.Errorf("said %d times that it waits for the browser, want once", n)
+			}
+			if tt.name == "ws" {
+				fb.Accept(t) // the websocket Start dialled to see the browser up
+			}
+			c := tp.dial(t, "/", nil)
+			roundTrip(t, c, fb.Accept(t), websocket.TextMessage, []byte(sentinel))
+		})
+	}
+}
