@@ -321,8 +321,12 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 }
 
 // redisPolicy makes a relay book, and count its places in flight, in
-// Redis at url, with the policy of the flags f.
-func redisPolicy(t *testing.T, url string, f policy.Flags) func(*relay.Proxy) {
+// Redis at url, with the policy of the flags f. Each call to Redis may
+// take a second, not the default 50 ms: on a busy machine a slower answer
+// made a store fall back to counting places alone (--store-fallback
+// local), and two relays let two each go. *made gets the store, whose
+// Outages say whether that happened anyway.
+func redisPolicy(t *testing.T, url string, f policy.Flags, made **store.Redis) func(*relay.Proxy) {
 	cfg, err := policy.FromFlags(f)
 	if err != nil {
 		t.Fatal(err)
@@ -330,11 +334,12 @@ func redisPolicy(t *testing.T, url string, f policy.Flags) func(*relay.Proxy) {
 	return func(p *relay.Proxy) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := store.NewRedis(ctx, url, cfg.Default, store.Options{})
+		s, err := store.NewRedis(ctx, url, cfg.Default, store.Options{Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
+		*made = s
 		pol := policy.New(cfg, s)
 		t.Cleanup(pol.Close)
 		p.Limiter = pol
@@ -354,8 +359,9 @@ func TestConcurrencyTwoRelaysOneRedis(t *testing.T) {
 	rs := startRedisServer(t)
 	cs := newCapSite(t, siteIP, delay)
 	flags := policy.Flags{Concurrency: "2"}
-	a := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags))
-	b := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags))
+	var sa, sb *store.Redis
+	a := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sa))
+	b := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sb))
 	run := runID()
 	cs.mostInFlight()
 	start := time.Now()
@@ -372,6 +378,9 @@ func TestConcurrencyTwoRelaysOneRedis(t *testing.T) {
 		len(docs), most, int(metricOf(t, a.url, capWaits)), int(metricOf(t, b.url, capWaits)), time.Since(start).Seconds())
 	if len(docs) != 2*n {
 		t.Errorf("the server saw %d documents, want %d", len(docs), 2*n)
+	}
+	if lost := sa.Outages() + sb.Outages(); lost > 0 {
+		t.Errorf("Redis did not answer a call within a second %d times: the relays counted places alone meanwhile", lost)
 	}
 	if most > 2 {
 		t.Errorf("two relays with --http-nav-concurrency 2 on one Redis: the server had %d documents in flight at once", most)
