@@ -175,7 +175,7 @@ func isNavCommand(method []byte) bool {
 // FromClient looks at a command on its way to the browser, whose header
 // is hd, and reports whether it took it: the relay then writes it (or its
 // answer) itself, later or rewritten (Conn.FromClient).
-func (w *watch) FromClient(hd *cdp.Header, msg []byte) bool {
+func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
 	if !hd.HasID || !utf8.Valid(msg) {
 		return false // the browser refuses all of it (-32700): nothing happens
 	}
@@ -244,9 +244,9 @@ func (w *watch) FromClient(hd *cdp.Header, msg []byte) bool {
 	}
 	switch way {
 	case viaStream:
-		return w.stream.fromClient(hd, msg)
+		return w.stream.fromClient(&hd, msg)
 	case viaSession:
-		return w.sess.fromClient(hd, msg)
+		return w.sess.fromClient(&hd, msg)
 	}
 	return false
 }
@@ -367,7 +367,7 @@ func (w *watch) Wants(msg []byte) bool {
 // FromBrowser looks at a message on its way to the client, whose header
 // is hd, and reports whether to drop it: an answer to the relay's own
 // command, or an event the client did not ask for (Conn.FromBrowser).
-func (w *watch) FromBrowser(hd *cdp.Header, msg []byte) bool {
+func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 	session := string(hd.SessionID)
 	if hd.HasID {
 		return w.answered(cmdKey{session, hd.ID}, msg)
@@ -403,16 +403,16 @@ func (w *watch) FromBrowser(hd *cdp.Header, msg []byte) bool {
 			w.mu.Unlock()
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
-		if out, ok := w.unattached(hd, msg); ok {
+		if out, ok := w.unattached(&hd, msg); ok {
 			w.toClient(out)
 			return true
 		}
 	}
 	switch w.via() {
 	case viaStream:
-		return w.stream.fromBrowser(hd, msg)
+		return w.stream.fromBrowser(&hd, msg)
 	case viaSession:
-		return w.sess.fromBrowser(hd, msg)
+		return w.sess.fromBrowser(&hd, msg)
 	}
 	return false
 }

@@ -357,7 +357,7 @@ func (pr *pair) fromClient(msg []byte) (bool, error) {
 	if took, err := pr.share.fromClient(&hd, msg); took || err != nil {
 		return took, err
 	}
-	return pr.holds != nil && pr.holds.FromClient(&hd, msg), nil
+	return pr.holds != nil && pr.holds.FromClient(hd, msg), nil
 }
 
 // fromBrowser shows a whole message from the browser to the share and the
@@ -375,7 +375,7 @@ func (pr *pair) fromBrowser(msg []byte) bool {
 	if share {
 		pr.share.fromBrowser(&hd, msg)
 	}
-	return holds && pr.holds.FromBrowser(&hd, msg)
+	return holds && pr.holds.FromBrowser(hd, msg)
 }
 
 // finish passes a pump's ending on: the side that closed or failed is
