@@ -67,8 +67,10 @@ func TestPolicyRuleFixedAndAdaptive(t *testing.T) {
 	slow := gapsOf(slowAt)
 	// Adaptive holds the first navigation once the pressure built by a
 	// back-to-back crawl needs it: at the 23rd with 20 ms page loads, the
-	// 31st with 30 ms (simulate --load): 40 make sure on a busy machine.
-	fast := gapsOf(backToBack(t, r, s, "fast.test", 2*n))
+	// 31st with 30 ms, the 49th with 45 ms, the 84th with 60 ms (simulate
+	// --load): a CI run's loads took 43 ms on average, and 40 navigations
+	// held none. 100 make sure on a busy machine.
+	fast := gapsOf(backToBack(t, r, s, "fast.test", 5*n))
 	t.Logf("a.slow.test gaps (ms): %v", msList(slow))
 	t.Logf("fast.test gaps (ms):   %v", msList(fast))
 	// Ten ride the burst; then the schedule is absolute: navigation k goes
@@ -90,9 +92,10 @@ func TestPolicyRuleFixedAndAdaptive(t *testing.T) {
 	if span := slowAt[n-1].Sub(slowAt[0]); !within(span, 3*time.Second, 300*time.Millisecond) {
 		t.Errorf("a.slow.test: %d navigations span %v, want 3.0s at 300ms after a burst of ten", n, span)
 	}
-	// Adaptive: 20, 40 ms steps after the burst, nowhere near 300 ms.
-	if m := slices.Max(fast); m > 150*time.Millisecond {
-		t.Errorf("fast.test: a gap of %v, want the adaptive rule's 20-40 ms steps", m)
+	// Adaptive: steps of 20 ms up to 100 ms after the burst, nowhere near
+	// the rule's 300 ms (a single gap may be a slow page load).
+	if m := p50(fast); m > 150*time.Millisecond {
+		t.Errorf("fast.test: gaps of %v at the median, want the adaptive rule's steps up to 100 ms", m)
 	}
 	if held := heldBookings(r, "fast.test"); len(held) == 0 {
 		t.Errorf("fast.test: nothing held, want the adaptive rule's spacing after the burst")
