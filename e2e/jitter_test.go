@@ -50,7 +50,7 @@ func TestJitter(t *testing.T) {
 			host := "jitter" + tt.jitter + ".test"
 			gaps := exactRun(t, r, s, host, "/page/jitter", n, jitterPages)
 			at := arrivals(byArrival(t, host, s.hitsOf(func(h hit) bool { return h.Host == host && h.Path == "/page/jitter" })))
-			pushes, atOnce := pushesOf(r), atOnceOf(r, host)
+			pushes, booked := pushesOf(r), bookings(r, host)
 			// What the schedule gave, as far as the site can tell: each gap
 			// less what the later navigation's late departure added to it.
 			// The relay pushes the schedule by that once it learns the
@@ -68,7 +68,7 @@ func TestJitter(t *testing.T) {
 				if g < tt.lo-exactSlack {
 					t.Errorf("navigations %d and %d reached the site %.1f ms apart, want at least %v less %v", i+1, i+2, ms(g), tt.lo, exactSlack)
 				}
-				if wentAtOnce(atOnce, at[i], at[i+1]) {
+				if wentAtOnce(booked, at[i], at[i+1]) {
 					continue
 				}
 				own = append(own, g-late)
@@ -147,28 +147,11 @@ func pushedBetween(pushes []push, from, to time.Time) time.Duration {
 	return d
 }
 
-// atOnceOf returns when r let a navigation to host go at once, asked for
-// after its slot, in the order logged.
-func atOnceOf(r *relayed, host string) []time.Time {
-	var out []time.Time
-	for _, line := range strings.Split(r.logs.String(), "\n") {
-		var l struct {
-			Message string
-			Host    string
-			AtNs    int64 `json:"at_ns"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "navigation goes at once" && l.Host == host {
-			out = append(out, time.Unix(0, l.AtNs))
-		}
-	}
-	return out
-}
-
-// wentAtOnce reports whether a navigation was let go at once between from
-// and to: with one page, the one that reached the site at to.
-func wentAtOnce(atOnce []time.Time, from, to time.Time) bool {
-	for _, a := range atOnce {
-		if !a.Before(from) && a.Before(to) {
+// wentAtOnce reports whether a navigation of booked was let go at once
+// between from and to: with one page, the one that reached the site at to.
+func wentAtOnce(booked []booking, from, to time.Time) bool {
+	for _, b := range booked {
+		if b.atOnce && !b.at.Before(from) && b.at.Before(to) {
 			return true
 		}
 	}

@@ -101,6 +101,7 @@ type booking struct {
 	release  time.Time     // when the relay let it go
 	spacing  time.Duration // how far it pushed its host's schedule
 	pressure int           // its host's pressure once booked
+	atOnce   bool          // let go when booked, asked for after its slot
 }
 
 // heldBookings returns the navigations to host that r held, in the order
@@ -145,7 +146,7 @@ func bookings(r *relayed, host string) []booking {
 			continue
 		}
 		at := time.Unix(0, l.AtNs)
-		out = append(out, booking{at: at, release: at.Add(time.Duration(l.Delay * float64(time.Millisecond)))})
+		out = append(out, booking{at: at, release: at.Add(time.Duration(l.Delay * float64(time.Millisecond))), atOnce: l.Message == "navigation goes at once"})
 	}
 	return out
 }
