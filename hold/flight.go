@@ -32,6 +32,7 @@ type flight struct {
 	entered  bool            // guarded by mu; it asked for its place
 	released time.Time       // guarded by mu; when it was let go
 	timer    *time.Timer     // guarded by mu; ends it maxInFlight after its release
+	nav      *pace.Nav       // guarded by mu; its departure, followed until the flight ends (the session strategy's)
 }
 
 // maxInFlight is how long after its release a navigation's end is
@@ -63,13 +64,41 @@ func (fl *flight) end() {
 // the flight's life ends.
 func (fl *flight) giveBack() {
 	fl.mu.Lock()
-	p := fl.place
-	fl.place = nil
+	p, n := fl.place, fl.nav
+	fl.place, fl.nav = nil, nil
 	if fl.timer != nil {
 		fl.timer.Stop()
 	}
 	fl.mu.Unlock()
 	p.Leave()
+	n.End()
+}
+
+// follow hands the flight the navigation whose departure is followed
+// (holdNav's): it ends with the flight, at once if the flight is over.
+func (fl *flight) follow(n *pace.Nav) {
+	if fl == nil || n == nil {
+		return
+	}
+	fl.mu.Lock()
+	over := fl.ctx.Err() != nil
+	if !over {
+		fl.nav = n
+	}
+	fl.mu.Unlock()
+	if over {
+		n.End()
+	}
+}
+
+// followed is the navigation follow handed the flight, nil when none.
+func (fl *flight) followed() *pace.Nav {
+	if fl == nil {
+		return nil
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.nav
 }
 
 // let notes that the navigation was let go at now.

@@ -2,11 +2,13 @@ package hold
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // sessionHold holds the navigations of one client connection through the
@@ -59,7 +61,7 @@ type sessState struct {
 	armed     bool
 	client    *clientFetch        // the client's own Fetch here, nil when off
 	network   bool                // the client enabled Network here
-	delivered map[string]struct{} // paused requests handed to the client, not answered by it yet
+	delivered map[string]*flight  // paused requests handed to the client, not answered by it yet → the held document's flight (nil: not one)
 	docs      map[string]sessDoc  // network id → the top-level document under way
 	children  map[string]struct{} // frames known to have a parent (iframes)
 }
@@ -122,7 +124,7 @@ func (s *sessionHold) arm(session string) {
 			}
 			clear(s.states)
 		}
-		st = &sessState{target: si.target, delivered: map[string]struct{}{}, docs: map[string]sessDoc{}, children: map[string]struct{}{}}
+		st = &sessState{target: si.target, delivered: map[string]*flight{}, docs: map[string]sessDoc{}, children: map[string]struct{}{}}
 		s.states[session] = st
 	}
 	if st.armed {
@@ -216,16 +218,13 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 			return false
 		}
 		st.client = nil
-		var waiting []string
-		for id := range st.delivered {
-			waiting = append(waiting, id)
-		}
+		waiting := maps.Clone(st.delivered)
 		clear(st.delivered)
 		params := s.enableParams(st)
 		w.mu.Unlock()
 		// What the client held goes on, as Fetch.disable would have let it.
-		for _, id := range waiting {
-			s.goOn(session, id)
+		for id, fl := range waiting {
+			s.goOnFollowed(session, id, fl)
 		}
 		w.send(session, "Fetch.enable", params, nil)
 		w.answer(session, hd.ID, "{}")
@@ -237,7 +236,13 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		if json.Unmarshal(hd.Params, &p) == nil {
 			w.mu.Lock()
 			if st := s.state(session); st != nil {
+				fl := st.delivered[p.RequestID]
 				delete(st.delivered, p.RequestID)
+				if fl.followed() != nil && string(hd.Method) == "Fetch.continueRequest" && len(w.departs) < maxTracked {
+					// A held document the client lets go itself: the
+					// answer says when it left, as goOnFollowed's does.
+					w.departs[cmdKey{session, hd.ID}] = fl
+				}
 			}
 			w.mu.Unlock()
 		}
@@ -419,7 +424,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		}
 		if wants {
 			w.mu.Lock()
-			st.delivered[ev.RequestID] = struct{}{}
+			st.delivered[ev.RequestID] = nil
 			w.mu.Unlock()
 			return false // the client's own, now
 		}
@@ -461,13 +466,13 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		w.mu.Lock()
 		s.held--
 		if wants {
-			st.delivered[ev.RequestID] = struct{}{}
+			st.delivered[ev.RequestID] = fl
 		}
 		w.mu.Unlock()
 		if wants {
 			w.toClient(held)
 		} else {
-			s.goOn(session, ev.RequestID)
+			s.goOnFollowed(session, ev.RequestID, fl)
 		}
 	}
 	refuse := func() {
@@ -487,7 +492,11 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		return true
 	}
 	w.held.Add(1)
-	w.h.holdFlight(w.ctx, fl, host, ev.Request.URL, w.navLog(session), nil, refuse, release, w.held.Done)
+	// On Lightpanda, the answer to the Fetch.continueRequest that lets the
+	// document go, the relay's or the client's, says when it left
+	// (goOnFollowed): pace follows it, as the Fetch strategy follows
+	// Chromium's own timing.
+	w.h.holdFor(w.ctx, fl, host, ev.Request.URL, w.navLog(session), w.h.lightpanda, func(_ time.Time, n *pace.Nav) { fl.follow(n) }, nil, refuse, release, w.held.Done)
 	return true
 }
 
@@ -502,6 +511,35 @@ func (st *sessState) endDocs() {
 // goOn lets a request paused in a client session go on.
 func (s *sessionHold) goOn(session, requestID string) {
 	s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, nil)
+}
+
+// goOnFollowed lets a paused request go on and, when fl follows the
+// navigation's departure, tells it when the request left: Lightpanda
+// answers Fetch.continueRequest once it has handed the request to its
+// HTTP client, which sends it before it answers when one of its
+// connections is free. (A request queued behind busy ones leaves later
+// than its answer says, and pace cannot see that.)
+func (s *sessionHold) goOnFollowed(session, requestID string, fl *flight) {
+	n := fl.followed()
+	if n == nil {
+		s.goOn(session, requestID)
+		return
+	}
+	ch := make(chan reply, 1)
+	if _, err := s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, ch); err != nil {
+		return // the flight ends with the connection
+	}
+	s.w.h.holder.limiting.Add(1)
+	go func() {
+		defer s.w.h.holder.limiting.Done()
+		select {
+		case r := <-ch:
+			if r.err == nil {
+				n.Departed(r.at, true)
+			}
+		case <-fl.ctx.Done():
+		}
+	}()
 }
 
 // fail fails a paused request the Limiter refused, as one the client

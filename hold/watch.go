@@ -41,6 +41,7 @@ type watch struct {
 	own      map[int64]chan reply   // guarded by mu; the relay's own commands on this connection
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
 	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
+	departs  map[cmdKey]*flight     // guarded by mu; a client's Fetch.continueRequest of a held document whose departure its answer tells
 	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself
 	network  map[string]string      // guarded by mu; page sessions where the client enabled Network → their page
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
@@ -88,6 +89,7 @@ func newWatch(c Client, h *browserHold) *watch {
 		creates:  make(map[cmdKey]func()),
 		own:      make(map[int64]chan reply),
 		checks:   make(map[cmdKey]navCheck),
+		departs:  make(map[cmdKey]*flight),
 		fetching: make(map[string]bool),
 		network:  make(map[string]string),
 	}
@@ -477,11 +479,18 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 	delete(w.creates, key)
 	check, checking := w.checks[key]
 	delete(w.checks, key)
+	dep := w.departs[key]
+	delete(w.departs, key)
 	w.mu.Unlock()
+	if dep != nil {
+		if _, e, _ := cdp.ReadReply(msg); e == nil {
+			dep.followed().Departed(time.Now(), true)
+		}
+	}
 	if own && key.id < 0 {
 		if ch != nil {
 			result, e, _ := cdp.ReadReply(msg)
-			ch <- reply{result: result, err: e}
+			ch <- reply{result: result, err: e, at: time.Now()}
 		}
 		return true
 	}

@@ -34,19 +34,88 @@ func paused(session, id, network, frame, typ, url string) []byte {
 	return b
 }
 
-// continuedOwn waits for the relay's own Fetch.continueRequest of id and
-// returns when the browser got it.
+// continuedOwn waits for the relay's own Fetch.continueRequest of id,
+// answers it as the browser would, and returns when the browser got it.
 func continuedOwn(t *testing.T, fc *fakebrowser.Conn, id string) time.Time {
 	t.Helper()
-	for {
-		m := fc.Next(t)
-		if m.Wire.Method == "Fetch.continueRequest" && strings.Contains(string(m.Wire.Params), `"`+id+`"`) {
-			if m.Wire.ID == nil || *m.Wire.ID >= 0 {
-				t.Fatalf("browser got %s, want the relay's own", m.Data)
-			}
-			return m.At
-		}
+	m := continuing(t, fc, id)
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, *m.Wire.ID, m.Wire.SessionID))
+	return m.At
+}
+
+// continuing waits for the relay's own Fetch.continueRequest of id, and
+// leaves it to the test to answer.
+func continuing(t *testing.T, fc *fakebrowser.Conn, id string) fakebrowser.Msg {
+	t.Helper()
+	m := fc.Next(t)
+	if m.Wire.Method != "Fetch.continueRequest" || !strings.Contains(string(m.Wire.Params), `"`+id+`"`) {
 		t.Fatalf("browser got %s, want the relay to continue %s", m.Data, id)
+	}
+	if m.Wire.ID == nil || *m.Wire.ID >= 0 {
+		t.Fatalf("browser got %s, want the relay's own", m.Data)
+	}
+	return m
+}
+
+// TestSessionHoldFollowsLightpandaDepartures: Lightpanda times no send,
+// and answers Fetch.continueRequest once it has sent the request. The
+// relay takes that answer as the departure, of its own continue and of a
+// client's: a document let go whose answer has not come holds the next
+// one of its host, and one answered late moves the next one's slot by as
+// much.
+func TestSessionHoldFollowsLightpandaDepartures(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
+	const spacing, late = 100 * time.Millisecond, 250 * time.Millisecond
+	tp := relayTo(t, fb, fixed(spacing))
+	c := tp.dial(t, "/", nil)
+	fc := fb.Accept(t)
+	// Two pages: a page's next document ends the one before.
+	const S1, F1, S2, F2 = "SID-1", "FID-0000000001", "SID-2", "FID-0000000002"
+	for _, p := range [][2]string{{S1, F1}, {S2, F2}} {
+		fc.Send(attachedTo(p[0], p[1], "page"))
+		ownCommand(t, fc, "Fetch.enable", p[0])
+		ownCommand(t, fc, "Network.enable", p[0])
+		readClient(t, c)
+	}
+
+	// The relay's own continue: a document held for its slot, which
+	// Lightpanda sends only late; the next one of its host, on the other
+	// page, waits for it to leave, and then for its spacing.
+	tp.lim.Reserve("a.test", time.Now())
+	fc.Send(paused(S1, "INT-1", "REQ-1", F1, "Document", "http://a.test/1"))
+	first := continuing(t, fc, "INT-1")
+	fc.Send(paused(S2, "INT-2", "REQ-2", F2, "Document", "http://a.test/2"))
+	time.Sleep(late)
+	left := time.Now()
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, *first.Wire.ID, S1))
+	if at := continuedOwn(t, fc, "INT-2"); at.Sub(left) < spacing-10*time.Millisecond {
+		t.Errorf("the second document was let go %v after the first left, want its spacing, %v", at.Sub(left), spacing)
+	}
+
+	// The client's own continue, of a document it intercepts too.
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"`+S1+`","method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*"}]}}`))
+	fc.Next(t)
+	fc.Send([]byte(`{"id":1,"result":{},"sessionId":"` + S1 + `"}`))
+	readClient(t, c)
+	doc := paused(S1, "INT-3", "REQ-3", F1, "Document", "http://a.test/3")
+	fc.Send(doc)
+	if _, got := readClient(t, c); string(got) != string(doc) {
+		t.Fatalf("client got %s, want its paused document", got)
+	}
+	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"`+S1+`","method":"Fetch.continueRequest","params":{"requestId":"INT-3"}}`))
+	if m := fc.Next(t); m.Wire.ID == nil || *m.Wire.ID != 2 {
+		t.Fatalf("browser got %s, want the client's continue", m.Data)
+	}
+	fc.Send(paused(S2, "INT-4", "REQ-4", F2, "Document", "http://a.test/4"))
+	time.Sleep(late)
+	left = time.Now()
+	fc.Send([]byte(`{"id":2,"result":{},"sessionId":"` + S1 + `"}`))
+	if _, got := readClient(t, c); !strings.HasPrefix(string(got), `{"id":2,`) {
+		t.Fatalf("client got %s, want the answer to its continue", got)
+	}
+	if at := continuedOwn(t, fc, "INT-4"); at.Sub(left) < spacing-10*time.Millisecond {
+		t.Errorf("the fourth document was let go %v after the third left, want its spacing, %v", at.Sub(left), spacing)
 	}
 }
 
