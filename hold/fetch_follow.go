@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"strings"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -72,8 +73,43 @@ func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	_, ok := fc.tracks[ev.NetworkID]
+	_, ok := fc.tracks[trackKey(ev)]
 	return ok
+}
+
+// trackKey is what a followed document request is known by: its network
+// id, as its Network events name it. Chromium gives none to a request that
+// started while no session had its page's Network events on (the first of
+// a page created with a URL, or of a popup, before anyone could enable
+// them): that one and its redirect hops go by their page's frame, whose
+// navigation its answers name (cdp.NetworkEvent.NavFrame; its failure only
+// comes in a session on the page). A page has one request at a time: a new
+// one ends those before it (follow).
+func trackKey(ev *cdp.RequestPaused) string {
+	if ev.NetworkID != "" {
+		return ev.NetworkID
+	}
+	return frameKey + ev.FrameID
+}
+
+// frameKey starts the key of a request followed by its frame: no network
+// id has a colon.
+const frameKey = "frame:"
+
+// trackLocked follows tr under key. Callers hold fc.mu.
+func (fc *fetchConn) trackLocked(key string, tr *track) {
+	if _, ok := fc.tracks[key]; !ok && strings.HasPrefix(key, frameKey) {
+		fc.byFrame++
+	}
+	fc.tracks[key] = tr
+}
+
+// untrackLocked stops following the request of key. Callers hold fc.mu.
+func (fc *fetchConn) untrackLocked(key string) {
+	if _, ok := fc.tracks[key]; ok && strings.HasPrefix(key, frameKey) {
+		fc.byFrame--
+	}
+	delete(fc.tracks, key)
 }
 
 // follow starts following the hop of a document request paused at
@@ -83,18 +119,19 @@ func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
 func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *trackHop) {
 	th = &trackHop{}
 	var over []*trackHop
+	key := trackKey(ev)
 	fc.mu.Lock()
-	tr := fc.tracks[ev.NetworkID]
+	tr := fc.tracks[key]
 	if tr == nil || ev.RedirectedRequestID == "" {
-		for id, old := range fc.tracks {
-			if old.session == session {
-				over = old.endLocked(over)
-				delete(fc.tracks, id)
+		for old, otr := range fc.tracks {
+			if otr.session == session {
+				over = otr.endLocked(over)
+				fc.untrackLocked(old)
 			}
 		}
 		tr = &track{session: session}
-		if ev.NetworkID != "" && len(fc.tracks) < maxTracked {
-			fc.tracks[ev.NetworkID] = tr
+		if ev.FrameID != "" && len(fc.tracks) < maxTracked {
+			fc.trackLocked(key, tr)
 		}
 		fc.countTracksLocked()
 	} else if n := len(tr.hops); n > 0 {
@@ -122,12 +159,14 @@ func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
 
 // network reads the Network events of the document requests the pages
 // connection follows: when each hop left, and how it was answered. Events
-// of every other request are dropped unread.
-func (fc *fetchConn) network(method, params []byte, at time.Time) {
+// of every other request are dropped unread. in is the page whose session
+// the event came in, when known.
+func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 	id, ok := cdp.NetworkRequestID(params)
 	if ok {
 		fc.mu.Lock()
 		_, followed := fc.tracks[id]
+		followed = followed || fc.byFrame > 0 // it may be one followed by its frame
 		fc.mu.Unlock()
 		if !followed {
 			return
@@ -146,7 +185,19 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		over       []*trackHop
 	)
 	fc.mu.Lock()
-	tr := fc.tracks[ev.RequestID]
+	key := ev.RequestID
+	tr := fc.tracks[key]
+	if tr == nil {
+		// One followed by its frame (trackKey): its answer names the frame,
+		// its failure nothing but the session it comes in.
+		switch {
+		case ev.NavFrame != "":
+			key = frameKey + ev.NavFrame
+		case ev.Document && string(method) == "Network.loadingFailed" && in != "":
+			key = frameKey + in
+		}
+		tr = fc.tracks[key]
+	}
 	if tr == nil {
 		fc.mu.Unlock()
 		return
@@ -180,7 +231,7 @@ func (fc *fetchConn) network(method, params []byte, at time.Time) {
 		answered = cur
 		if !ev.Redirect {
 			over = tr.endLocked(over)
-			delete(fc.tracks, ev.RequestID)
+			fc.untrackLocked(key)
 			fc.countTracksLocked()
 		}
 	}
@@ -212,10 +263,11 @@ func (f *fetchHold) following() bool { return f.tracked.Load() > 0 }
 // clientEvent reads a Network event a client's page session received, as
 // the pages connection reads those of its own sessions: of the requests it
 // follows, when each left and how it was answered. Several clients may
-// have the same event: the first one counts.
-func (f *fetchHold) clientEvent(method, params []byte, at time.Time) {
+// have the same event: the first one counts. page is the page of the
+// session it came in, when known.
+func (f *fetchHold) clientEvent(method, params []byte, page string, at time.Time) {
 	if fc := f.pages.Load(); fc != nil {
-		fc.network(method, params, at)
+		fc.network(method, params, page, at)
 	}
 }
 

@@ -241,8 +241,9 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 // It returns a channel closed once they are on (nil: nothing to wait
 // for), within eventsWait: Chromium answers a Network.enable only once a
 // paused navigation of the page goes on. A request that started before
-// they were on never shows in them: its departure and answer are not
-// known (its flight ends with the page's next navigation).
+// they were on shows in them only by its end (Network.responseReceived,
+// with the timing of its send, or Network.loadingFailed), and paused with
+// no network id: it is followed by its page's frame (trackKey).
 func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
 	if fc.h.clientNetwork.count(ps.target) > 0 {
 		return nil
@@ -449,7 +450,11 @@ func (fc *fetchConn) sessionEvent(session string, method, params []byte, at time
 		}
 		fc.pagePaused(session, &ev)
 	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
-		fc.network(method, params, at)
+		page := ""
+		if ps := fc.sessionOf(session); ps != nil {
+			page = ps.target
+		}
+		fc.network(method, params, page, at)
 	}
 }
 
