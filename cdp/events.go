@@ -337,6 +337,14 @@ type NetworkEvent struct {
 	// Sending reports a Network.requestWillBeSentExtraInfo: the browser is
 	// sending the request's next hop now.
 	Sending bool
+	// Document reports an event of a document's request (its type).
+	Document bool
+	// NavFrame is the frame whose navigation the request is, when the
+	// event says so: its frameId, when Chromium names the request by its
+	// loader (requestId = loaderId), as it names a frame's navigation
+	// (Network.requestWillBeSent, Network.responseReceived; a
+	// Network.loadingFailed names no frame). Empty otherwise.
+	NavFrame string
 }
 
 type timedResponse struct {
@@ -367,6 +375,8 @@ func (r *timedResponse) sent() float64 {
 func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
 	var p struct {
 		RequestID        string         `json:"requestId"`
+		LoaderID         string         `json:"loaderId"`
+		FrameID          string         `json:"frameId"`
 		Timestamp        float64        `json:"timestamp"`
 		Type             string         `json:"type"`
 		Response         *timedResponse `json:"response"`
@@ -377,7 +387,10 @@ func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
 	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
 		return NetworkEvent{}, false
 	}
-	ev := NetworkEvent{RequestID: p.RequestID, Timestamp: p.Timestamp}
+	ev := NetworkEvent{RequestID: p.RequestID, Timestamp: p.Timestamp, Document: p.Type == "Document"}
+	if p.LoaderID == p.RequestID {
+		ev.NavFrame = p.FrameID
+	}
 	switch string(method) {
 	case "Network.requestWillBeSentExtraInfo":
 		ev.Sending = true

@@ -58,7 +58,8 @@ type fetchConn struct {
 	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
 	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
 	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
-	tracks    map[string]*track        // guarded by mu; document requests it follows, by network id
+	tracks    map[string]*track        // guarded by mu; document requests it follows, by trackKey
+	byFrame   int                      // guarded by mu; how many of tracks are keyed by their frame
 	ready     bool                     // guarded by mu; it knows every page and has armed the clients'
 	clock     monoClock                // guarded by mu; the browser's monotonic clock on the relay's
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
-	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // The pages connection attaches to every page of the browser
@@ -35,23 +34,6 @@ type pageSess struct {
 	armed      chan struct{} // closed once they are on, or arming failed, or the session is gone
 	ok         bool          // guarded by fetchConn.mu; set before armed is closed: it is on
 	network    bool          // guarded by fetchConn.mu: the relay enabled Network events in it
-}
-
-// track is a document request of a client's page that the pages
-// connection follows through its Network events, hop by hop.
-type track struct {
-	session string
-	hops    []*trackHop // in order; the first not ended is the one under way
-}
-
-// trackHop is one hop of a followed document request.
-type trackHop struct {
-	host   string
-	booked bool      // its answer is fed back to the limiter
-	nav    *pace.Nav // its departure is followed; nil for a hop that booked nothing
-	fl     *flight   // the navigation it is a hop of; nil for one that books nothing
-	sent   bool      // the browser said it is sending it
-	ended  bool      // its answer or failure is in, or it was given up
 }
 
 // networkParams enables the Network events of a page session with no
@@ -259,8 +241,9 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 // It returns a channel closed once they are on (nil: nothing to wait
 // for), within eventsWait: Chromium answers a Network.enable only once a
 // paused navigation of the page goes on. A request that started before
-// they were on never shows in them: its departure and answer are not
-// known (its flight ends with the page's next navigation).
+// they were on shows in them only by its end (Network.responseReceived,
+// with the timing of its send, or Network.loadingFailed), and paused with
+// no network id: it is followed by its page's frame (trackKey).
 func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
 	if fc.h.clientNetwork.count(ps.target) > 0 {
 		return nil
@@ -456,41 +439,6 @@ func (fc *fetchConn) endAllTracks() {
 	fc.f.endUnheld(fls)
 }
 
-// endLocked marks every hop of tr ended and adds those it ended to over.
-// Callers hold fetchConn.mu.
-func (tr *track) endLocked(over []*trackHop) []*trackHop {
-	for _, th := range tr.hops {
-		if !th.ended {
-			th.ended = true
-			over = append(over, th)
-		}
-	}
-	return over
-}
-
-// endHops ends what hops that are over followed: their departures and
-// their navigations (places in flight). Every followed hop ends here, once.
-func endHops(over []*trackHop) {
-	for _, th := range over {
-		th.nav.End()
-		th.fl.end()
-	}
-}
-
-// fly makes fl the navigation th is a hop of, unless th is over already
-// (its page went away): then fl ends, and whatever holds it stops.
-func (fc *fetchConn) fly(th *trackHop, fl *flight) {
-	fc.mu.Lock()
-	over := th.ended
-	if !over {
-		th.fl = fl
-	}
-	fc.mu.Unlock()
-	if over {
-		fl.end()
-	}
-}
-
 // sessionEvent handles an event of one of the pages connection's sessions.
 func (fc *fetchConn) sessionEvent(session string, method, params []byte, at time.Time) {
 	switch string(method) {
@@ -502,7 +450,11 @@ func (fc *fetchConn) sessionEvent(session string, method, params []byte, at time
 		}
 		fc.pagePaused(session, &ev)
 	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
-		fc.network(method, params, at)
+		page := ""
+		if ps := fc.sessionOf(session); ps != nil {
+			page = ps.target
+		}
+		fc.network(method, params, page, at)
 	}
 }
 
@@ -576,184 +528,4 @@ func (fc *fetchConn) sessionOf(id string) *pageSess {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	return fc.sessions[id]
-}
-
-// following reports whether ev is a hop of a request the connection
-// follows.
-func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
-	if ev.RedirectedRequestID == "" {
-		return false
-	}
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	_, ok := fc.tracks[ev.NetworkID]
-	return ok
-}
-
-// follow starts following the hop of a document request paused at
-// session, and returns it with the hop before it (nil for a request that
-// is no redirect hop). A new request of a page ends whatever the page's
-// requests before it left unfollowed.
-func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *trackHop) {
-	th = &trackHop{}
-	var over []*trackHop
-	fc.mu.Lock()
-	tr := fc.tracks[ev.NetworkID]
-	if tr == nil || ev.RedirectedRequestID == "" {
-		for id, old := range fc.tracks {
-			if old.session == session {
-				over = old.endLocked(over)
-				delete(fc.tracks, id)
-			}
-		}
-		tr = &track{session: session}
-		if ev.NetworkID != "" && len(fc.tracks) < maxTracked {
-			fc.tracks[ev.NetworkID] = tr
-		}
-		fc.countTracksLocked()
-	} else if n := len(tr.hops); n > 0 {
-		prev = tr.hops[n-1]
-	}
-	tr.hops = append(tr.hops, th)
-	fc.mu.Unlock()
-	endHops(over)
-	return th, prev
-}
-
-// booked attaches the navigation a hop booked, unless the hop is over
-// already (its page went away while it was being booked).
-func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
-	fc.mu.Lock()
-	over := th.ended
-	if !over {
-		th.nav = nav
-	}
-	fc.mu.Unlock()
-	if over {
-		nav.End()
-	}
-}
-
-// network reads the Network events of the document requests the pages
-// connection follows: when each hop left, and how it was answered. Events
-// of every other request are dropped unread.
-func (fc *fetchConn) network(method, params []byte, at time.Time) {
-	id, ok := cdp.NetworkRequestID(params)
-	if ok {
-		fc.mu.Lock()
-		_, followed := fc.tracks[id]
-		fc.mu.Unlock()
-		if !followed {
-			return
-		}
-	}
-	ev, ok := cdp.ReadNetworkEvent(method, params)
-	if !ok {
-		return
-	}
-	var (
-		departed   *trackHop
-		departedAt time.Time
-		exact      bool
-		answered   *trackHop
-		page       string
-		over       []*trackHop
-	)
-	fc.mu.Lock()
-	tr := fc.tracks[ev.RequestID]
-	if tr == nil {
-		fc.mu.Unlock()
-		return
-	}
-	fc.clock.saw(ev.Timestamp, at)
-	if ps := fc.sessions[tr.session]; ps != nil {
-		page = ps.target
-	}
-	var cur *trackHop
-	for _, th := range tr.hops {
-		if !th.ended {
-			cur = th
-			break
-		}
-	}
-	switch {
-	case cur == nil:
-	case ev.Sending:
-		for _, th := range tr.hops {
-			if !th.ended && !th.sent {
-				th.sent = true
-				departed, departedAt = th, at
-				break
-			}
-		}
-	case ev.Ended:
-		cur.sent, cur.ended = true, true
-		if t, ok := fc.clock.at(ev.Sent); ok {
-			departed, departedAt, exact = cur, t, true
-		}
-		answered = cur
-		if !ev.Redirect {
-			over = tr.endLocked(over)
-			delete(fc.tracks, ev.RequestID)
-			fc.countTracksLocked()
-		}
-	}
-	fc.mu.Unlock()
-	if departed != nil {
-		departed.nav.Departed(departedAt, exact)
-		departed.fl.leftAt(departedAt) // its answer time counts from here
-	}
-	if answered != nil {
-		if answered.booked {
-			fc.h.observe(answered.fl, answered.host, ev.Outcome, pageLog(&fc.log, page, ""))
-		}
-		answered.nav.End() // a redirect's navigation goes on with its next hop, in flight
-		if !ev.Redirect {
-			answered.fl.end()
-		}
-	}
-	endHops(over)
-}
-
-// countTracksLocked publishes how many requests the connection follows,
-// for following. Callers hold fc.mu.
-func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.tracks))) }
-
-// following reports whether the pages connection follows a request now:
-// only then do the relay's clients' Network events need a look.
-func (f *fetchHold) following() bool { return f.tracked.Load() > 0 }
-
-// clientEvent reads a Network event a client's page session received, as
-// the pages connection reads those of its own sessions: of the requests it
-// follows, when each left and how it was answered. Several clients may
-// have the same event: the first one counts.
-func (f *fetchHold) clientEvent(method, params []byte, at time.Time) {
-	if fc := f.pages.Load(); fc != nil {
-		fc.network(method, params, at)
-	}
-}
-
-// clientNetworkOff is told that no client session has the Network events
-// of a page on any more: if the pages connection follows a request of the
-// page, it reads them in its own session from now on.
-func (f *fetchHold) clientNetworkOff(target string) {
-	fc := f.pages.Load()
-	if fc == nil {
-		return
-	}
-	fc.mu.Lock()
-	ps := fc.byTarget[target]
-	following := false
-	if ps != nil {
-		for _, tr := range fc.tracks {
-			if tr.session == ps.id {
-				following = true
-				break
-			}
-		}
-	}
-	fc.mu.Unlock()
-	if following {
-		fc.events(ps)
-	}
 }

@@ -388,3 +388,35 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 		t.Errorf("after its answer: bucket %q, want 127.0.0.2", got)
 	}
 }
+
+// TestFetchHolderFollowsByFrame: a page's first document request pauses
+// with no networkId when no session had the page's Network events on as
+// it started (a page created with a URL, a popup: in
+// chromium-headless-shell, which lets no new page navigate before the
+// relay's session on it runs it, the pages connection holds those), and
+// its Network events name it only by its loader and frame. The relay
+// follows it by its frame all the same: each hop's departure and answer,
+// a redirect's too, so the next navigation of its host goes at its slot,
+// not after pace's bound on waiting for a departure (2 s, the cause of
+// URL pages loading late through the relay in front of the shell).
+func TestFetchHolderFollowsByFrame(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	const interval = 300 * time.Millisecond
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	th := holdOn(t, fb, fixed(interval))
+	_, pages := fakebrowser.RelayConns(t, fb, false)
+	first := fb.Navigate(t, fb.FetchRec.Chain(t, "/r")) // a.test → b.test, no session with Network on
+	next := fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
+	if gap := next[0].Continued.Sub(first[0].Continued); gap > interval+500*time.Millisecond {
+		t.Errorf("a.test's next navigation let go %v after the first, want it at its slot, %v", gap, interval)
+	}
+	waitFeedback(t, th, 3) // the redirect, b.test's answer, a.test's
+	for _, host := range []string{"a.test", "b.test"} {
+		if lines := th.logs.Lines(`"message":"a navigation left the browser"`, `"bucket":"`+host+`"`); len(lines) == 0 {
+			t.Errorf("no departure of %s seen", host)
+		}
+	}
+	if n := len(fakebrowser.Commands(pages, "Fetch.continueRequest")); n != 3 {
+		t.Errorf("pages connection let %d requests go, want 3: every hop held there", n)
+	}
+}

@@ -377,7 +377,15 @@ func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 	switch string(hd.Method) {
 	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
 		if f := w.h.fetch; f != nil {
-			f.clientEvent(hd.Method, hd.Params, time.Now())
+			page := ""
+			if hd.IsMethod("Network.loadingFailed") {
+				// It names no frame: a request the pages connection
+				// follows by its frame is known by the session's page.
+				w.mu.Lock()
+				page = w.sessions[session].target
+				w.mu.Unlock()
+			}
+			f.clientEvent(hd.Method, hd.Params, page, time.Now())
 		}
 	case "Target.attachedToTarget":
 		if ti, ok := cdp.ReadTargetInfo(hd.Params); ok {

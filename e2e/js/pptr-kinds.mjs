@@ -51,24 +51,21 @@ try {
     await p.evaluate((u) => { window.open(u); }, page(base, 13));
     await settled(await opened, 's=13');
   });
-  // Pages created with a URL; NO_URL_PAGES=1 leaves them out (through the
-  // relay, chromium-headless-shell never loads them: TestHeadlessShell).
-  if (!process.env.NO_URL_PAGES) {
-    await log.run('Target.createTarget', async () => {
-      const { targetId } = await cdp.send('Target.createTarget', { url: page(base, 14), browserContextId: ctx.id });
-      closeLater.push(targetId);
-      const t = await browser.waitForTarget((t) => t.url().includes(`run=${run}&s=14`));
-      await settled(await t.page(), 's=14');
-    });
-    await log.run('PUT /json/new', async () => {
-      // Chrome takes the whole query as the URL, unescaped.
-      const res = await fetch(`${relay}/json/new?${encodeURIComponent(page(base, 15))}`, { method: 'PUT' });
-      if (res.status !== 200) throw new Error(`PUT /json/new: ${res.status} ${await res.text()}`);
-      closeLater.push((await res.json()).id);
-      const t = await browser.waitForTarget((t) => t.url().includes(`run=${run}&s=15`));
-      await settled(await t.page(), 's=15');
-    });
-  }
+  // Pages created with a URL.
+  await log.run('Target.createTarget', async () => {
+    const { targetId } = await cdp.send('Target.createTarget', { url: page(base, 14), browserContextId: ctx.id });
+    closeLater.push(targetId);
+    const t = await browser.waitForTarget((t) => t.url().includes(`run=${run}&s=14`));
+    await settled(await t.page(), 's=14');
+  });
+  await log.run('PUT /json/new', async () => {
+    // Chrome takes the whole query as the URL, unescaped.
+    const res = await fetch(`${relay}/json/new?${encodeURIComponent(page(base, 15))}`, { method: 'PUT' });
+    if (res.status !== 200) throw new Error(`PUT /json/new: ${res.status} ${await res.text()}`);
+    closeLater.push((await res.json()).id);
+    const t = await browser.waitForTarget((t) => t.url().includes(`run=${run}&s=15`));
+    await settled(await t.page(), 's=15');
+  });
 
   // Redirects. Both hosts are booked first, rb just before ra; then rb's
   // first page and ra's redirect to rb go together, each waiting for its

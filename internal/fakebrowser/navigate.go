@@ -194,7 +194,7 @@ var fakeEpoch = time.Now()
 
 // asPause rewrites a recorded browser-level pause for ic: its own
 // interception job, and for a session its sessionId and the request's
-// networkId.
+// networkId (none when networkID is empty).
 func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
 	msg = RenumberJob(msg, job)
 	if ic.session == "" {
@@ -204,7 +204,10 @@ func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
 	json.Unmarshal(msg, &m)
 	var params map[string]json.RawMessage
 	json.Unmarshal(m["params"], &params)
-	params["networkId"], _ = json.Marshal(networkID)
+	delete(params, "networkId")
+	if networkID != "" {
+		params["networkId"], _ = json.Marshal(networkID)
+	}
 	m["params"], _ = json.Marshal(params)
 	m["sessionId"], _ = json.Marshal(ic.session)
 	out, _ := json.Marshal(m)
@@ -218,7 +221,10 @@ func asPause(msg []byte, job int, ic interceptor, networkID string) []byte {
 // holding it hands it to the next. A Response-stage hop pauses, in the
 // reverse order, only at the browser-level interceptors that asked for it.
 // Sessions with Network on get the request's Network events: that it is
-// being sent, and how each hop was answered (timed as it left). It
+// being sent, and how each hop was answered (timed as it left). As in
+// Chromium, a request that starts while no session has the page's Network
+// on pauses in sessions with no networkId, and is told only by its
+// answers (Network.responseReceived, named by its loader and frame). It
 // returns, per Request-stage hop, when the first interceptor got it and
 // when it left.
 func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
@@ -230,9 +236,13 @@ func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
 	answered := true
 	jobs := map[*Conn]int{} // each browser-level interceptor's job of the hop under way
 	on := fb.fetchOnNow()
+	named := networkID // "" when no session had Network on as it started
 	for i, msg := range chain {
 		p, _ := ReadPause(msg)
 		frame = p.FrameID
+		if i == 0 && len(fb.networkSessions(frame)) == 0 {
+			named = ""
+		}
 		if p.requestStage() {
 			if !answered {
 				fb.networkEnd(frame, networkID, Pause{ResponseStatusCode: 200}, sent, false)
@@ -248,7 +258,7 @@ func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
 				if ic.session == "" {
 					jobs[ic.fc] = job
 				}
-				m := asPause(msg, job, ic, networkID)
+				m := asPause(msg, job, ic, named)
 				mp, _ := ReadPause(m)
 				at := time.Now()
 				if err := ic.fc.Send(m); err != nil {
@@ -279,6 +289,9 @@ func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
 				ht.Paused, ht.Continued = sent, sent
 			}
 			for _, ns := range fb.networkSessions(frame) {
+				if named == "" {
+					break // no extra info for it
+				}
 				ns.fc.Send(fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"associatedCookies":[],"headers":{}},"sessionId":%q}`, networkID, ns.session))
 			}
 			out = append(out, ht)
