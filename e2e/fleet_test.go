@@ -352,8 +352,11 @@ func TestClusterNodeDown(t *testing.T) {
 		if !strings.Contains(l.logs.raw.String(), `"node":"`+dead.Addr()+`"`) || l.logs.count("lost redis") != 1 {
 			t.Errorf("relay %d: want one \"lost redis\" naming node %s:\n%s", i+1, dead.Addr(), l.logs.raw.String())
 		}
-		if f := metricOf(t, "http://"+l.listen, "cdp_throttle_store_fallbacks_total"); f < perRelay || f > perRelay+2 {
-			t.Errorf("relay %d: %v store fallbacks, want about %d (its navigations to %s only)", i+1, f, perRelay, deadHost)
+		// Each navigation to the dead node's host books there once, and
+		// may push its schedule once (a late departure: Lightpanda's are
+		// followed), each a fallback.
+		if f := metricOf(t, "http://"+l.listen, "cdp_throttle_store_fallbacks_total"); f < perRelay || f > 2*perRelay+2 {
+			t.Errorf("relay %d: %v store fallbacks, want %d to %d (its navigations to %s only, and their pushes)", i+1, f, perRelay, 2*perRelay, deadHost)
 		}
 	}
 }
