@@ -76,7 +76,6 @@ type hop struct {
 type reply struct {
 	result json.RawMessage
 	err    *cdp.Error
-	at     time.Time // when it was read, where the reader notes it
 }
 
 // documentPattern pauses every document request where it is enabled: on a

@@ -514,32 +514,16 @@ func (s *sessionHold) goOn(session, requestID string) {
 }
 
 // goOnFollowed lets a paused request go on and, when fl follows the
-// navigation's departure, tells it when the request left: Lightpanda
-// answers Fetch.continueRequest once it has handed the request to its
-// HTTP client, which sends it before it answers when one of its
-// connections is free. (A request queued behind busy ones leaves later
-// than its answer says, and pace cannot see that.)
+// navigation's departure, has the answer tell it when the request left
+// (watch.departs): Lightpanda answers Fetch.continueRequest once it has
+// handed the request to its HTTP client, which sends it before it answers
+// when one of its connections is free. (A request queued behind busy ones
+// leaves later than its answer says, and pace cannot see that.)
 func (s *sessionHold) goOnFollowed(session, requestID string, fl *flight) {
-	n := fl.followed()
-	if n == nil {
-		s.goOn(session, requestID)
-		return
+	if fl.followed() == nil {
+		fl = nil
 	}
-	ch := make(chan reply, 1)
-	if _, err := s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, ch); err != nil {
-		return // the flight ends with the connection
-	}
-	s.w.h.holder.limiting.Add(1)
-	go func() {
-		defer s.w.h.holder.limiting.Done()
-		select {
-		case r := <-ch:
-			if r.err == nil {
-				n.Departed(r.at, true)
-			}
-		case <-fl.ctx.Done():
-		}
-	}()
+	s.w.sendDeparting(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, fl)
 }
 
 // fail fails a paused request the Limiter refused, as one the client

@@ -41,7 +41,7 @@ type watch struct {
 	own      map[int64]chan reply   // guarded by mu; the relay's own commands on this connection
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
 	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
-	departs  map[cmdKey]*flight     // guarded by mu; a client's Fetch.continueRequest of a held document whose departure its answer tells
+	departs  map[cmdKey]*flight     // guarded by mu; Fetch.continueRequest commands (the relay's or a client's) of a held document whose answer tells its departure
 	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself
 	network  map[string]string      // guarded by mu; page sessions where the client enabled Network → their page
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
@@ -498,7 +498,7 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 	if own && key.id < 0 {
 		if ch != nil {
 			result, e, _ := cdp.ReadReply(msg)
-			ch <- reply{result: result, err: e, at: time.Now()}
+			ch <- reply{result: result, err: e}
 		}
 		return true
 	}
@@ -573,6 +573,16 @@ func (w *watch) call(ctx context.Context, session, method string, params any) (j
 // send writes one of the relay's own commands; its answer goes to ch, or
 // is dropped when ch is nil.
 func (w *watch) send(session, method string, params any, ch chan reply) (int64, error) {
+	return w.sendOwn(session, method, params, ch, nil)
+}
+
+// sendDeparting is send for a command whose answer tells when the request
+// of fl's navigation left (departs); a nil fl follows nothing.
+func (w *watch) sendDeparting(session, method string, params any, fl *flight) {
+	w.sendOwn(session, method, params, nil, fl)
+}
+
+func (w *watch) sendOwn(session, method string, params any, ch chan reply, fl *flight) (int64, error) {
 	w.mu.Lock()
 	w.nextOwn--
 	id := w.nextOwn
@@ -580,6 +590,9 @@ func (w *watch) send(session, method string, params any, ch chan reply) (int64, 
 		clear(w.own)
 	}
 	w.own[id] = ch
+	if fl != nil && len(w.departs) < maxTracked {
+		w.departs[cmdKey{session, id}] = fl
+	}
 	w.mu.Unlock()
 	msg, err := cdp.Command(id, method, session, params)
 	if err == nil {
@@ -588,6 +601,7 @@ func (w *watch) send(session, method string, params any, ch chan reply) (int64, 
 	if err != nil {
 		w.mu.Lock()
 		delete(w.own, id)
+		delete(w.departs, cmdKey{session, id})
 		w.mu.Unlock()
 		return 0, err
 	}
