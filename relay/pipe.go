@@ -26,6 +26,9 @@ type conn struct {
 	// toBrowser is set on the browser side: the browser takes text frames only.
 	toBrowser bool
 	wmu       sync.Mutex // serialises data frames; control frames need no lock
+	// batch is the connection under c when it batches the pump's writes
+	// (batch.go); nil when it does not.
+	batch *batchConn
 }
 
 // writeMessage writes one whole message within timeout.
@@ -34,6 +37,27 @@ func (c *conn) writeMessage(mt int, p []byte, timeout time.Duration) error {
 	defer c.wmu.Unlock()
 	c.c.SetWriteDeadline(time.Now().Add(timeout))
 	return c.c.WriteMessage(mt, p)
+}
+
+// writeRelayed is writeMessage for the pump relaying to this side: the
+// message may wait in the batch until the pump reads again.
+func (c *conn) writeRelayed(mt int, p []byte, timeout time.Duration) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.batch != nil {
+		c.batch.mark(true)
+		defer c.batch.mark(false)
+	}
+	c.c.SetWriteDeadline(time.Now().Add(timeout))
+	return c.c.WriteMessage(mt, p)
+}
+
+// flush sends what waits in the batch.
+func (c *conn) flush() error {
+	if c.batch == nil {
+		return nil
+	}
+	return c.batch.send()
 }
 
 // pair relays one client connection to its browser connection. Each side
@@ -124,7 +148,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, status)
 		return
 	}
-	cc, err := p.upgrader.Upgrade(w, r, nil)
+	cc, err := p.upgrader.Upgrade(batchingWriter{w}, r, nil)
 	if err != nil {
 		bc.Close()
 		log.Debug().Err(err).Msg("websocket upgrade failed")
@@ -151,6 +175,7 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id ui
 		cancel:  cancel,
 		ended:   make(chan struct{}),
 	}
+	pr.client.batch, pr.browser.batch = pairBatches(cc.NetConn(), bc.NetConn())
 	for _, c := range []*conn{pr.client, pr.browser} {
 		c.c.SetReadLimit(p.MaxMessageSize)
 		c.c.SetCloseHandler(func(int, string) error { return nil }) // the pumps pass closes on
@@ -220,7 +245,9 @@ type pumpEnd struct {
 const closeGrace = 2 * time.Second
 
 // pump copies messages from src to dst until src ends or a write fails.
+// What it relays waits in dst's batch until it reads src again (or ends).
 func (pr *pair) pump(src, dst *conn) pumpEnd {
+	defer dst.flush()
 	for {
 		mt, r, err := src.c.NextReader()
 		if err != nil {
@@ -294,7 +321,7 @@ func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
 		} else if pr.fromBrowser(msg) {
 			return nil // for the relay, not the client
 		}
-		if err := dst.writeMessage(mt, msg, pr.p.WriteTimeout); err != nil {
+		if err := dst.writeRelayed(mt, msg, pr.p.WriteTimeout); err != nil {
 			return writeError{err}
 		}
 		pr.p.Metrics.relayed(dst.toBrowser, n)

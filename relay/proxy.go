@@ -233,6 +233,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	// connected to it directly would have waited.
 	cd := *p.dialer
 	cd.HandshakeTimeout = clientHandshake
+	cd.NetDialContext = dialBatching // relayed connections batch the pump's writes (batch.go)
 	p.clientDialer = &cd
 	p.upgrader = &websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
