@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -45,9 +46,24 @@ func TestPage(t *testing.T) {
 			}
 		}
 	}
-	code, body := getBody(t, "http://"+tp.addr+"/status")
-	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
-		t.Fatalf("GET /status: %d %v: %s", code, err, body)
+	// Each answer is fed back on a goroutine of its own, after the fake
+	// answered: read /status until the last one is in.
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st.Buckets = nil
+		code, body = getBody(t, "http://"+tp.addr+"/status")
+		if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+			t.Fatalf("GET /status: %d %v: %s", code, err, body)
+		}
+		drawn := map[string]int{}
+		for _, b := range st.Buckets {
+			for _, n := range b.Navigations {
+				drawn[n.Answer]++
+			}
+		}
+		if st.Answers["overload"] > 0 && drawn["overload"] == st.Answers["overload"] && drawn["failure"] == st.Answers["failure"] || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(st.Browsers) != 1 || st.Browsers[0].Holding != "fetch" || !st.Browsers[0].Alive || !strings.HasPrefix(st.Browsers[0].Browser, "Chrome/") {
 		t.Errorf("browsers: got %+v, want one Chrome, alive, holding through fetch", st.Browsers)
