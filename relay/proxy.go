@@ -177,6 +177,9 @@ type Proxy struct {
 // browser's websocket handshake.
 const clientHandshake = time.Minute
 
+// readBuffer is the size of each relayed connection's read buffer.
+const readBuffer = 32 << 10
+
 // Start checks the upstream browser, waiting up to StartTimeout for it to
 // come up, and arms the navigation holder. ctx bounds the wait only.
 func (p *Proxy) Start(ctx context.Context) error {
@@ -221,10 +224,13 @@ func (p *Proxy) Start(ctx context.Context) error {
 	// Write buffers are per connection and small: the server side writes
 	// a message of any size in one frame past its buffer, and Chromium
 	// takes a bigger command in fragments. (A shared buffer pool would
-	// cost an allocation per message.)
+	// cost an allocation per message.) Read buffers take what a busy
+	// browser sent since the last read in one system call, as a
+	// byte-copying proxy reads: each read with data is also one batched
+	// write to the other side (batch.go).
 	p.dialer = &websocket.Dialer{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   4 << 10,
+		ReadBufferSize:   readBuffer,
 		WriteBufferSize:  8 << 10,
 	}
 	// A client's connection waits for the browser as long as the client
@@ -237,6 +243,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.clientDialer = &cd
 	p.upgrader = &websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   readBuffer,
 		WriteBufferSize:  8 << 10,
 		CheckOrigin:      p.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
