@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -296,18 +297,57 @@ func Reply(id int64, session string, result any, e *Error) ([]byte, error) {
 }
 
 // Command encodes a command of the relay's own: id, method, the session
-// it is for ("" for the connection's own) and params.
+// it is for ("" for the connection's own) and params (a json.RawMessage
+// goes as it is). The relay sends one per held navigation, so the envelope
+// is written by hand.
 func Command(id int64, method, session string, params any) ([]byte, error) {
-	p, err := json.Marshal(params)
-	if err != nil {
-		return nil, err
+	p, ok := params.(json.RawMessage)
+	if !ok {
+		var err error
+		if p, err = json.Marshal(params); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(struct {
-		ID        int64           `json:"id"`
-		SessionID string          `json:"sessionId,omitempty"`
-		Method    string          `json:"method"`
-		Params    json.RawMessage `json:"params"`
-	}{id, session, method, p})
+	if !plainString(method) || !plainString(session) {
+		return json.Marshal(struct {
+			ID        int64           `json:"id"`
+			SessionID string          `json:"sessionId,omitempty"`
+			Method    string          `json:"method"`
+			Params    json.RawMessage `json:"params"`
+		}{id, session, method, p})
+	}
+	b := make([]byte, 0, 48+len(method)+len(session)+len(p))
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	if session != "" {
+		b = append(append(append(b, `,"sessionId":"`...), session...), '"')
+	}
+	b = append(append(append(b, `,"method":"`...), method...), `","params":`...)
+	return append(append(b, p...), '}'), nil
+}
+
+// StringParam encodes params with one string member, name: value.
+func StringParam(name, value string) json.RawMessage {
+	if !plainString(name) || !plainString(value) {
+		p, _ := json.Marshal(map[string]string{name: value})
+		return p
+	}
+	b := make([]byte, 0, 7+len(name)+len(value))
+	b = append(append(append(b, `{"`...), name...), `":"`...)
+	return append(append(b, value...), `"}`...)
+}
+
+// plainString reports whether s goes into JSON as it is, between quotes:
+// no quote, backslash, control character, or what encoding/json escapes
+// for HTML.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&', c >= 0x80:
+			return false
+		}
+	}
+	return true
 }
 
 // NetworkEvent is what the relay reads of a Network event of a document

@@ -1,6 +1,7 @@
 package cdp
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/netip"
 	"testing"
@@ -354,6 +355,37 @@ func BenchmarkReadNetworkEvent(b *testing.B) {
 	for b.Loop() {
 		if _, ok := ReadNetworkEvent(method, params); !ok {
 			b.Fatal("unread")
+		}
+	}
+}
+
+// TestCommand: the envelope written by hand is what encoding/json writes,
+// for any method, session and params.
+func TestCommand(t *testing.T) {
+	for _, c := range []struct {
+		id              int64
+		method, session string
+		params          any
+	}{
+		{-1, "Fetch.continueRequest", "9A1B", StringParam("requestId", "interception-job-1.0")},
+		{-7, "Fetch.continueRequest", "", map[string]string{"requestId": "1.2"}},
+		{3, "Target.attachToTarget", "S", map[string]any{"targetId": "T", "flatten": true}},
+		{-2, "Fetch.failRequest", `odd"session\`, StringParam("requestId", "a<b>&\"\\\x01é")},
+		{-4, "Weird\nMethod", "", json.RawMessage(`{"a":[1,2]}`)},
+	} {
+		got, err := Command(c.id, c.method, c.session, c.params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := json.Marshal(c.params)
+		want, _ := json.Marshal(struct {
+			ID        int64           `json:"id"`
+			SessionID string          `json:"sessionId,omitempty"`
+			Method    string          `json:"method"`
+			Params    json.RawMessage `json:"params"`
+		}{c.id, c.session, c.method, p})
+		if !bytes.Equal(got, want) {
+			t.Errorf("Command(%d, %q, %q): %s, want %s", c.id, c.method, c.session, got, want)
 		}
 	}
 }

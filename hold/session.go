@@ -375,7 +375,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		st := s.state(session)
 		var doc sessDoc
 		var answer cdp.Answer
-		if st != nil && (method == "Network.responseReceived" || method == "Network.loadingFailed") {
+		if st != nil && len(st.docs) > 0 && (method == "Network.responseReceived" || method == "Network.loadingFailed") && st.awaits(hd.Params) {
 			var ok bool
 			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params); ok {
 				doc = st.docs[answer.RequestID]
@@ -508,9 +508,22 @@ func (st *sessState) endDocs() {
 	}
 }
 
+// awaits reports whether a Network event's params (one the browser sends
+// for every request of the page) may be of a document under way: its
+// requestId, read without decoding the rest when the browser wrote it
+// first (Chromium and Lightpanda do), is one of docs. Callers hold w.mu.
+func (st *sessState) awaits(params []byte) bool {
+	id, ok := cdp.NetworkRequestID(params)
+	if !ok {
+		return true // decode it whole
+	}
+	_, under := st.docs[id]
+	return under
+}
+
 // goOn lets a request paused in a client session go on.
 func (s *sessionHold) goOn(session, requestID string) {
-	s.w.send(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, nil)
+	s.w.send(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), nil)
 }
 
 // goOnFollowed lets a paused request go on and, when fl follows the
@@ -523,7 +536,7 @@ func (s *sessionHold) goOnFollowed(session, requestID string, fl *flight) {
 	if fl.followed() == nil {
 		fl = nil
 	}
-	s.w.sendDeparting(session, "Fetch.continueRequest", map[string]string{"requestId": requestID}, fl)
+	s.w.sendDeparting(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), fl)
 }
 
 // fail fails a paused request the Limiter refused, as one the client
