@@ -40,7 +40,9 @@ import (
 // CRAWL_ENV_<NAME> adds to the relay's environment, CRAWL_BIN runs a
 // build of the relay of one's own instead of the tree's, and CRAWL_BIN_<NAME>
 // runs another build of the relay (to compare one commit with another in
-// the same rounds).
+// the same rounds). CRAWL_WARMUP=1 crawls through the floor once first,
+// unreported: the first crawl of a benchmark runs on cold caches (a floor
+// 30% slower than the next seen).
 //
 // Each run reports the crawl's wall time, the CPU that Chromium (all its
 // processes) and the proxy (floor or relay) used, each ÷ the floor's of
@@ -55,6 +57,10 @@ func BenchmarkCrawl(b *testing.B) {
 	}
 	s := startSiteProcess(b, "-")
 	page := s.url(siteIP, "/four?x=1")
+	if os.Getenv("CRAWL_WARMUP") == "1" {
+		cr := crawlOnce(b, bin, "floor", page, clients, loads)
+		fmt.Fprintf(os.Stderr, "warm-up floor wall %6.1f s (not reported)\n", cr.wall.Seconds())
+	}
 	for range b.N {
 		got := map[string][]crawlRun{}
 		for r := range rounds {
