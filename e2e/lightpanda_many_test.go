@@ -138,8 +138,14 @@ func TestLightpandaManyOneSchedule(t *testing.T) {
 	for i := range endpoints {
 		endpoints[i] = "ws://" + l.listen + "/"
 	}
+	// What late departures moved the schedule by: the relay follows each
+	// held document's departure from Lightpanda's answer to the
+	// Fetch.continueRequest, and one that left later than usual moves the
+	// rest of the schedule (simulate does not model that).
+	var pushed time.Duration
 	viaRelay := func() hammered {
 		h := hammer(t, s, host, n, endpoints)
+		pushed = time.Duration(metricOf(t, "http://"+l.listen, "cdp_throttle_schedule_pushed_seconds_total") * float64(time.Second))
 		// Each client had a Lightpanda of its own.
 		body, _ := httpGet("http://" + l.listen + "/healthz")
 		var health struct {
@@ -191,8 +197,9 @@ func TestLightpandaManyOneSchedule(t *testing.T) {
 	if len(viaRelay.at) != n {
 		t.Fatalf("through the relay the server saw %d navigations, want %d", len(viaRelay.at), n)
 	}
-	if span := viaRelay.at[n-1].Sub(viaRelay.at[0]); span < want-500*time.Millisecond || span > want+500*time.Millisecond {
-		t.Errorf("through one relay, %d navigations span %v, want simulate's %v ± 0.5s", n, span, want)
+	t.Logf("late departures pushed the schedule by %v in all", pushed)
+	if span := viaRelay.at[n-1].Sub(viaRelay.at[0]); span < want-500*time.Millisecond || span > want+pushed+500*time.Millisecond {
+		t.Errorf("through one relay, %d navigations span %v, want simulate's %v, plus the %v late departures pushed it, ± 0.5s", n, span, want, pushed)
 	}
 	// No two closer than the rule allows: against the absolute schedule
 	// from the first, each held navigation reaches the server no sooner
