@@ -227,6 +227,24 @@ func ReadTargetInfo(params []byte) (TargetInfo, bool) {
 	return ti, true
 }
 
+// LeadingTargetID returns the targetId of a Target event's targetInfo
+// without decoding the rest, when the browser wrote it first, as Chromium
+// does (`{"targetInfo":{"targetId":"…"`); ok is false otherwise. Every
+// client of a browser hears of every change to every page: most are of
+// pages a reader knows already, which it can tell from the id alone.
+func LeadingTargetID(params []byte) ([]byte, bool) {
+	const prefix = `{"targetInfo":{"targetId":"`
+	if !bytes.HasPrefix(params, []byte(prefix)) {
+		return nil, false
+	}
+	rest := params[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end <= 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return nil, false
+	}
+	return rest[:end], true
+}
+
 // ReadTargetID reads the targetId of Target.targetDestroyed params.
 func ReadTargetID(params []byte) (string, bool) {
 	id, ok := memberString(params, "targetId")

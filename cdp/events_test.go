@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -307,6 +309,58 @@ func TestNetworkRequestID(t *testing.T) {
 		if got, ok := NetworkRequestID([]byte(tt.params)); got != tt.want || ok != tt.ok {
 			t.Errorf("NetworkRequestID(%s) = %q, %v; want %q, %v", tt.params, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+func TestLeadingTargetID(t *testing.T) {
+	tests := []struct {
+		params, want string
+		ok           bool
+	}{
+		{`{"targetInfo":{"targetId":"2D80E7C0","type":"page","title":"x"}}`, "2D80E7C0", true},
+		{`{"targetInfo":{"type":"page","targetId":"T"}}`, "", false}, // not first: decoded instead
+		{`{"targetInfo":{"targetId":"a\\"b"}}`, "", false},
+		{`{"targetInfo":{"targetId":""}}`, "", false},
+		{`{"targetInfo":{"targetId":"unterminated`, "", false},
+		{`{"sessionId":"S","targetInfo":{"targetId":"T"}}`, "", false},
+		{``, "", false},
+	}
+	for _, tt := range tests {
+		if got, ok := LeadingTargetID([]byte(tt.params)); string(got) != tt.want || ok != tt.ok {
+			t.Errorf("LeadingTargetID(%s) = %q, %v; want %q, %v", tt.params, got, ok, tt.want, tt.ok)
+		}
+	}
+	// On what Chromium sends, it reads what ReadTargetInfo reads, every time.
+	files, _ := filepath.Glob("../internal/fakebrowser/testdata/chromium-*.jsonl")
+	if len(files) == 0 {
+		t.Fatal("no recordings of Chromium")
+	}
+	seen := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			var rec struct {
+				Msg struct {
+					Method string          `json:"method"`
+					Params json.RawMessage `json:"params"`
+				} `json:"msg"`
+			}
+			if json.Unmarshal(line, &rec) != nil || rec.Msg.Method != "Target.targetCreated" && rec.Msg.Method != "Target.targetInfoChanged" {
+				continue
+			}
+			seen++
+			ti, ok := ReadTargetInfo(rec.Msg.Params)
+			id, fast := LeadingTargetID(rec.Msg.Params)
+			if !ok || !fast || string(id) != ti.TargetID {
+				t.Errorf("%s: LeadingTargetID = %q, %v; ReadTargetInfo's targetId %q, %v", f, id, fast, ti.TargetID, ok)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no Target events in the recordings")
 	}
 }
 

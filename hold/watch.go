@@ -439,6 +439,9 @@ func (w *watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
 	if f == nil || !bytes.Contains(msg, attached) {
 		return nil, false
 	}
+	if id, ok := cdp.LeadingTargetID(hd.Params); ok && (!f.relayAttached(string(id)) || w.h.attachedClients.count(string(id)) > 0) {
+		return nil, false // most are: a page a client is attached to, as it would be without the relay
+	}
 	ti, ok := cdp.ReadTargetInfo(hd.Params)
 	if !ok || ti.Type != "page" || !f.relayAttached(ti.TargetID) || w.h.attachedClients.count(ti.TargetID) > 0 {
 		return nil, false

@@ -126,6 +126,9 @@ func (c *Conn) FromBrowser(hd *cdp.Header, msg []byte) {
 			c.mu.Unlock()
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
+		if id, ok := cdp.LeadingTargetID(hd.Params); ok && c.settled(id) {
+			return // seen would change nothing: its title or URL changed
+		}
 		if ti, ok := cdp.ReadTargetInfo(hd.Params); ok && ti.Type == "page" {
 			c.seen(ti)
 		}
@@ -212,6 +215,16 @@ func (c *Conn) created(k key, ctx string) {
 
 // seen learns a page's browser context, and makes a popup of a page the
 // connection owns the connection's too.
+// settled reports whether the page target id is known with its browser
+// context: what seen does for it then is nothing.
+func (c *Conn) settled(id []byte) bool {
+	r := c.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	it := r.items[key{page, string(id)}]
+	return it != nil && it.context != ""
+}
+
 func (c *Conn) seen(ti cdp.TargetInfo) {
 	r := c.r
 	r.mu.Lock()
