@@ -439,11 +439,18 @@ func (w *watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
 	if f == nil || !bytes.Contains(msg, attached) {
 		return nil, false
 	}
-	if id, ok := cdp.LeadingTargetID(hd.Params); ok && (!f.relayAttached(string(id)) || w.h.attachedClients.count(string(id)) > 0) {
-		return nil, false // most are: a page a client is attached to, as it would be without the relay
+	// The id alone tells most: the relay attaches to pages only, so a
+	// target it is attached to is a page.
+	id, ok := cdp.LeadingTargetID(hd.Params)
+	target := string(id)
+	if !ok {
+		ti, ok := cdp.ReadTargetInfo(hd.Params)
+		if !ok || ti.Type != "page" {
+			return nil, false
+		}
+		target = ti.TargetID
 	}
-	ti, ok := cdp.ReadTargetInfo(hd.Params)
-	if !ok || ti.Type != "page" || !f.relayAttached(ti.TargetID) || w.h.attachedClients.count(ti.TargetID) > 0 {
+	if !f.relayAttached(target) || w.h.attachedClients.count(target) > 0 {
 		return nil, false
 	}
 	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true

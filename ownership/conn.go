@@ -213,8 +213,6 @@ func (c *Conn) created(k key, ctx string) {
 	r.ownLocked(c, it)
 }
 
-// seen learns a page's browser context, and makes a popup of a page the
-// connection owns the connection's too.
 // settled reports whether the page target id is known with its browser
 // context: what seen does for it then is nothing.
 func (c *Conn) settled(id []byte) bool {
@@ -225,6 +223,8 @@ func (c *Conn) settled(id []byte) bool {
 	return it != nil && it.context != ""
 }
 
+// seen learns a page's browser context, and makes a popup of a page the
+// connection owns the connection's too.
 func (c *Conn) seen(ti cdp.TargetInfo) {
 	r := c.r
 	r.mu.Lock()

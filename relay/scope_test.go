@@ -165,15 +165,23 @@ func TestScopeAttached(t *testing.T) {
 			"targetId": id, "type": "page", "title": "", "url": "http://a.test/", "attached": true, "openerId": "MINE", "canAccessOpener": true, "browserContextId": "CTX"}}})
 		return b
 	}
-	fc.Send(info("POPUP"))
-	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":false`) {
-		t.Errorf("the client got %s, want the popup not attached: only the relay is", got)
+	// As Chromium writes it, targetId first (read from the first bytes).
+	chromium := func(id string) []byte {
+		return fmt.Appendf(nil, `{"method":"Target.targetInfoChanged","params":{"targetInfo":{"targetId":%q,"type":"page","title":"","url":"http://a.test/","attached":true,"openerId":"MINE","canAccessOpener":true,"browserContextId":"CTX"}}}`, id)
+	}
+	for _, msg := range [][]byte{info("POPUP"), chromium("POPUP")} {
+		fc.Send(msg)
+		if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":false`) {
+			t.Errorf("the client got %s, want the popup not attached: only the relay is", got)
+		}
 	}
 	fc.Send(attachedTo("S-POPUP", "POPUP", "page"))
 	readClient(t, c)
-	fc.Send(info("POPUP"))
-	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
-		t.Errorf("the client got %s, want the popup attached: the client is", got)
+	for _, msg := range [][]byte{info("POPUP"), chromium("POPUP")} {
+		fc.Send(msg)
+		if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
+			t.Errorf("the client got %s, want the popup attached: the client is", got)
+		}
 	}
 	// A page the relay is not attached to is as the browser says.
 	fc.Send(info("ELSEWHERE"))
