@@ -140,6 +140,8 @@ FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzKey -fuzztime $(FUZZTIME) ./limiter
 	$(GO) test -run XXX -fuzz FuzzScan -fuzztime $(FUZZTIME) ./cdp
+	$(GO) test -run XXX -fuzz FuzzAnswerReaders -fuzztime $(FUZZTIME) ./cdp
+	$(GO) test -run XXX -fuzz FuzzTargetReaders -fuzztime $(FUZZTIME) ./cdp
 
 clean:
 	rm -f cdp-throttle demo.html

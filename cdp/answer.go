@@ -1,7 +1,6 @@
 package cdp
 
 import (
-	"encoding/json"
 	"net/netip"
 	"strings"
 )
@@ -25,7 +24,9 @@ type Outcome struct {
 	RemoteIP netip.Addr
 }
 
-// RequestPaused is what the relay reads of a Fetch.requestPaused event.
+// RequestPaused is what the relay reads of a Fetch.requestPaused event
+// (readRequestPaused; the tags name the members as the browser writes
+// them, and the tests read them with encoding/json to compare).
 type RequestPaused struct {
 	RequestID           string `json:"requestId"`
 	FrameID             string `json:"frameId"`
@@ -48,11 +49,79 @@ type entry struct {
 
 // ReadRequestPaused reads the params of a Fetch.requestPaused event.
 func ReadRequestPaused(params []byte) (RequestPaused, bool) {
-	var ev RequestPaused
-	if json.Unmarshal(params, &ev) != nil || ev.RequestID == "" {
+	ev, ok := readRequestPaused(params)
+	if !ok || ev.RequestID == "" {
 		return RequestPaused{}, false
 	}
 	return ev, true
+}
+
+// readRequestPaused reads what Fetch.requestPaused params hold; ok is
+// false when they are not what encoding/json would read into a
+// RequestPaused.
+func readRequestPaused(params []byte) (ev RequestPaused, ok bool) {
+	ok = true
+	read := members(params, func(key, v []byte) bool {
+		switch string(key) {
+		case "requestId":
+			ev.RequestID, ok = stringOf(v)
+		case "frameId":
+			ev.FrameID, ok = stringOf(v)
+		case "resourceType":
+			ev.ResourceType, ok = stringOf(v)
+		case "redirectedRequestId":
+			ev.RedirectedRequestID, ok = stringOf(v)
+		case "networkId":
+			ev.NetworkID, ok = stringOf(v)
+		case "request":
+			if string(v) != "null" {
+				ok = members(v, func(key, v []byte) bool {
+					switch string(key) {
+					case "url":
+						ev.Request.URL, ok = stringOf(v)
+					case "method":
+						ev.Request.Method, ok = stringOf(v)
+					}
+					return ok
+				}) && ok
+			}
+		case "responseStatusCode":
+			ev.ResponseStatusCode, ok = intOf(v)
+		case "responseErrorReason":
+			ev.ResponseErrorReason, ok = stringOf(v)
+		case "responseHeaders":
+			ev.ResponseHeaders, ok = readEntries(v)
+		}
+		return ok
+	})
+	return ev, ok && read
+}
+
+// readEntries reads an array of header entries ({"name","value"}); null
+// reads nil.
+func readEntries(val []byte) ([]entry, bool) {
+	if string(val) == "null" {
+		return nil, true
+	}
+	var es []entry
+	read := elements(val, func(v []byte) bool {
+		var e entry
+		ok := true
+		if string(v) != "null" {
+			ok = members(v, func(key, v []byte) bool {
+				switch string(key) {
+				case "name":
+					e.Name, ok = stringOf(v)
+				case "value":
+					e.Value, ok = stringOf(v)
+				}
+				return ok
+			}) && ok
+		}
+		es = append(es, e)
+		return ok
+	})
+	return es, read
 }
 
 // Outcome reads the answer of a request paused at the Response stage. ok

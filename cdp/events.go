@@ -140,6 +140,79 @@ func RequestWillBeSent(params []byte) (Request, bool) {
 	return r, true
 }
 
+// answerParams is what DocumentAnswer reads of Network.responseReceived
+// or Network.loadingFailed params.
+type answerParams struct {
+	RequestID string    `json:"requestId"`
+	Type      string    `json:"type"`
+	Response  *response `json:"response"`
+	ErrorText string    `json:"errorText"`
+	Canceled  bool      `json:"canceled"`
+}
+
+// readAnswer reads answerParams; ok is false when params are not what
+// encoding/json would read into one.
+func readAnswer(params []byte) (p answerParams, ok bool) {
+	ok = true
+	read := members(params, func(key, v []byte) bool {
+		switch string(key) {
+		case "requestId":
+			p.RequestID, ok = stringOf(v)
+		case "type":
+			p.Type, ok = stringOf(v)
+		case "response":
+			p.Response = nil
+			if string(v) != "null" {
+				var r response
+				r, ok = readResponse(v)
+				p.Response = &r
+			}
+		case "errorText":
+			p.ErrorText, ok = stringOf(v)
+		case "canceled":
+			p.Canceled, ok = boolOf(v)
+		}
+		return ok
+	})
+	return p, ok && read
+}
+
+// readResponse reads a Network.Response object into a response; ok is
+// false when it is not what encoding/json would read into one.
+func readResponse(obj []byte) (r response, ok bool) {
+	ok = true
+	read := members(obj, func(key, v []byte) bool {
+		switch string(key) {
+		case "status":
+			r.Status, ok = floatOf(v)
+		case "headers":
+			// Only Retry-After is read of them (outcome): the others are
+			// checked, not kept.
+			r.Headers = nil
+			if string(v) != "null" {
+				ok = members(v, func(key, v []byte) bool {
+					if !bytes.EqualFold(key, []byte("Retry-After")) {
+						ok = string(v) == "null" || v[0] == '"'
+						return ok
+					}
+					var val string
+					if val, ok = stringOf(v); ok {
+						if r.Headers == nil {
+							r.Headers = map[string]string{}
+						}
+						r.Headers[string(key)] = val
+					}
+					return ok
+				}) && ok
+			}
+		case "remoteIPAddress":
+			r.RemoteIP, ok = stringOf(v)
+		}
+		return ok
+	})
+	return r, ok && read
+}
+
 type response struct {
 	Status   float64           `json:"status"`
 	Headers  map[string]string `json:"headers"`
@@ -171,14 +244,8 @@ type Answer struct {
 // DocumentAnswer reads Network.responseReceived (of a document) or
 // Network.loadingFailed. A cancelled load has the zero Outcome.
 func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
-	var p struct {
-		RequestID string    `json:"requestId"`
-		Type      string    `json:"type"`
-		Response  *response `json:"response"`
-		ErrorText string    `json:"errorText"`
-		Canceled  bool      `json:"canceled"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+	p, ok := readAnswer(params)
+	if !ok || p.RequestID == "" {
 		return Answer{}, false
 	}
 	a := Answer{RequestID: p.RequestID}

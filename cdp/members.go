@@ -1,9 +1,12 @@
 package cdp
 
+import "strconv"
+
 // The Target events go to every client of a shared browser (each of a
-// hundred Puppeteer clients hears of every page), and the relay reads a
-// few string members of each: they are read here straight from the bytes,
-// without encoding/json, keys matched exactly as Chromium writes them.
+// hundred Puppeteer clients hears of every page), and a holding relay
+// reads every paused request and every document's answer: the members the
+// relay reads of them are read here straight from the bytes, without
+// encoding/json, keys matched exactly as the browser writes them.
 
 // members calls visit with each member of the JSON object obj, its key
 // unescaped and its raw value, in order, and reports whether obj is an
@@ -48,6 +51,33 @@ func members(obj []byte, visit func(key, val []byte) bool) bool {
 	}
 }
 
+// elements calls visit with each raw element of the JSON array arr, in
+// order, and reports whether arr is an array it could read whole; visit
+// returning false stops it (and it reports false).
+func elements(arr []byte, visit func(val []byte) bool) bool {
+	s := scanner{b: arr}
+	s.space()
+	if !s.eat('[') {
+		return false
+	}
+	s.space()
+	if s.eat(']') {
+		return s.end() == nil
+	}
+	for {
+		s.space()
+		start := s.i
+		if !s.value(0) || !visit(arr[start:s.i]) {
+			return false
+		}
+		s.space()
+		if s.eat(',') {
+			continue
+		}
+		return s.eat(']') && s.end() == nil
+	}
+}
+
 // stringOf returns a member's value as a string; ok is false when the
 // value is neither a string nor null (encoding/json refuses it then, and
 // leaves a string it reads null into empty).
@@ -60,6 +90,104 @@ func stringOf(val []byte) (string, bool) {
 		return "", len(val) == 2 && val[0] == '"' // "" reads as nil
 	}
 	return string(v), true
+}
+
+// intOf returns a member's value as an int, as encoding/json reads a
+// number into one: a fraction, an exponent or an int's overflow is not
+// one (ok false); null reads 0.
+func intOf(val []byte) (int, bool) {
+	if string(val) == "null" {
+		return 0, true
+	}
+	if !isNumber(val) {
+		return 0, false
+	}
+	neg := val[0] == '-'
+	digits := val
+	if neg {
+		digits = val[1:]
+	}
+	var n uint64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n > (1<<63)/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if neg && n <= 1<<63 {
+		return int(-int64(n)), true // -(1<<63) wraps to itself, the least int64
+	}
+	if n >= 1<<63 {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// floatOf returns a member's value as a float64, as encoding/json reads a
+// number into one: one out of its range is not one (ok false); null reads 0.
+func floatOf(val []byte) (float64, bool) {
+	if string(val) == "null" {
+		return 0, true
+	}
+	if !isNumber(val) {
+		return 0, false
+	}
+	if len(val) <= 9 && val[0] != '-' && val[0] != '0' { // 200: most are small whole numbers
+		n := 0
+		for _, c := range val {
+			if c < '0' || c > '9' {
+				n = -1
+				break
+			}
+			n = n*10 + int(c-'0')
+		}
+		if n >= 0 {
+			return float64(n), true
+		}
+	}
+	f, err := strconv.ParseFloat(string(val), 64)
+	return f, err == nil
+}
+
+// isNumber reports whether val is a JSON number:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func isNumber(val []byte) bool {
+	i := 0
+	if i < len(val) && val[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(val) && val[i] >= '0' && val[i] <= '9' {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	switch {
+	case i < len(val) && val[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(val) && val[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(val) && (val[i] == 'e' || val[i] == 'E') {
+		i++
+		if i < len(val) && (val[i] == '+' || val[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(val)
 }
 
 // boolOf returns a member's value as a bool; ok is false unless it is

@@ -1,0 +1,232 @@
+package cdp
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The paused-request and answer readers read their members straight from
+// the bytes; these tests hold them to what encoding/json reads, which
+// they replaced.
+
+// jsonRequestPaused is ReadRequestPaused as it was, with encoding/json.
+func jsonRequestPaused(params []byte) (RequestPaused, bool) {
+	var ev RequestPaused
+	if json.Unmarshal(params, &ev) != nil || ev.RequestID == "" {
+		return RequestPaused{}, false
+	}
+	return ev, true
+}
+
+// jsonDocumentAnswer is DocumentAnswer as it was, with encoding/json.
+func jsonDocumentAnswer(method, params []byte) (Answer, bool) {
+	var p answerParams
+	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+		return Answer{}, false
+	}
+	a := Answer{RequestID: p.RequestID}
+	switch string(method) {
+	case "Network.responseReceived":
+		if p.Response == nil || p.Type != "Document" {
+			return a, false
+		}
+		a.Outcome = p.Response.outcome()
+	case "Network.loadingFailed":
+		if !p.Canceled {
+			a.Outcome.NoAnswer = NoAnswer(p.ErrorText)
+		}
+	default:
+		return a, false
+	}
+	return a, true
+}
+
+// samePaused compares two reads of a paused request, an empty header
+// list equal to none (encoding/json reads [] as an empty list).
+func samePaused(a, b RequestPaused) bool {
+	if len(a.ResponseHeaders) == 0 && len(b.ResponseHeaders) == 0 {
+		a.ResponseHeaders, b.ResponseHeaders = nil, nil
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// readerFields are the members the readers read, at every level:
+// encoding/json also takes them in another case, the browser never
+// writes them so.
+var readerFields = []string{"requestId", "frameId", "resourceType", "redirectedRequestId", "networkId",
+	"request", "url", "method", "responseStatusCode", "responseErrorReason", "responseHeaders", "name",
+	"value", "type", "response", "errorText", "canceled", "status", "headers", "remoteIPAddress"}
+
+// browserShaped reports whether params are JSON as a browser writes it:
+// valid, no key twice in an object, no reader's key in another case, at
+// most one Retry-After among a response's headers (encoding/json reads
+// them into a map, whose order is not kept).
+func browserShaped(params []byte) bool {
+	if !json.Valid(params) {
+		return false
+	}
+	var walk func(v []byte) bool
+	walk = func(v []byte) bool {
+		switch v[0] {
+		case '{':
+			seen := map[string]bool{}
+			retry := 0
+			ok := true
+			members(v, func(key, val []byte) bool {
+				k := string(key)
+				if seen[k] {
+					ok = false
+				}
+				seen[k] = true
+				if strings.EqualFold(k, "Retry-After") {
+					retry++
+				}
+				for _, f := range readerFields {
+					if k != f && strings.EqualFold(k, f) {
+						ok = false
+					}
+				}
+				ok = ok && walk(val)
+				return ok
+			})
+			return ok && retry <= 1
+		case '[':
+			ok := true
+			elements(v, func(val []byte) bool { ok = walk(val); return ok })
+			return ok
+		}
+		return true
+	}
+	return walk(bytes.TrimSpace(params))
+}
+
+// FuzzAnswerReaders checks ReadRequestPaused and DocumentAnswer against
+// encoding/json on every input shaped as a browser writes it.
+func FuzzAnswerReaders(f *testing.F) {
+	for _, s := range []string{
+		`{"requestId":"interception-job-6.1","request":{"url":"http://b.test:42557/x","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":200,"responseStatusText":"OK","responseHeaders":[{"name":"Retry-After","value":"3"},null],"networkId":"E93D","redirectedRequestId":"interception-job-6.0"}`,
+		`{"requestId":"LID-0000000003","frameId":"FID-1","request":{"url":"http://a.test/","method":"GET","headers":{"User-Agent":"Lightpanda/1.0"}},"resourceType":"Document","networkId":"LID-0000000003"}`,
+		`{"requestId":"R","type":"Document","response":{"status":429,"headers":{"retry-after":"120","X":null},"remoteIPAddress":"[::1]"}}`,
+		`{"requestId":"R","timestamp":1,"type":"Document","errorText":"net::ERR_CONNECTION_REFUSED","canceled":false}`,
+		`{"requestId":"R","responseStatusCode":2e2,"response":{"status":1e400}}`,
+		`{"requestId":"R","responseStatusCode":-9223372036854775808,"response":{"status":-0.5e-3}}`,
+		`{"requestId":"R","responseStatusCode":9223372036854775808}`,
+		`{"requestId":"R","request":null,"responseHeaders":null,"response":null,"canceled":null}`,
+		`{"requestId":"R","request":"x","responseHeaders":[1],"response":{"headers":[]}}`,
+		`{"requestId":"\u0052","frameId":"\ud800"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		got, ok := ReadRequestPaused(params) // never panics, whatever it is given
+		gotA, okA := DocumentAnswer([]byte("Network.responseReceived"), params)
+		gotF, okF := DocumentAnswer([]byte("Network.loadingFailed"), params)
+		if !browserShaped(params) {
+			return
+		}
+		want, wantOK := jsonRequestPaused(params)
+		if ok != wantOK || ok && !samePaused(got, want) {
+			t.Errorf("ReadRequestPaused(%s) = %+v %v, encoding/json reads %+v %v", params, got, ok, want, wantOK)
+		}
+		if o, ok := got.Outcome(); ok {
+			if w, _ := want.Outcome(); o != w {
+				t.Errorf("Outcome of %s = %+v, encoding/json's %+v", params, o, w)
+			}
+		}
+		if w, wok := jsonDocumentAnswer([]byte("Network.responseReceived"), params); okA != wok || gotA != w {
+			t.Errorf("DocumentAnswer(responseReceived, %s) = %+v %v, encoding/json reads %+v %v", params, gotA, okA, w, wok)
+		}
+		if w, wok := jsonDocumentAnswer([]byte("Network.loadingFailed"), params); okF != wok || gotF != w {
+			t.Errorf("DocumentAnswer(loadingFailed, %s) = %+v %v, encoding/json reads %+v %v", params, gotF, okF, w, wok)
+		}
+	})
+}
+
+// TestAnswerReadersOnRecordings reads every paused request and every
+// answer of the Chromium recordings as encoding/json reads them.
+func TestAnswerReadersOnRecordings(t *testing.T) {
+	files, _ := filepath.Glob("../internal/fakebrowser/testdata/chromium-*.jsonl")
+	if len(files) == 0 {
+		t.Fatal("no recordings of Chromium")
+	}
+	seen := map[string]int{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			var rec struct {
+				Msg struct {
+					Method string          `json:"method"`
+					Params json.RawMessage `json:"params"`
+				} `json:"msg"`
+			}
+			if json.Unmarshal(line, &rec) != nil {
+				continue
+			}
+			m, params := rec.Msg.Method, []byte(rec.Msg.Params)
+			switch m {
+			case "Fetch.requestPaused":
+				got, ok := ReadRequestPaused(params)
+				want, wantOK := jsonRequestPaused(params)
+				if !ok || !wantOK || !samePaused(got, want) {
+					t.Errorf("%s: ReadRequestPaused = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
+				}
+			case "Network.responseReceived", "Network.loadingFailed":
+				got, ok := DocumentAnswer([]byte(m), params)
+				want, wantOK := jsonDocumentAnswer([]byte(m), params)
+				if ok != wantOK || got != want {
+					t.Errorf("%s: DocumentAnswer(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
+				}
+			default:
+				continue
+			}
+			seen[m]++
+		}
+	}
+	for _, m := range []string{"Fetch.requestPaused", "Network.responseReceived", "Network.loadingFailed"} {
+		if seen[m] == 0 {
+			t.Errorf("no %s in the recordings", m)
+		}
+	}
+	t.Logf("read %v", seen)
+}
+
+// A paused document of Lightpanda's and a document's answer of
+// Chromium's, as the benchmarks read them.
+var (
+	benchPaused = []byte(`{"requestId":"INTERCEPT-1342","request":{"url":"http://127.0.0.2:40421/four?x=1&c=12&k=3","method":"GET","headers":{"User-Agent":"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36","Accept":"*/*"},"initialPriority":"VeryHigh","referrerPolicy":"strict-origin-when-cross-origin"},"frameId":"FID-0000000001","resourceType":"Document","networkId":"REQ-1342"}`)
+	benchAnswer = []byte(`{"requestId":"6C3E1B4F5B1F4CB6A3D3F0D1A7D6E7B2","loaderId":"6C3E1B4F5B1F4CB6A3D3F0D1A7D6E7B2","timestamp":2179.412,"type":"Document","response":{"url":"http://127.0.0.2:40421/four?x=1&c=12&k=3","status":200,"statusText":"OK","headers":{"Content-Length":"236","Content-Type":"text/html","Date":"Fri, 04 Dec 2026 16:38:22 GMT"},"mimeType":"text/html","charset":"","connectionReused":true,"connectionId":41,"remoteIPAddress":"127.0.0.2","remotePort":40421,"fromDiskCache":false,"fromServiceWorker":false,"fromPrefetchCache":false,"encodedDataLength":117,"timing":{"requestTime":2179.40,"proxyStart":-1,"proxyEnd":-1,"dnsStart":-1,"dnsEnd":-1,"connectStart":-1,"connectEnd":-1,"sslStart":-1,"sslEnd":-1,"workerStart":-1,"workerReady":-1,"workerFetchStart":-1,"workerRespondWithSettled":-1,"sendStart":0.2,"sendEnd":0.3,"pushStart":0,"pushEnd":0,"receiveHeadersStart":1.1,"receiveHeadersEnd":1.2},"responseTime":1.7648658e+12,"protocol":"http/1.1","alternateProtocolUsage":"unspecifiedReason","securityState":"insecure"},"hasExtraInfo":false,"frameId":"6C3E1B4F5B1F4CB6A3D3F0D1A7D6E7B2"}`)
+)
+
+// BenchmarkAnswerReaders compares the readers with encoding/json on the
+// two events a holding relay reads most.
+func BenchmarkAnswerReaders(b *testing.B) {
+	method := []byte("Network.responseReceived")
+	b.Run("paused/bytes", func(b *testing.B) {
+		for b.Loop() {
+			ReadRequestPaused(benchPaused)
+		}
+	})
+	b.Run("paused/encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			jsonRequestPaused(benchPaused)
+		}
+	})
+	b.Run("answer/bytes", func(b *testing.B) {
+		for b.Loop() {
+			DocumentAnswer(method, benchAnswer)
+		}
+	})
+	b.Run("answer/encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			jsonDocumentAnswer(method, benchAnswer)
+		}
+	})
+}
