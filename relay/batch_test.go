@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -170,6 +171,101 @@ func TestBatchConn(t *testing.T) {
 		browser.Close()
 		if got := readFor(browserEnd, 200*time.Millisecond); string(got) != "last words" {
 			t.Errorf("the browser got %q, want what the batch held when it closed", got)
+		}
+	})
+}
+
+// deadlineCounter counts the write deadlines that reach a connection.
+type deadlineCounter struct {
+	net.Conn
+	mu  sync.Mutex
+	set int
+}
+
+func (d *deadlineCounter) SetWriteDeadline(t time.Time) error {
+	d.mu.Lock()
+	d.set++
+	d.mu.Unlock()
+	return d.Conn.SetWriteDeadline(t)
+}
+
+func (d *deadlineCounter) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set
+}
+
+// TestBatchConnDeadline: the deadline the websocket asks before each frame
+// reaches the connection only when the one it has would leave a write
+// less than half the time asked for; a sooner one (a close's) reaches it
+// at once and ends a write under way; a write to a peer that does not
+// read still fails by its deadline.
+func TestBatchConnDeadline(t *testing.T) {
+	t.Run("asked per frame, given when it matters", func(t *testing.T) {
+		a, b := tcpPair(t)
+		dc := &deadlineCounter{Conn: a}
+		bc := &batchConn{Conn: dc}
+		for i := range 200 {
+			bc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			bc.mark(true)
+			bc.Write([]byte("m"))
+			bc.mark(false)
+			if i%10 == 9 {
+				if err := bc.send(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if got := readFor(b, 200*time.Millisecond); len(got) != 200 {
+			t.Fatalf("the peer read %d bytes, want 200", len(got))
+		}
+		if n := dc.count(); n != 1 {
+			t.Errorf("the connection was given a deadline %d times for 200 frames in 20 writes, want once", n)
+		}
+	})
+	t.Run("a sooner deadline ends a write under way", func(t *testing.T) {
+		a, _ := tcpPair(t) // the peer never reads
+		bc := &batchConn{Conn: a}
+		bc.SetWriteDeadline(time.Now().Add(time.Hour))
+		done := make(chan error, 1)
+		go func() {
+			_, err := bc.Write(make([]byte, 64<<20))
+			done <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("the write to a peer that does not read ended: %v", err)
+		default:
+		}
+		bc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the write ended with %v, want its deadline exceeded", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a sooner deadline did not end the write under way")
+		}
+	})
+	t.Run("a later deadline is given once the one there is half spent", func(t *testing.T) {
+		a, _ := tcpPair(t) // the peer never reads
+		dc := &deadlineCounter{Conn: a}
+		bc := &batchConn{Conn: dc}
+		bc.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		time.Sleep(200 * time.Millisecond) // two thirds of it spent
+		start := time.Now()
+		bc.SetWriteDeadline(start.Add(400 * time.Millisecond))
+		_, err := bc.Write(make([]byte, 64<<20))
+		took := time.Since(start)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the write ended with %v, want its deadline exceeded", err)
+		}
+		if took < 300*time.Millisecond {
+			t.Errorf("the write failed after %v: it kept the old deadline, which left it less than half of the 400 ms asked", took)
+		}
+		if n := dc.count(); n != 2 {
+			t.Errorf("the connection was given a deadline %d times, want 2", n)
 		}
 	})
 }
