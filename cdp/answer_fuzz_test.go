@@ -148,13 +148,15 @@ func FuzzAnswerReaders(f *testing.F) {
 }
 
 // TestAnswerReadersOnRecordings reads every paused request and every
-// answer of the Chromium recordings as encoding/json reads them.
+// answer of the Chromium and Lightpanda recordings as encoding/json reads
+// them, and the 429's Retry-After of each.
 func TestAnswerReadersOnRecordings(t *testing.T) {
-	files, _ := filepath.Glob("../internal/fakebrowser/testdata/chromium-*.jsonl")
+	files, _ := filepath.Glob("../internal/fakebrowser/testdata/*.jsonl")
 	if len(files) == 0 {
-		t.Fatal("no recordings of Chromium")
+		t.Fatal("no recordings")
 	}
 	seen := map[string]int{}
+	busy := map[string]bool{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -184,6 +186,9 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 				if ok != wantOK || got != want {
 					t.Errorf("%s: DocumentAnswer(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
 				}
+				if got.Outcome.Status == 429 {
+					busy[filepath.Base(f)] = got.Outcome.RetryAfter == "3"
+				}
 			default:
 				continue
 			}
@@ -195,7 +200,12 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 			t.Errorf("no %s in the recordings", m)
 		}
 	}
-	t.Logf("read %v", seen)
+	for _, f := range []string{"chromium-session.jsonl", "lightpanda-session.jsonl"} {
+		if !busy[f] {
+			t.Errorf("%s: no 429 read with its Retry-After of 3", f)
+		}
+	}
+	t.Logf("read %v; 429 with Retry-After in %v", seen, busy)
 }
 
 // A paused document of Lightpanda's and a document's answer of

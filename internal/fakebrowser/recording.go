@@ -1,7 +1,9 @@
 package fakebrowser
 
 // The transcripts the fake browser plays, recorded off a real Chromium
-// (testdata/chromium-*.jsonl), and the shapes read from them.
+// (testdata/chromium-*.jsonl), and the shapes read from them. A real
+// Lightpanda's is recorded too (testdata/lightpanda-session.jsonl,
+// record_lightpanda_test.go), for cdp's readers.
 
 import (
 	"bufio"
