@@ -46,6 +46,29 @@ func jsonDocumentAnswer(method, params []byte) (Answer, bool) {
 	return a, true
 }
 
+// jsonRequestWillBeSent is RequestWillBeSent as it was, with encoding/json.
+func jsonRequestWillBeSent(params []byte) (Request, bool) {
+	var p willBeSentParams
+	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+		return Request{}, false
+	}
+	r := Request{RequestID: p.RequestID, FrameID: p.FrameID, Type: p.Type, URL: p.Request.URL}
+	if p.RedirectResponse != nil {
+		o := p.RedirectResponse.outcome()
+		r.Redirect = &o
+	}
+	return r, true
+}
+
+// sameRequest compares two reads of a request, their redirects by value.
+func sameRequest(a, b Request) bool {
+	if (a.Redirect == nil) != (b.Redirect == nil) || a.Redirect != nil && *a.Redirect != *b.Redirect {
+		return false
+	}
+	a.Redirect, b.Redirect = nil, nil
+	return a == b
+}
+
 // samePaused compares two reads of a paused request, an empty header
 // list equal to none (encoding/json reads [] as an empty list).
 func samePaused(a, b RequestPaused) bool {
@@ -60,7 +83,8 @@ func samePaused(a, b RequestPaused) bool {
 // writes them so.
 var readerFields = []string{"requestId", "frameId", "resourceType", "redirectedRequestId", "networkId",
 	"request", "url", "method", "responseStatusCode", "responseErrorReason", "responseHeaders", "name",
-	"value", "type", "response", "errorText", "canceled", "status", "headers", "remoteIPAddress"}
+	"value", "type", "response", "errorText", "canceled", "status", "headers", "remoteIPAddress",
+	"redirectResponse"}
 
 // browserShaped reports whether params are JSON as a browser writes it:
 // valid, no key twice in an object, no reader's key in another case, at
@@ -105,8 +129,9 @@ func browserShaped(params []byte) bool {
 	return walk(bytes.TrimSpace(params))
 }
 
-// FuzzAnswerReaders checks ReadRequestPaused and DocumentAnswer against
-// encoding/json on every input shaped as a browser writes it.
+// FuzzAnswerReaders checks ReadRequestPaused, DocumentAnswer and
+// RequestWillBeSent against encoding/json on every input shaped as a
+// browser writes it.
 func FuzzAnswerReaders(f *testing.F) {
 	for _, s := range []string{
 		`{"requestId":"interception-job-6.1","request":{"url":"http://b.test:42557/x","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":200,"responseStatusText":"OK","responseHeaders":[{"name":"Retry-After","value":"3"},null],"networkId":"E93D","redirectedRequestId":"interception-job-6.0"}`,
@@ -118,6 +143,8 @@ func FuzzAnswerReaders(f *testing.F) {
 		`{"requestId":"R","responseStatusCode":9223372036854775808}`,
 		`{"requestId":"R","request":null,"responseHeaders":null,"response":null,"canceled":null}`,
 		`{"requestId":"R","request":"x","responseHeaders":[1],"response":{"headers":[]}}`,
+		`{"requestId":"E93D","loaderId":"E93D","documentURL":"http://b.test/x","request":{"url":"http://b.test/x","method":"GET","headers":{}},"timestamp":1,"redirectResponse":{"url":"http://a.test/r","status":302,"headers":{"Location":"http://b.test/x","Retry-After":"1"},"remoteIPAddress":"127.0.0.2"},"type":"Document","frameId":"F"}`,
+		`{"requestId":"R","redirectResponse":null,"request":null}`,
 		`{"requestId":"\u0052","frameId":"\ud800"}`,
 	} {
 		f.Add([]byte(s))
@@ -126,8 +153,12 @@ func FuzzAnswerReaders(f *testing.F) {
 		got, ok := ReadRequestPaused(params) // never panics, whatever it is given
 		gotA, okA := DocumentAnswer([]byte("Network.responseReceived"), params)
 		gotF, okF := DocumentAnswer([]byte("Network.loadingFailed"), params)
+		gotR, okR := RequestWillBeSent(params)
 		if !browserShaped(params) {
 			return
+		}
+		if w, wok := jsonRequestWillBeSent(params); okR != wok || okR && !sameRequest(gotR, w) {
+			t.Errorf("RequestWillBeSent(%s) = %+v %v, encoding/json reads %+v %v", params, gotR, okR, w, wok)
 		}
 		want, wantOK := jsonRequestPaused(params)
 		if ok != wantOK || ok && !samePaused(got, want) {
@@ -147,8 +178,8 @@ func FuzzAnswerReaders(f *testing.F) {
 	})
 }
 
-// TestAnswerReadersOnRecordings reads every paused request and every
-// answer of the Chromium and Lightpanda recordings as encoding/json reads
+// TestAnswerReadersOnRecordings reads every paused request, every request
+// sent and every answer of the Chromium and Lightpanda recordings as encoding/json reads
 // them, and the 429's Retry-After of each.
 func TestAnswerReadersOnRecordings(t *testing.T) {
 	files, _ := filepath.Glob("../internal/fakebrowser/testdata/*.jsonl")
@@ -180,6 +211,12 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 				if !ok || !wantOK || !samePaused(got, want) {
 					t.Errorf("%s: ReadRequestPaused = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
 				}
+			case "Network.requestWillBeSent":
+				got, ok := RequestWillBeSent(params)
+				want, wantOK := jsonRequestWillBeSent(params)
+				if !ok || !wantOK || !sameRequest(got, want) {
+					t.Errorf("%s: RequestWillBeSent = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
+				}
 			case "Network.responseReceived", "Network.loadingFailed":
 				got, ok := DocumentAnswer([]byte(m), params)
 				want, wantOK := jsonDocumentAnswer([]byte(m), params)
@@ -195,7 +232,7 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 			seen[m]++
 		}
 	}
-	for _, m := range []string{"Fetch.requestPaused", "Network.responseReceived", "Network.loadingFailed"} {
+	for _, m := range []string{"Fetch.requestPaused", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed"} {
 		if seen[m] == 0 {
 			t.Errorf("no %s in the recordings", m)
 		}

@@ -120,16 +120,8 @@ type Request struct {
 
 // RequestWillBeSent reads a Network.requestWillBeSent event.
 func RequestWillBeSent(params []byte) (Request, bool) {
-	var p struct {
-		RequestID string `json:"requestId"`
-		FrameID   string `json:"frameId"`
-		Type      string `json:"type"`
-		Request   struct {
-			URL string `json:"url"`
-		} `json:"request"`
-		RedirectResponse *response `json:"redirectResponse"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+	p, ok := readWillBeSent(params)
+	if !ok || p.RequestID == "" {
 		return Request{}, false
 	}
 	r := Request{RequestID: p.RequestID, FrameID: p.FrameID, Type: p.Type, URL: p.Request.URL}
@@ -138,6 +130,52 @@ func RequestWillBeSent(params []byte) (Request, bool) {
 		r.Redirect = &o
 	}
 	return r, true
+}
+
+// willBeSentParams is what RequestWillBeSent reads of its params.
+type willBeSentParams struct {
+	RequestID string `json:"requestId"`
+	FrameID   string `json:"frameId"`
+	Type      string `json:"type"`
+	Request   struct {
+		URL string `json:"url"`
+	} `json:"request"`
+	RedirectResponse *response `json:"redirectResponse"`
+}
+
+// readWillBeSent reads willBeSentParams; ok is false when params are not
+// what encoding/json would read into one. The navigate strategy reads
+// every request of every page with it.
+func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
+	ok = true
+	read := members(params, func(key, v []byte) bool {
+		switch string(key) {
+		case "requestId":
+			p.RequestID, ok = stringOf(v)
+		case "frameId":
+			p.FrameID, ok = stringOf(v)
+		case "type":
+			p.Type, ok = stringOf(v)
+		case "request":
+			if string(v) != "null" {
+				ok = members(v, func(key, v []byte) bool {
+					if string(key) == "url" {
+						p.Request.URL, ok = stringOf(v)
+					}
+					return ok
+				}) && ok
+			}
+		case "redirectResponse":
+			p.RedirectResponse = nil
+			if string(v) != "null" {
+				var r response
+				r, ok = readResponse(v)
+				p.RedirectResponse = &r
+			}
+		}
+		return ok
+	})
+	return p, ok && read
 }
 
 // answerParams is what DocumentAnswer reads of Network.responseReceived
