@@ -26,38 +26,19 @@ func jsonRequestPaused(params []byte) (RequestPaused, bool) {
 // jsonDocumentAnswer is DocumentAnswer as it was, with encoding/json.
 func jsonDocumentAnswer(method, params []byte) (Answer, bool) {
 	var p answerParams
-	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+	if json.Unmarshal(params, &p) != nil {
 		return Answer{}, false
 	}
-	a := Answer{RequestID: p.RequestID}
-	switch string(method) {
-	case "Network.responseReceived":
-		if p.Response == nil || p.Type != "Document" {
-			return a, false
-		}
-		a.Outcome = p.Response.outcome()
-	case "Network.loadingFailed":
-		if !p.Canceled {
-			a.Outcome.NoAnswer = NoAnswer(p.ErrorText)
-		}
-	default:
-		return a, false
-	}
-	return a, true
+	return p.answer(method)
 }
 
 // jsonRequestWillBeSent is RequestWillBeSent as it was, with encoding/json.
 func jsonRequestWillBeSent(params []byte) (Request, bool) {
 	var p willBeSentParams
-	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+	if json.Unmarshal(params, &p) != nil {
 		return Request{}, false
 	}
-	r := Request{RequestID: p.RequestID, FrameID: p.FrameID, Type: p.Type, URL: p.Request.URL}
-	if p.RedirectResponse != nil {
-		o := p.RedirectResponse.outcome()
-		r.Redirect = &o
-	}
-	return r, true
+	return p.request()
 }
 
 // sameRequest compares two reads of a request, their redirects by value.
@@ -182,12 +163,58 @@ func FuzzAnswerReaders(f *testing.F) {
 // sent and every answer of the Chromium and Lightpanda recordings as encoding/json reads
 // them, and the 429's Retry-After of each.
 func TestAnswerReadersOnRecordings(t *testing.T) {
-	files, _ := filepath.Glob("../internal/fakebrowser/testdata/*.jsonl")
-	if len(files) == 0 {
-		t.Fatal("no recordings")
-	}
 	seen := map[string]int{}
 	busy := map[string]bool{}
+	recordedEvents(t, "*.jsonl", func(f, m string, params []byte) {
+		switch m {
+		case "Fetch.requestPaused":
+			got, ok := ReadRequestPaused(params)
+			want, wantOK := jsonRequestPaused(params)
+			if !ok || !wantOK || !samePaused(got, want) {
+				t.Errorf("%s: ReadRequestPaused = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
+			}
+		case "Network.requestWillBeSent":
+			got, ok := RequestWillBeSent(params)
+			want, wantOK := jsonRequestWillBeSent(params)
+			if !ok || !wantOK || !sameRequest(got, want) {
+				t.Errorf("%s: RequestWillBeSent = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
+			}
+		case "Network.responseReceived", "Network.loadingFailed":
+			got, ok := DocumentAnswer([]byte(m), params)
+			want, wantOK := jsonDocumentAnswer([]byte(m), params)
+			if ok != wantOK || got != want {
+				t.Errorf("%s: DocumentAnswer(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
+			}
+			if got.Outcome.Status == 429 {
+				busy[filepath.Base(f)] = got.Outcome.RetryAfter == "3"
+			}
+		default:
+			return
+		}
+		seen[m]++
+	})
+	for _, m := range []string{"Fetch.requestPaused", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed"} {
+		if seen[m] == 0 {
+			t.Errorf("no %s in the recordings", m)
+		}
+	}
+	for _, f := range []string{"chromium-session.jsonl", "lightpanda-session.jsonl"} {
+		if !busy[f] {
+			t.Errorf("%s: no 429 read with its Retry-After of 3", f)
+		}
+	}
+	t.Logf("read %v; 429 with Retry-After in %v", seen, busy)
+}
+
+// recordedEvents calls visit with the file, method and params of every
+// message of the fake browser's recordings that match glob, and fails
+// the test when none match.
+func recordedEvents(t *testing.T, glob string, visit func(file, method string, params []byte)) {
+	t.Helper()
+	files, _ := filepath.Glob("../internal/fakebrowser/testdata/" + glob)
+	if len(files) == 0 {
+		t.Fatalf("no recordings %s", glob)
+	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -200,49 +227,11 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 					Params json.RawMessage `json:"params"`
 				} `json:"msg"`
 			}
-			if json.Unmarshal(line, &rec) != nil {
-				continue
+			if json.Unmarshal(line, &rec) == nil && rec.Msg.Method != "" {
+				visit(f, rec.Msg.Method, rec.Msg.Params)
 			}
-			m, params := rec.Msg.Method, []byte(rec.Msg.Params)
-			switch m {
-			case "Fetch.requestPaused":
-				got, ok := ReadRequestPaused(params)
-				want, wantOK := jsonRequestPaused(params)
-				if !ok || !wantOK || !samePaused(got, want) {
-					t.Errorf("%s: ReadRequestPaused = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
-				}
-			case "Network.requestWillBeSent":
-				got, ok := RequestWillBeSent(params)
-				want, wantOK := jsonRequestWillBeSent(params)
-				if !ok || !wantOK || !sameRequest(got, want) {
-					t.Errorf("%s: RequestWillBeSent = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
-				}
-			case "Network.responseReceived", "Network.loadingFailed":
-				got, ok := DocumentAnswer([]byte(m), params)
-				want, wantOK := jsonDocumentAnswer([]byte(m), params)
-				if ok != wantOK || got != want {
-					t.Errorf("%s: DocumentAnswer(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
-				}
-				if got.Outcome.Status == 429 {
-					busy[filepath.Base(f)] = got.Outcome.RetryAfter == "3"
-				}
-			default:
-				continue
-			}
-			seen[m]++
 		}
 	}
-	for _, m := range []string{"Fetch.requestPaused", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed"} {
-		if seen[m] == 0 {
-			t.Errorf("no %s in the recordings", m)
-		}
-	}
-	for _, f := range []string{"chromium-session.jsonl", "lightpanda-session.jsonl"} {
-		if !busy[f] {
-			t.Errorf("%s: no 429 read with its Retry-After of 3", f)
-		}
-	}
-	t.Logf("read %v; 429 with Retry-After in %v", seen, busy)
 }
 
 // A paused document of Lightpanda's and a document's answer of

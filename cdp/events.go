@@ -121,7 +121,15 @@ type Request struct {
 // RequestWillBeSent reads a Network.requestWillBeSent event.
 func RequestWillBeSent(params []byte) (Request, bool) {
 	p, ok := readWillBeSent(params)
-	if !ok || p.RequestID == "" {
+	if !ok {
+		return Request{}, false
+	}
+	return p.request()
+}
+
+// request is what RequestWillBeSent returns of params read.
+func (p *willBeSentParams) request() (Request, bool) {
+	if p.RequestID == "" {
 		return Request{}, false
 	}
 	r := Request{RequestID: p.RequestID, FrameID: p.FrameID, Type: p.Type, URL: p.Request.URL}
@@ -166,12 +174,7 @@ func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
 				}) && ok
 			}
 		case "redirectResponse":
-			p.RedirectResponse = nil
-			if string(v) != "null" {
-				var r response
-				r, ok = readResponse(v)
-				p.RedirectResponse = &r
-			}
+			p.RedirectResponse, ok = responseOf(v)
 		}
 		return ok
 	})
@@ -199,12 +202,7 @@ func readAnswer(params []byte) (p answerParams, ok bool) {
 		case "type":
 			p.Type, ok = stringOf(v)
 		case "response":
-			p.Response = nil
-			if string(v) != "null" {
-				var r response
-				r, ok = readResponse(v)
-				p.Response = &r
-			}
+			p.Response, ok = responseOf(v)
 		case "errorText":
 			p.ErrorText, ok = stringOf(v)
 		case "canceled":
@@ -213,6 +211,17 @@ func readAnswer(params []byte) (p answerParams, ok bool) {
 		return ok
 	})
 	return p, ok && read
+}
+
+// responseOf reads a member that holds a Network.Response, or null
+// (nil); ok is false when it is not what encoding/json would read into a
+// *response.
+func responseOf(val []byte) (*response, bool) {
+	if string(val) == "null" {
+		return nil, true
+	}
+	r, ok := readResponse(val)
+	return &r, ok
 }
 
 // readResponse reads a Network.Response object into a response; ok is
@@ -283,7 +292,15 @@ type Answer struct {
 // Network.loadingFailed. A cancelled load has the zero Outcome.
 func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
 	p, ok := readAnswer(params)
-	if !ok || p.RequestID == "" {
+	if !ok {
+		return Answer{}, false
+	}
+	return p.answer(method)
+}
+
+// answer is what DocumentAnswer returns of params read for method.
+func (p *answerParams) answer(method []byte) (Answer, bool) {
+	if p.RequestID == "" {
 		return Answer{}, false
 	}
 	a := Answer{RequestID: p.RequestID}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -331,34 +329,18 @@ func TestLeadingTargetID(t *testing.T) {
 		}
 	}
 	// On what Chromium sends, it reads what ReadTargetInfo reads, every time.
-	files, _ := filepath.Glob("../internal/fakebrowser/testdata/chromium-*.jsonl")
-	if len(files) == 0 {
-		t.Fatal("no recordings of Chromium")
-	}
 	seen := 0
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	recordedEvents(t, "chromium-*.jsonl", func(f, m string, params []byte) {
+		if m != "Target.targetCreated" && m != "Target.targetInfoChanged" {
+			return
 		}
-		for _, line := range bytes.Split(data, []byte("\n")) {
-			var rec struct {
-				Msg struct {
-					Method string          `json:"method"`
-					Params json.RawMessage `json:"params"`
-				} `json:"msg"`
-			}
-			if json.Unmarshal(line, &rec) != nil || rec.Msg.Method != "Target.targetCreated" && rec.Msg.Method != "Target.targetInfoChanged" {
-				continue
-			}
-			seen++
-			ti, ok := ReadTargetInfo(rec.Msg.Params)
-			id, fast := LeadingTargetID(rec.Msg.Params)
-			if !ok || !fast || string(id) != ti.TargetID {
-				t.Errorf("%s: LeadingTargetID = %q, %v; ReadTargetInfo's targetId %q, %v", f, id, fast, ti.TargetID, ok)
-			}
+		seen++
+		ti, ok := ReadTargetInfo(params)
+		id, fast := LeadingTargetID(params)
+		if !ok || !fast || string(id) != ti.TargetID {
+			t.Errorf("%s: LeadingTargetID = %q, %v; ReadTargetInfo's targetId %q, %v", f, id, fast, ti.TargetID, ok)
 		}
-	}
+	})
 	if seen == 0 {
 		t.Error("no Target events in the recordings")
 	}

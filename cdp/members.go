@@ -102,28 +102,8 @@ func intOf(val []byte) (int, bool) {
 	if !isNumber(val) {
 		return 0, false
 	}
-	neg := val[0] == '-'
-	digits := val
-	if neg {
-		digits = val[1:]
-	}
-	var n uint64
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	if neg && n <= 1<<63 {
-		return int(-int64(n)), true // -(1<<63) wraps to itself, the least int64
-	}
-	if n >= 1<<63 {
-		return 0, false
-	}
-	return int(n), true
+	n, err := strconv.ParseInt(string(val), 10, 0)
+	return int(n), err == nil
 }
 
 // floatOf returns a member's value as a float64, as encoding/json reads a
@@ -134,19 +114,6 @@ func floatOf(val []byte) (float64, bool) {
 	}
 	if !isNumber(val) {
 		return 0, false
-	}
-	if len(val) <= 9 && val[0] != '-' && val[0] != '0' { // 200: most are small whole numbers
-		n := 0
-		for _, c := range val {
-			if c < '0' || c > '9' {
-				n = -1
-				break
-			}
-			n = n*10 + int(c-'0')
-		}
-		if n >= 0 {
-			return float64(n), true
-		}
 	}
 	f, err := strconv.ParseFloat(string(val), 64)
 	return f, err == nil

@@ -232,8 +232,8 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 		b.Errorf("%s: %d navigations unheld", name, cr.unheld)
 	}
 	// A run of the breakdown with the pauses switched off holds nothing.
-	pausesOff := strings.Contains(os.Getenv("CRAWL_ENV_"+strings.ToUpper(name)), "CDP_THROTTLE_PARTS_OFF=") &&
-		strings.Contains(os.Getenv("CRAWL_ENV_"+strings.ToUpper(name)), "pauses")
+	runEnv := os.Getenv("CRAWL_ENV_" + strings.ToUpper(name))
+	pausesOff := strings.Contains(runEnv, "CDP_THROTTLE_PARTS_OFF=") && strings.Contains(runEnv, "pauses")
 	if name != "floor" && !strings.HasPrefix(name, "off") && !pausesOff && cr.booked < cr.ok {
 		b.Errorf("%s: %d navigations booked, %d loads: want every load held", name, cr.booked, cr.ok)
 	}
