@@ -46,7 +46,12 @@ import (
 //
 // Each run reports the crawl's wall time, the CPU that Chromium (all its
 // processes) and the proxy (floor or relay) used, each ÷ the floor's of
-// the same round; the figures are medians over the rounds.
+// the same round; the figures are medians over the rounds. Each run also
+// says what the site saw: the lowest gaps between its navigations as the
+// site's kernel stamped their arrival (crawl_site_test.go), and fails when
+// a run with a fixed spacing of more than exactSlack and a burst of 1
+// (CRAWL_FLAGS_SITE="--http-nav-delay 100ms") let two reach the site
+// closer than the spacing less exactSlack.
 func BenchmarkCrawl(b *testing.B) {
 	names := strings.Split(envOr("CRAWL_RUNS", "floor,off,hold"), ",")
 	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
@@ -56,9 +61,8 @@ func BenchmarkCrawl(b *testing.B) {
 		bin = buildBinary(b)
 	}
 	s := startSiteProcess(b, "-")
-	page := s.url(siteIP, "/four?x=1")
 	if os.Getenv("CRAWL_WARMUP") == "1" {
-		cr := crawlOnce(b, bin, "floor", page, clients, loads)
+		cr := crawlOnce(b, bin, "floor", crawlPage(s, 0, "warmup"), clients, loads)
 		fmt.Fprintf(os.Stderr, "warm-up floor wall %6.1f s (not reported)\n", cr.wall.Seconds())
 	}
 	for range b.N {
@@ -66,10 +70,11 @@ func BenchmarkCrawl(b *testing.B) {
 		for r := range rounds {
 			for k := range names {
 				name := names[(r+k)%len(names)]
-				cr := crawlOnce(b, bin, name, page, clients, loads)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n", r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType))
-				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
+				cr := crawlOnce(b, bin, name, crawlPage(s, r+1, name), clients, loads)
+				site := checkSite(b, name, siteGaps(b, s, r+1, name), cr)
+				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s  %s\n", r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType), site)
+				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
+					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
 				got[name] = append(got[name], cr)
 			}
 		}
@@ -108,6 +113,8 @@ type crawlRun struct {
 	wall, browser, proxy time.Duration // browser: the CPU of Chromium, or of the Lightpanda processes
 	ok, failed, unheld   int
 	booked               int                      // navigations the relay booked (passed or delayed)
+	late                 int                      // held navigations that left late, moving their schedule
+	pushed               time.Duration            // by how much, in all
 	byType               map[string]time.Duration // Chromium's CPU by process type, sampled
 }
 
@@ -218,6 +225,8 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 				if m, err := httpGet(u + "/metrics"); err == nil {
 					cr.unheld = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="unheld"`))
 					cr.booked = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="passed"`) + metricValue(string(m), `cdp_throttle_navigations_total{outcome="delayed"`))
+					cr.late = int(metricValue(string(m), "cdp_throttle_late_departures_total"))
+					cr.pushed = time.Duration(metricValue(string(m), "cdp_throttle_schedule_pushed_seconds_total") * float64(time.Second))
 				}
 			}
 		}

@@ -40,17 +40,17 @@ func BenchmarkCrawlLightpanda(b *testing.B) {
 	}
 	lp := lightpandaBin(b)
 	s := startSiteProcess(b, "-")
-	page := s.url(siteIP, "/four?x=1")
 	for range b.N {
 		got := map[string][]crawlRun{}
 		for r := range rounds {
 			for k := range names {
 				name := names[(r+k)%len(names)]
-				cr := crawlLightpandaOnce(b, lp, bin, name, page, serves, perServe, loads)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d\n",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld)
-				b.Logf("round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage())
+				cr := crawlLightpandaOnce(b, lp, bin, name, crawlPage(s, r+1, name), serves, perServe, loads)
+				site := checkSite(b, name, siteGaps(b, s, r+1, name), cr)
+				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n",
+					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, site)
+				b.Logf("round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
+					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
 				got[name] = append(got[name], cr)
 			}
 		}

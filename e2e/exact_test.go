@@ -75,7 +75,7 @@ func exactRun(t *testing.T, r *relayed, s exactSite, host, path string, n, pages
 
 // byArrival returns hits in the order they reached the site, each At being
 // when the site's kernel received it (its host's kernel stamped it).
-func byArrival(t *testing.T, name string, hits []hit) []hit {
+func byArrival(t testing.TB, name string, hits []hit) []hit {
 	t.Helper()
 	arrived := slices.Clone(hits)
 	for i := range arrived {

@@ -1,0 +1,105 @@
+//go:build e2e
+
+package e2e
+
+// What the site sees of a crawl of many pages at once: each run of
+// BenchmarkCrawl and BenchmarkCrawlLightpanda navigates to a page URL of
+// its own, so that the site's record of its navigations, stamped by the
+// site's kernel as they arrived, can be told apart run by run.
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// crawlPage is the page a run crawls: the site's /four, named for the run
+// (&c=CLIENT&k=LOAD is added by the crawl).
+func crawlPage(s *remoteSite, round int, name string) string {
+	return s.url(siteIP, fmt.Sprintf("/four?run=%d-%s", round, name))
+}
+
+// siteGaps returns the gaps between the navigations of one run of the
+// crawl (its crawlPage) as they reached the site, in the order they
+// arrived, each arrival as the site's kernel stamped it.
+func siteGaps(b *testing.B, s *remoteSite, round int, name string) []time.Duration {
+	b.Helper()
+	prefix := fmt.Sprintf("run=%d-%s&", round, name)
+	docs := s.hitsOf(func(h hit) bool { return h.Path == "/four" && strings.HasPrefix(h.Query, prefix) })
+	if len(docs) < 2 {
+		return nil
+	}
+	return gapsAfter(byArrival(b, name, docs), 1)
+}
+
+// crawlSpacing is the fixed spacing a run of the crawl asks the relay for,
+// or 0 when it asks for none to check at the site: the floor, a run
+// holding nothing, and anything but a burst of 1.
+func crawlSpacing(name string) time.Duration {
+	if name == "floor" || strings.HasPrefix(name, "off") {
+		return 0
+	}
+	delay, burst := "1ms", "1"
+	flags := strings.Fields(os.Getenv("CRAWL_FLAGS_" + strings.ToUpper(name)))
+	for i, f := range flags {
+		v, ok := "", false
+		if strings.Contains(f, "=") {
+			f, v, ok = strings.Cut(f, "=")
+		} else if i+1 < len(flags) {
+			v, ok = flags[i+1], true
+		}
+		switch {
+		case ok && f == "--http-nav-delay":
+			delay = v
+		case ok && f == "--http-nav-burst":
+			burst = v
+		}
+	}
+	d, err := time.ParseDuration(delay)
+	if err != nil || burst != "1" {
+		return 0
+	}
+	return d
+}
+
+// checkSite says what the site saw of a run (and, of a relay, how often
+// its held navigations left late and moved their schedule), and fails the
+// benchmark when two of its navigations reached the site closer than its
+// spacing less exactSlack (for a spacing above exactSlack: below it the
+// schedule's spacing is less than what the relay cannot see).
+func checkSite(b *testing.B, name string, gaps []time.Duration, cr crawlRun) string {
+	b.Helper()
+	if len(gaps) < 3 {
+		return "site: fewer than 4 navigations"
+	}
+	sorted := slices.Sorted(slices.Values(gaps))
+	said := fmt.Sprintf("site: gaps lowest %.1f %.1f %.1f ms, p50 %.1f ms, mean %.1f ms", ms(sorted[0]), ms(sorted[1]), ms(sorted[2]), ms(sorted[len(sorted)/2]), ms(mean(gaps)))
+	if name != "floor" {
+		said += fmt.Sprintf("; left late %d, schedule pushed %.1f s", cr.late, cr.pushed.Seconds())
+	}
+	spacing := crawlSpacing(name)
+	if spacing <= exactSlack {
+		return said
+	}
+	under := 0
+	for _, g := range gaps {
+		if g < spacing-exactSlack {
+			under++
+		}
+	}
+	if under > 0 {
+		b.Errorf("%s: %d of %d navigations reached the site closer than %v after the one before (lowest %.1f ms)", name, under, len(gaps)+1, spacing-exactSlack, ms(sorted[0]))
+	}
+	return fmt.Sprintf("%s; %d under %v", said, under, spacing-exactSlack)
+}
+
+func mean(ds []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
