@@ -7,6 +7,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
 // streamHold is the last resort, for browsers where neither the relay's
@@ -16,7 +17,11 @@ import (
 // connection until their slot, and reads the answers from the Network
 // events of main-frame documents that the client enabled itself. It sees
 // nothing else: a link click, a form submission or a redirect goes unheld,
-// and is counted as such when the client's Network events show it.
+// and is counted as such when the client's Network events show it. A
+// held navigation's departure is when its document request shows in those
+// events: a late one moves its bucket's schedule, and the next is let go
+// only once it left (package pace), so that the site sees the spacing
+// however long the browser takes to start a navigation it was sent.
 type streamHold struct {
 	w *watch
 
@@ -196,7 +201,16 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		w.h.holdFlight(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), booked, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
+		// Its departure is followed (package pace): the browser starts a
+		// navigation command's request when it gets to it, tens or
+		// hundreds of milliseconds after the command when busy, and the
+		// next one is let go no sooner than that moves it.
+		follow := func(start time.Time, n *pace.Nav) {
+			n.WholeLag()
+			cmd.fl.follow(n)
+			booked(start)
+		}
+		w.h.holdFor(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), true, follow, nil, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -409,6 +423,9 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			if doc.fl, expected = s.expected(host); !expected {
 				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
+			// The browser tells of the request as it starts it: a held
+			// navigation's departure is when the relay reads that.
+			doc.fl.followed().Departed(time.Now(), true)
 		}
 		w.mu.Lock()
 		if len(s.docs) >= maxTracked {

@@ -160,6 +160,7 @@ type Nav struct {
 	exact    bool      // its exact departure is known
 	by       time.Time // it had left by then, when only that is known
 	ended    bool
+	whole    bool // all of its lag is late (WholeLag)
 }
 
 // Book starts following a navigation booked in bucket name for slot, that the
@@ -184,6 +185,30 @@ func (t *Tracker) Book(name, source string, slot time.Time, slack, headroom time
 	}
 	b.live++
 	return &Nav{t: t, b: b, source: source, slot: slot, sigma: b.shift, slack: max(slack, 0), headroom: max(headroom, 0)}
+}
+
+// WholeLag makes all of n's lag, from its release to its departure, count
+// as late, and none of it teach the browser's usual lag: for a navigation
+// let go as a command, which the browser starts when it gets to it (tens
+// or hundreds of milliseconds later when busy, a few when idle), the least
+// of the latest lags says nothing of the next one's. Call it before n's
+// release.
+func (n *Nav) WholeLag() {
+	if n == nil {
+		return
+	}
+	n.t.mu.Lock()
+	n.whole = true
+	n.t.mu.Unlock()
+}
+
+// usualLocked is the browser's usual lag for n, of the lags of src: none
+// when all of n's lag is late. Callers hold t.mu.
+func (n *Nav) usualLocked(src string) time.Duration {
+	if n.whole {
+		return 0
+	}
+	return n.t.lags[src].least(n.t.warm())
 }
 
 func (t *Tracker) tolerance() time.Duration {
@@ -222,7 +247,7 @@ func (n *Nav) Due(now time.Time) (due time.Time, wait <-chan struct{}, until tim
 	defer t.mu.Unlock()
 	shift := n.b.shift
 	for o := range n.b.bound {
-		shift = max(shift, o.wantLocked(o.by, t.lags[o.source].least(t.warm())))
+		shift = max(shift, o.wantLocked(o.by, o.usualLocked(o.source)))
 	}
 	due = n.slot.Add(max(0, shift-n.sigma-n.headroom))
 	for o := range n.b.out {
@@ -283,9 +308,11 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 		t.mu.Unlock()
 		return
 	}
-	usual := l.least(t.warm()) // before n's own lag counts: a late one is not usual
+	usual := n.usualLocked(n.source) // before n's own lag counts: a late one is not usual
 	lag := at.Sub(n.released)
-	l.add(lag)
+	if !n.whole {
+		l.add(lag)
+	}
 	n.exact = true
 	delete(n.b.bound, n)
 	want := n.wantLocked(at, usual)
@@ -339,10 +366,12 @@ func (n *Nav) End() {
 			l = &lags{}
 			t.lags[src] = l
 		}
-		usual = l.least(t.warm())
+		usual = n.usualLocked(src)
 		lag = n.by.Sub(n.released)
-		first := l.n == 0
-		l.add(lag)
+		first := l.n == 0 && !n.whole
+		if !n.whole {
+			l.add(lag)
+		}
 		if want := n.wantLocked(n.by, usual); want > n.b.shift && !first {
 			by = want - n.b.shift
 			n.b.shift = want

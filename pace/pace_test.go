@@ -331,3 +331,62 @@ func TestTrackerCancelledDepartures(t *testing.T) {
 		t.Errorf("a departure 57 ms later than usual pushed %v, want %v (less the tolerance)", pushed, want)
 	}
 }
+
+// TestTrackerWholeLag: navigations let go as commands, which the browser
+// starts when it gets to it, leave after lags that vary by tens of
+// milliseconds. Taken as the browser's usual lag, the least of them lets
+// the one after a slow one leave too close to it; with WholeLag, every
+// lag moves the schedule, and no two leave closer than the spacing less
+// the tolerance.
+func TestTrackerWholeLag(t *testing.T) {
+	const tol, spacing = time.Millisecond, 200 * time.Millisecond
+	lags := []float64{40, 12, 80, 5, 60, 30}
+	for _, whole := range []bool{true, false} {
+		tr := &Tracker{Config: Config{Tolerance: tol, Warm: -1}}
+		var pushed time.Duration
+		tr.Push = func(_ string, by time.Duration) { pushed += by }
+		var navs []*Nav // booked at once, as a crawl's are
+		for i := range lags {
+			n := tr.Book("a.test", "chromium", at(float64(200*i)), 0, 0)
+			if whole {
+				n.WholeLag()
+			}
+			navs = append(navs, n)
+		}
+		var left []time.Time
+		for i, lag := range lags {
+			n := navs[i]
+			due, _, _ := n.Due(at(float64(200 * i)))
+			if i > 0 {
+				due = maxTime(due, left[i-1]) // not before the one before it left
+			}
+			n.Released(due, due)
+			d := due.Add(time.Duration(lag * float64(time.Millisecond)))
+			n.Departed(d, true)
+			left = append(left, d)
+			defer n.End()
+		}
+		short := 0
+		for i := 1; i < len(left); i++ {
+			if gap := left[i].Sub(left[i-1]); gap < spacing-tol {
+				short++
+				if whole {
+					t.Errorf("WholeLag: departures %d and %d %.1f ms apart, want at least %v", i, i+1, msOf(gap), spacing-tol)
+				}
+			}
+		}
+		if !whole && short == 0 {
+			t.Errorf("without WholeLag: no gap under the spacing, want the ones this guards against")
+		}
+		if whole && pushed == 0 {
+			t.Errorf("WholeLag: the schedule never moved")
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
