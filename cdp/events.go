@@ -367,6 +367,21 @@ func LeadingTargetID(params []byte) ([]byte, bool) {
 	return rest[:end], true
 }
 
+// ChangedTargetID returns the targetId of a whole Target.targetCreated or
+// Target.targetInfoChanged message from its first bytes, when the browser
+// wrote its method, its params and their targetInfo's targetId first, as
+// Chromium does; ok is false for any other message, or another order.
+func ChangedTargetID(msg []byte) ([]byte, bool) {
+	params, ok := bytes.CutPrefix(msg, []byte(`{"method":"Target.targetInfoChanged","params":`))
+	if !ok {
+		params, ok = bytes.CutPrefix(msg, []byte(`{"method":"Target.targetCreated","params":`))
+	}
+	if !ok {
+		return nil, false
+	}
+	return LeadingTargetID(params)
+}
+
 // ReadTargetID reads the targetId of Target.targetDestroyed params.
 func ReadTargetID(params []byte) (string, bool) {
 	id, ok := memberString(params, "targetId")

@@ -97,6 +97,13 @@ func (c *counts) count(key string) int {
 	return c.n[key]
 }
 
+// countOf is count of a key given as bytes, read without a copy.
+func (c *counts) countOf(key []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[string(key)]
+}
+
 func newBrowserHold(hd *Holder, up Upstream, browser string) *browserHold {
 	h := &browserHold{holder: hd, up: up, browser: browser, armed: make(chan struct{}), answering: make(map[string]*answering), conns: make(map[*watch]struct{})}
 	h.lightpanda = strings.HasPrefix(strings.ToLower(browser), "lightpanda")

@@ -335,7 +335,7 @@ func (w *watch) interesting(msg []byte) bool {
 	}
 	switch {
 	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
-		return true
+		return !w.clientAttachedChange(msg)
 	case bytes.HasPrefix(msg, []byte(`{"method":"Network.`)):
 		return w.h.fetch != nil && w.h.fetch.following() && followedEvent(msg[len(`{"method":"`):])
 	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
@@ -344,6 +344,16 @@ func (w *watch) interesting(msg []byte) bool {
 		return len(w.creates) > 0 || len(w.checks) > 0 || len(w.own) > 0
 	}
 	return true
+}
+
+// clientAttachedChange reports, from its first bytes, whether msg is a
+// Target.targetCreated or Target.targetInfoChanged of a target one of the
+// relay's clients is attached to: such a target is attached without the
+// relay too, so FromBrowser has nothing to rewrite (unattached), and every
+// client hears of every change to every page.
+func (w *watch) clientAttachedChange(msg []byte) bool {
+	id, ok := cdp.ChangedTargetID(msg)
+	return ok && w.h.attachedClients.countOf(id) > 0
 }
 
 // followedEvent reports, from its first bytes, whether a Network event

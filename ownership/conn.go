@@ -83,13 +83,14 @@ func (c *Conn) FromClient(hd *cdp.Header) {
 }
 
 // Wants reports, from its first bytes, whether FromBrowser needs to see a
-// message from the browser: the Target events, and the answers while a
-// Target command is under way. Chromium writes an event's method and a
-// reply's id first; anything else is looked at.
+// message from the browser: the Target events but the changes to pages
+// already settled, and the answers while a Target command is under way.
+// Chromium writes an event's method and a reply's id first; anything else
+// is looked at.
 func (c *Conn) Wants(msg []byte) bool {
 	switch {
 	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
-		return true
+		return !c.settledChange(msg)
 	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
 		return false
 	case bytes.HasPrefix(msg, []byte(`{"id":`)):
@@ -211,6 +212,17 @@ func (c *Conn) created(k key, ctx string) {
 		it.context = ctx
 	}
 	r.ownLocked(c, it)
+}
+
+// settledChange reports, from its first bytes, whether msg is a
+// Target.targetCreated or Target.targetInfoChanged of a page already
+// settled, which FromBrowser would read no further: every client of a
+// browser hears of every change to every page (100 × the changes of 100
+// pages in a crawl of 100), and this tells most of them without reading
+// their header.
+func (c *Conn) settledChange(msg []byte) bool {
+	id, ok := cdp.ChangedTargetID(msg)
+	return ok && c.settled(id)
 }
 
 // settled reports whether the page target id is known with its browser
