@@ -346,6 +346,28 @@ func TestLeadingTargetID(t *testing.T) {
 	}
 }
 
+func TestChangedTargetID(t *testing.T) {
+	tests := []struct {
+		msg, want string
+		ok        bool
+	}{
+		{`{"method":"Target.targetInfoChanged","params":{"targetInfo":{"targetId":"T1","type":"page","title":"x"}}}`, "T1", true},
+		{`{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":"T2","type":"page"}}}`, "T2", true},
+		{`{"method":"Target.targetInfoChanged","params":{"targetInfo":{"targetId":"T1"}},"sessionId":"S"}`, "T1", true},
+		{`{"method":"Target.attachedToTarget","params":{"sessionId":"S","targetInfo":{"targetId":"T1"}}}`, "", false},
+		{`{"method":"Target.targetDestroyed","params":{"targetId":"T1"}}`, "", false},
+		{`{"sessionId":"S","method":"Target.targetInfoChanged","params":{"targetInfo":{"targetId":"T1"}}}`, "", false}, // not Chromium's order: read whole
+		{`{"method":"Target.targetInfoChanged","params":{"targetInfo":{"type":"page","targetId":"T1"}}}`, "", false},
+		{`{"method":"Target.targetInfoChangedX","params":{"targetInfo":{"targetId":"T1"}}}`, "", false},
+		{`{"id":1,"result":{"targetInfo":{"targetId":"T1"}}}`, "", false},
+	}
+	for _, tt := range tests {
+		if got, ok := ChangedTargetID([]byte(tt.msg)); string(got) != tt.want || ok != tt.ok {
+			t.Errorf("ChangedTargetID(%s) = %q, %v; want %q, %v", tt.msg, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
 func TestReadAttached(t *testing.T) {
 	got, ok := ReadAttached([]byte(`{"sessionId":"S1","targetInfo":{"targetId":"T1","type":"page","title":"","url":"about:blank","attached":true,"openerId":"O1","browserContextId":"C"},"waitingForDebugger":true}`))
 	if want := (Attached{SessionID: "S1", Target: TargetInfo{TargetID: "T1", Type: "page", OpenerID: "O1", BrowserContextID: "C"}, Waiting: true}); !ok || got != want {
