@@ -18,10 +18,14 @@ import (
 // events of main-frame documents that the client enabled itself. It sees
 // nothing else: a link click, a form submission or a redirect goes unheld,
 // and is counted as such when the client's Network events show it. A
-// held navigation's departure is when its document request shows in those
-// events: a late one moves its bucket's schedule, and the next is let go
-// only once it left (package pace), so that the site sees the spacing
-// however long the browser takes to start a navigation it was sent.
+// held navigation's departure is when those events show its document
+// request sent (Chromium's Network.requestWillBeSentExtraInfo; Lightpanda,
+// which sends at once, has only Network.requestWillBeSent): a late one
+// moves its bucket's schedule, and the next is let go only once it left
+// (package pace), so that the site sees the spacing however long the
+// browser takes to start a navigation it was sent, and then to find its
+// request a connection (six per host, which a busy crawl's subresources
+// share with it).
 type streamHold struct {
 	w *watch
 
@@ -30,6 +34,10 @@ type streamHold struct {
 	let    map[string][]letNav   // guarded by w.mu; host → held navigations to it let go, not seen yet
 	urls   map[string]string     // guarded by w.mu; session → URL its main frame last committed
 	last   map[string]*flight    // guarded by w.mu; session → its last navigation let go
+	// sent are requests whose requestWillBeSentExtraInfo came before their
+	// requestWillBeSent (Chromium sends the two in either order):
+	// session+" "+requestId → when.
+	sent map[string]time.Time // guarded by w.mu
 }
 
 // streamDoc is a main-frame document under way, seen in the client's
@@ -67,6 +75,7 @@ func newStreamHold(w *watch) *streamHold {
 		let:    make(map[string][]letNav),
 		urls:   make(map[string]string),
 		last:   make(map[string]*flight),
+		sent:   make(map[string]time.Time),
 	}
 }
 
@@ -201,16 +210,20 @@ func (s *streamHold) start(cmd *heldCmd) {
 				s.overtake(cmd.session) // a later navigation arrived while this one was booked
 			}
 		}
-		// Its departure is followed (package pace): the browser starts a
-		// navigation command's request when it gets to it, tens or
-		// hundreds of milliseconds after the command when busy, and the
-		// next one is let go no sooner than that moves it.
+		// Its departure is followed (package pace) where the client's
+		// Network events show it: the browser sends a navigation
+		// command's request when it gets to it, tens or hundreds of
+		// milliseconds after the command when busy, and the next one is
+		// let go no sooner than that moves it.
 		follow := func(start time.Time, n *pace.Nav) {
 			n.WholeLag()
 			cmd.fl.follow(n)
 			booked(start)
 		}
-		w.h.holdFor(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), true, follow, nil, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
+		w.mu.Lock()
+		_, events := w.network[cmd.session]
+		w.mu.Unlock()
+		w.h.holdFor(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), events, follow, nil, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
 		<-done
 	}()
 }
@@ -388,12 +401,36 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			s.setURL(session, p.Frame.URL)
 			w.mu.Unlock()
 		}
+	case "Network.requestWillBeSentExtraInfo":
+		// Chromium is sending the request now.
+		id, ok := cdp.NetworkRequestID(hd.Params)
+		if !ok {
+			return false
+		}
+		key, now := session+" "+id, time.Now()
+		w.mu.Lock()
+		doc, tracked := s.docs[key]
+		if !tracked && len(s.let) > 0 { // a held navigation's, perhaps, told of next
+			if len(s.sent) >= maxTracked {
+				clear(s.sent)
+			}
+			s.sent[key] = now
+		}
+		w.mu.Unlock()
+		doc.fl.followed().Departed(now, true)
 	case "Network.requestWillBeSent":
 		ev, ok := cdp.RequestWillBeSent(hd.Params)
-		if !ok || ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
+		if !ok {
 			return false
 		}
 		key := session + " " + ev.RequestID
+		w.mu.Lock()
+		sent, early := s.sent[key]
+		delete(s.sent, key)
+		w.mu.Unlock()
+		if ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
+			return false
+		}
 		w.mu.Lock()
 		prev, had := s.docs[key]
 		w.mu.Unlock()
@@ -423,9 +460,13 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			if doc.fl, expected = s.expected(host); !expected {
 				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
-			// The browser tells of the request as it starts it: a held
-			// navigation's departure is when the relay reads that.
-			doc.fl.followed().Departed(time.Now(), true)
+			switch {
+			case early:
+				doc.fl.followed().Departed(sent, true)
+			case w.h.lightpanda:
+				// It sends the request as it tells of it.
+				doc.fl.followed().Departed(time.Now(), true)
+			}
 		}
 		w.mu.Lock()
 		if len(s.docs) >= maxTracked {

@@ -483,3 +483,84 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	readClient(t, c)
 	step(`{"id":5,"sessionId":"NEW-S","method":"Page.reload"}`, "Page.reload", "b.test")
 }
+
+// TestNavHoldWaitsForTheSend: a navigation command let go is sent when the
+// browser gets to it, and its request when a connection is free. Where the
+// client's Network events show the request sent (Chromium's
+// Network.requestWillBeSentExtraInfo, before or after its
+// Network.requestWillBeSent), the next navigation of the host waits for
+// that, past its slot, and then the spacing from it; where the client did
+// not enable them, it goes at its slot.
+func TestNavHoldWaitsForTheSend(t *testing.T) {
+	const spacing = 100 * time.Millisecond
+	willBeSent := func(session, id, frame string) []byte {
+		return fmt.Appendf(nil, `{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"documentURL":"http://a.test/1","request":{"url":"http://a.test/1","method":"GET","headers":{}},"type":"Document","frameId":%q},"sessionId":%q}`, id, id, frame, session)
+	}
+	extraInfo := func(session, id string) []byte {
+		return fmt.Appendf(nil, `{"method":"Network.requestWillBeSentExtraInfo","params":{"requestId":%q,"associatedCookies":[],"headers":{}},"sessionId":%q}`, id, session)
+	}
+	for _, tt := range []struct {
+		name    string
+		network bool // the client enables Network events
+		events  func(session, id, frame string) [][]byte
+	}{
+		{"sent after it is told of", true, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f), extraInfo(s, id)} }},
+		{"sent before it is told of", true, func(s, id, f string) [][]byte { return [][]byte{extraInfo(s, id), willBeSent(s, id, f)} }},
+		{"no Network events", false, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
+			fb.Hush()
+			tp := relayTo(t, fb, fixed(spacing), navigateInStream)
+			c := tp.dial(t, "/", nil)
+			fc := fb.Accept(t)
+			for i, s := range []string{"S1", "S2"} {
+				fc.Send(attachedTo(s, "P"+s[1:], "page"))
+				readClient(t, c)
+				if tt.network {
+					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Network.enable","sessionId":%q}`, 10+i, s))
+					fc.Next(t)
+				}
+			}
+			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"S1"}`))
+			writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"S2"}`))
+			// Whichever books first goes first.
+			first := fc.Next(t)
+			if first.Wire.Method != "Page.navigate" {
+				t.Fatalf("browser got %s first, want a navigation", first.Data)
+			}
+			firstS, secondID := first.Wire.SessionID, `"id":2`
+			if firstS == "S2" {
+				secondID = `"id":1`
+			}
+			if !tt.network {
+				second := fc.Next(t)
+				if waited := second.At.Sub(first.At); waited < spacing-5*time.Millisecond || waited > spacing+150*time.Millisecond {
+					t.Errorf("the second navigation went %v after the first, want its slot, %v", waited, spacing)
+				}
+				return
+			}
+			// Not sent yet, told of or not: the second waits past its slot.
+			var sent time.Time
+			for _, ev := range tt.events(firstS, "L1", "P"+firstS[1:]) {
+				time.Sleep(3 * spacing)
+				if got := len(fc.Received()); got != 3 {
+					t.Fatalf("browser got %d messages, want the two Network.enable and the first navigation: the second went before the first was sent", got)
+				}
+				if bytes.Contains(ev, []byte("requestWillBeSentExtraInfo")) {
+					sent = time.Now()
+				}
+				fc.Send(ev)
+				readClient(t, c)
+			}
+			second := fc.Next(t)
+			if !strings.Contains(string(second.Data), secondID) {
+				t.Fatalf("browser got %s, want the second navigation", second.Data)
+			}
+			if waited := second.At.Sub(sent); waited < spacing-5*time.Millisecond {
+				t.Errorf("the second navigation went %v after the first was sent, want at least the spacing, %v", waited, spacing)
+			}
+		})
+	}
+}
