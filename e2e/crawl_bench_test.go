@@ -71,7 +71,7 @@ func BenchmarkCrawl(b *testing.B) {
 			for k := range names {
 				name := names[(r+k)%len(names)]
 				cr := crawlOnce(b, bin, name, crawlPage(s, r+1, name), clients, loads)
-				site := checkSite(b, name, siteGaps(b, s, r+1, name), cr)
+				site := checkSite(b, name, siteArrivals(b, s, r+1, name), cr)
 				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s  %s\n", r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType), site)
 				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
 					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
@@ -115,6 +115,7 @@ type crawlRun struct {
 	booked               int                      // navigations the relay booked (passed or delayed)
 	late                 int                      // held navigations that left late, moving their schedule
 	pushed               time.Duration            // by how much, in all
+	overtook             int                      // let go before the one before them left, after pace's bound
 	byType               map[string]time.Duration // Chromium's CPU by process type, sampled
 }
 
@@ -227,6 +228,7 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 					cr.booked = int(metricValue(string(m), `cdp_throttle_navigations_total{outcome="passed"`) + metricValue(string(m), `cdp_throttle_navigations_total{outcome="delayed"`))
 					cr.late = int(metricValue(string(m), "cdp_throttle_late_departures_total"))
 					cr.pushed = time.Duration(metricValue(string(m), "cdp_throttle_schedule_pushed_seconds_total") * float64(time.Second))
+					cr.overtook = int(metricValue(string(m), "cdp_throttle_departure_waits_expired_total"))
 				}
 			}
 		}

@@ -46,7 +46,7 @@ func BenchmarkCrawlLightpanda(b *testing.B) {
 			for k := range names {
 				name := names[(r+k)%len(names)]
 				cr := crawlLightpandaOnce(b, lp, bin, name, crawlPage(s, r+1, name), serves, perServe, loads)
-				site := checkSite(b, name, siteGaps(b, s, r+1, name), cr)
+				site := checkSite(b, name, siteArrivals(b, s, r+1, name), cr)
 				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n",
 					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, site)
 				b.Logf("round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",

@@ -22,17 +22,14 @@ func crawlPage(s *remoteSite, round int, name string) string {
 	return s.url(siteIP, fmt.Sprintf("/four?run=%d-%s", round, name))
 }
 
-// siteGaps returns the gaps between the navigations of one run of the
-// crawl (its crawlPage) as they reached the site, in the order they
-// arrived, each arrival as the site's kernel stamped it.
-func siteGaps(b *testing.B, s *remoteSite, round int, name string) []time.Duration {
+// siteArrivals returns the navigations of one run of the crawl (its
+// crawlPage) in the order they reached the site, each At when the site's
+// kernel stamped its arrival.
+func siteArrivals(b *testing.B, s *remoteSite, round int, name string) []hit {
 	b.Helper()
 	prefix := fmt.Sprintf("run=%d-%s&", round, name)
 	docs := s.hitsOf(func(h hit) bool { return h.Path == "/four" && strings.HasPrefix(h.Query, prefix) })
-	if len(docs) < 2 {
-		return nil
-	}
-	return gapsAfter(byArrival(b, name, docs), 1)
+	return byArrival(b, name, docs)
 }
 
 // crawlSpacing is the fixed spacing a run of the crawl asks the relay for,
@@ -70,24 +67,26 @@ func crawlSpacing(name string) time.Duration {
 // benchmark when two of its navigations reached the site closer than its
 // spacing less exactSlack (for a spacing above exactSlack: below it the
 // schedule's spacing is less than what the relay cannot see).
-func checkSite(b *testing.B, name string, gaps []time.Duration, cr crawlRun) string {
+func checkSite(b *testing.B, name string, arrived []hit, cr crawlRun) string {
 	b.Helper()
-	if len(gaps) < 3 {
+	if len(arrived) < 4 {
 		return "site: fewer than 4 navigations"
 	}
+	gaps := gapsAfter(arrived, 1)
 	sorted := slices.Sorted(slices.Values(gaps))
 	said := fmt.Sprintf("site: gaps lowest %.1f %.1f %.1f ms, p50 %.1f ms, mean %.1f ms", ms(sorted[0]), ms(sorted[1]), ms(sorted[2]), ms(sorted[len(sorted)/2]), ms(mean(gaps)))
 	if name != "floor" {
-		said += fmt.Sprintf("; left late %d, schedule pushed %.1f s", cr.late, cr.pushed.Seconds())
+		said += fmt.Sprintf("; left late %d, schedule pushed %.1f s, let go past the wait for the one before %d", cr.late, cr.pushed.Seconds(), cr.overtook)
 	}
 	spacing := crawlSpacing(name)
 	if spacing <= exactSlack {
 		return said
 	}
 	under := 0
-	for _, g := range gaps {
+	for i, g := range gaps {
 		if g < spacing-exactSlack {
 			under++
+			b.Logf("%s: %s and %s reached the site %.1f ms apart (%d and %d of %d, at %s)", name, arrived[i].Query, arrived[i+1].Query, ms(g), i+1, i+2, len(arrived), arrived[i+1].At.Format("15:04:05.000"))
 		}
 	}
 	if under > 0 {

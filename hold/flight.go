@@ -361,6 +361,8 @@ func (w *holdWait) due() bool {
 			select {
 			case <-left:
 			case <-t.C:
+				w.h.holder.Metrics.Overtook()
+				w.log.Debug().Str("host", w.host).Msg("navigation let go: the one before it has not left the browser within the bound")
 			case <-w.ctx.Done():
 				w.cancelled()
 				return

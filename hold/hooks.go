@@ -118,6 +118,10 @@ type Metrics interface {
 	Feedback(e limiter.Effect)
 	// Pushed counts a late departure that moved its schedule by by.
 	Pushed(by time.Duration)
+	// Overtook counts a navigation let go while one let go before it in
+	// its bucket had not left the browser yet, once it had waited
+	// pace's bound (Wait) for it.
+	Overtook()
 	// AddUnheld counts n navigations that reached the network without a
 	// booking.
 	AddUnheld(n int)
@@ -142,4 +146,5 @@ func (noMetrics) Navigation(NavOutcome, time.Duration) {}
 func (noMetrics) Waited(time.Duration)                 {}
 func (noMetrics) Feedback(limiter.Effect)              {}
 func (noMetrics) Pushed(time.Duration)                 {}
+func (noMetrics) Overtook()                            {}
 func (noMetrics) AddUnheld(int)                        {}

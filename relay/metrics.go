@@ -26,6 +26,7 @@ type Metrics struct {
 	overload, failure, slow, answered              prometheus.Counter
 	late                                           prometheus.Counter
 	pushedBy                                       prometheus.Counter
+	overtook                                       prometheus.Counter
 	conns                                          prometheus.Gauge
 	msgsToBrowser, msgsToClient                    prometheus.Counter
 	bytesToBrowser, bytesToClient                  prometheus.Counter
@@ -80,6 +81,11 @@ func NewMetrics(ls ...any) *Metrics {
 		Name: "cdp_throttle_schedule_pushed_seconds_total",
 		Help: "How far, in all, late departures moved their schedules.",
 	})
+	m.overtook = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_departure_waits_expired_total",
+		Help: "Held navigations let go while one let go before them in their bucket had not left the browser yet, " +
+			"after waiting the bound (2 s) for it: the site may see the two closer than the spacing.",
+	})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cdp_throttle_connections",
 		Help: "Client connections being relayed.",
@@ -111,7 +117,7 @@ func NewMetrics(ls ...any) *Metrics {
 		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	})
-	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
+	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.overtook, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
 	if lenner, ok := first[interface{ Len() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -268,6 +274,14 @@ func (m *Metrics) Pushed(by time.Duration) {
 	if m != nil {
 		m.late.Inc()
 		m.pushedBy.Add(by.Seconds())
+	}
+}
+
+// Overtook counts a navigation let go before the one let go before it
+// had left the browser, after waiting pace's bound for it (hold.Metrics).
+func (m *Metrics) Overtook() {
+	if m != nil {
+		m.overtook.Inc()
 	}
 }
 
