@@ -19,13 +19,14 @@ import (
 // nothing else: a link click, a form submission or a redirect goes unheld,
 // and is counted as such when the client's Network events show it. A
 // held navigation's departure is when those events show its document
-// request sent (Chromium's Network.requestWillBeSentExtraInfo; Lightpanda,
-// which sends at once, has only Network.requestWillBeSent): a late one
-// moves its bucket's schedule, and the next is let go only once it left
-// (package pace), so that the site sees the spacing however long the
-// browser takes to start a navigation it was sent, and then to find its
-// request a connection (six per host, which a busy crawl's subresources
-// share with it).
+// request started (Network.requestWillBeSent): a late one moves its
+// bucket's schedule, and the next is let go only once it started (package
+// pace), so that the site sees the spacing however long the browser takes
+// to start a navigation it was sent. What the request waits for after
+// that (Chromium's connection for it: six per host, shared with a busy
+// crawl's subresources) the relay does not see in time: Chromium's
+// Network.requestWillBeSentExtraInfo, sent as the request is, reaches the
+// client after the document's answer as often as not.
 type streamHold struct {
 	w *watch
 
@@ -34,10 +35,6 @@ type streamHold struct {
 	let    map[string][]letNav   // guarded by w.mu; host → held navigations to it let go, not seen yet
 	urls   map[string]string     // guarded by w.mu; session → URL its main frame last committed
 	last   map[string]*flight    // guarded by w.mu; session → its last navigation let go
-	// sent are requests whose requestWillBeSentExtraInfo came before their
-	// requestWillBeSent (Chromium sends the two in either order):
-	// session+" "+requestId → when.
-	sent map[string]time.Time // guarded by w.mu
 }
 
 // streamDoc is a main-frame document under way, seen in the client's
@@ -75,7 +72,6 @@ func newStreamHold(w *watch) *streamHold {
 		let:    make(map[string][]letNav),
 		urls:   make(map[string]string),
 		last:   make(map[string]*flight),
-		sent:   make(map[string]time.Time),
 	}
 }
 
@@ -401,36 +397,12 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			s.setURL(session, p.Frame.URL)
 			w.mu.Unlock()
 		}
-	case "Network.requestWillBeSentExtraInfo":
-		// Chromium is sending the request now.
-		id, ok := cdp.NetworkRequestID(hd.Params)
-		if !ok {
-			return false
-		}
-		key, now := session+" "+id, time.Now()
-		w.mu.Lock()
-		doc, tracked := s.docs[key]
-		if !tracked && len(s.let) > 0 { // a held navigation's, perhaps, told of next
-			if len(s.sent) >= maxTracked {
-				clear(s.sent)
-			}
-			s.sent[key] = now
-		}
-		w.mu.Unlock()
-		doc.fl.followed().Departed(now, true)
 	case "Network.requestWillBeSent":
 		ev, ok := cdp.RequestWillBeSent(hd.Params)
-		if !ok {
+		if !ok || ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
 			return false
 		}
 		key := session + " " + ev.RequestID
-		w.mu.Lock()
-		sent, early := s.sent[key]
-		delete(s.sent, key)
-		w.mu.Unlock()
-		if ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
-			return false
-		}
 		w.mu.Lock()
 		prev, had := s.docs[key]
 		w.mu.Unlock()
@@ -460,13 +432,8 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			if doc.fl, expected = s.expected(host); !expected {
 				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
-			switch {
-			case early:
-				doc.fl.followed().Departed(sent, true)
-			case w.h.lightpanda:
-				// It sends the request as it tells of it.
-				doc.fl.followed().Departed(time.Now(), true)
-			}
+			// The browser tells of the request as it starts it.
+			doc.fl.followed().Departed(time.Now(), true)
 		}
 		w.mu.Lock()
 		if len(s.docs) >= maxTracked {
