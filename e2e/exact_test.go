@@ -17,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
-	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // exactSlack is how much closer than the spacing two navigations may reach
@@ -140,18 +138,4 @@ func TestExactAtTheSiteCrawlDelay(t *testing.T) {
 	r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
 	gaps := exactRun(t, r, s, "delay.test", "/six", n, 8)
 	checkGaps(t, "delay.test", gaps, spacing, exactSlack)
-}
-
-// TestExactAtTheSiteNavigate: the same as TestExactAtTheSite through a
-// relay holding navigation commands in the client's stream (--intercept
-// navigate). Chromium starts a navigation it is sent when it gets to it,
-// up to hundreds of milliseconds later on a busy machine: released on the
-// schedule alone, 204 of 500 navigations of a crawl of 100 pages at
-// 150 ms reached the site closer than 145 ms, some at once.
-func TestExactAtTheSiteNavigate(t *testing.T) {
-	const spacing, n = 200 * time.Millisecond, 200
-	s := startSiteProcess(t, robotsOf())
-	r := startRelay(t, fixed(spacing, 1), func(p *relay.Proxy) { p.Intercept = hold.InterceptNavigate })
-	gaps := exactRun(t, r, s, "navexact.test", "/six", n, 100)
-	checkGaps(t, "navexact.test", gaps, spacing, exactSlack)
 }
