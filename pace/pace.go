@@ -42,8 +42,11 @@ const (
 	// DefaultWait bounds how long a release waits for an earlier one of
 	// its bucket to leave: a browser that holds a request that long after
 	// its release (a client's own interception that sits on it) is not
-	// waited for.
-	DefaultWait = 2 * time.Second
+	// waited for. Chromium creating a hundred pages at once took more than
+	// 2 s to send some documents it was let go, and the next one, let go
+	// at a 2 s bound, reached the site 21.7 ms after one of them
+	// (BENCHMARKS.md, what the site sees of a crawl of 100 pages).
+	DefaultWait = 10 * time.Second
 	// MinSpacing is the spacing up to which a bucket's departures are not
 	// followed: what a site sees cannot come closer than the spacing by
 	// more than the network's own few milliseconds however they leave,
