@@ -187,12 +187,7 @@ func startCrawlProxy(b *testing.B, bin, name string, upstreams []string) (*measu
 		for _, u := range upstreams {
 			args = append(args, "--upstream", u)
 		}
-		if strings.HasPrefix(name, "off") {
-			args = append(args, "--http-nav-delay", "0")
-		} else {
-			args = append(args, "--http-nav-delay", "1ms", "--http-nav-burst", "1")
-			args = append(args, strings.Fields(os.Getenv("CRAWL_FLAGS_"+strings.ToUpper(name)))...)
-		}
+		args = append(args, holdArgs(name)...)
 		proxy, err = startMeasured(b, "relay", args, strings.Fields(os.Getenv("CRAWL_ENV_"+strings.ToUpper(name)))...)
 		url = "http://127.0.0.1:" + port
 		if err == nil {
@@ -203,6 +198,16 @@ func startCrawlProxy(b *testing.B, bin, name string, upstreams []string) (*measu
 		proxy.stop()
 	}
 	return proxy, url, err
+}
+
+// holdArgs are the relay's flags for the crawl's run name: nothing held
+// for a name starting with off, else every navigation held (1 ms, a burst
+// of 1) with what CRAWL_FLAGS_<NAME> adds, the last of a flag winning.
+func holdArgs(name string) []string {
+	if strings.HasPrefix(name, "off") {
+		return []string{"--http-nav-delay", "0"}
+	}
+	return append([]string{"--http-nav-delay", "1ms", "--http-nav-burst", "1"}, strings.Fields(os.Getenv("CRAWL_FLAGS_"+strings.ToUpper(name)))...)
 }
 
 // runCrawl runs bench-crawl.mjs with env through proxy, the run name, and

@@ -9,7 +9,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -32,15 +31,15 @@ func siteArrivals(b *testing.B, s *remoteSite, round int, name string) []hit {
 	return byArrival(b, name, docs)
 }
 
-// crawlSpacing is the fixed spacing a run of the crawl asks the relay for,
-// or 0 when it asks for none to check at the site: the floor, a run
-// holding nothing, and anything but a burst of 1.
+// crawlSpacing is the fixed spacing a run of the crawl asks the relay for
+// (holdArgs), or 0 when it asks for none to check at the site: the floor,
+// a run holding nothing, and anything but a burst of 1.
 func crawlSpacing(name string) time.Duration {
-	if name == "floor" || strings.HasPrefix(name, "off") {
+	if name == "floor" {
 		return 0
 	}
-	delay, burst := "1ms", "1"
-	flags := strings.Fields(os.Getenv("CRAWL_FLAGS_" + strings.ToUpper(name)))
+	var delay, burst string
+	flags := holdArgs(name)
 	for i, f := range flags {
 		v, ok := "", false
 		if strings.Contains(f, "=") {

@@ -84,7 +84,7 @@ func NewMetrics(ls ...any) *Metrics {
 	m.overtook = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cdp_throttle_departure_waits_expired_total",
 		Help: "Held navigations let go while one let go before them in their bucket had not left the browser yet, " +
-			"after waiting the bound (10 s) for it: the site may see the two closer than the spacing.",
+			"after waiting pace's bound for it: the site may see the two closer than the spacing.",
 	})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cdp_throttle_connections",
