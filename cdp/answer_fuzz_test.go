@@ -41,6 +41,19 @@ func jsonRequestWillBeSent(params []byte) (Request, bool) {
 	return p.request()
 }
 
+// jsonNetworkEvent is ReadNetworkEvent as it was, with encoding/json.
+func jsonNetworkEvent(method, params []byte) (NetworkEvent, bool) {
+	var p networkParams
+	if json.Unmarshal(params, &p) != nil {
+		return NetworkEvent{}, false
+	}
+	return p.event(method)
+}
+
+// networkMethods are the events ReadNetworkEvent reads.
+var networkMethods = [][]byte{[]byte("Network.requestWillBeSentExtraInfo"), []byte("Network.requestWillBeSent"),
+	[]byte("Network.responseReceived"), []byte("Network.loadingFailed")}
+
 // sameRequest compares two reads of a request, their redirects by value.
 func sameRequest(a, b Request) bool {
 	if (a.Redirect == nil) != (b.Redirect == nil) || a.Redirect != nil && *a.Redirect != *b.Redirect {
@@ -65,7 +78,7 @@ func samePaused(a, b RequestPaused) bool {
 var readerFields = []string{"requestId", "frameId", "resourceType", "redirectedRequestId", "networkId",
 	"request", "url", "method", "responseStatusCode", "responseErrorReason", "responseHeaders", "name",
 	"value", "type", "response", "errorText", "canceled", "status", "headers", "remoteIPAddress",
-	"redirectResponse"}
+	"redirectResponse", "loaderId", "timestamp", "timing", "requestTime", "sendStart", "sendEnd"}
 
 // browserShaped reports whether params are JSON as a browser writes it:
 // valid, no key twice in an object, no reader's key in another case, at
@@ -110,9 +123,9 @@ func browserShaped(params []byte) bool {
 	return walk(bytes.TrimSpace(params))
 }
 
-// FuzzAnswerReaders checks ReadRequestPaused, DocumentAnswer and
-// RequestWillBeSent against encoding/json on every input shaped as a
-// browser writes it.
+// FuzzAnswerReaders checks ReadRequestPaused, DocumentAnswer,
+// RequestWillBeSent and ReadNetworkEvent against encoding/json on every
+// input shaped as a browser writes it.
 func FuzzAnswerReaders(f *testing.F) {
 	for _, s := range []string{
 		`{"requestId":"interception-job-6.1","request":{"url":"http://b.test:42557/x","method":"GET","headers":{}},"frameId":"93A4","resourceType":"Document","responseStatusCode":200,"responseStatusText":"OK","responseHeaders":[{"name":"Retry-After","value":"3"},null],"networkId":"E93D","redirectedRequestId":"interception-job-6.0"}`,
@@ -127,6 +140,11 @@ func FuzzAnswerReaders(f *testing.F) {
 		`{"requestId":"E93D","loaderId":"E93D","documentURL":"http://b.test/x","request":{"url":"http://b.test/x","method":"GET","headers":{}},"timestamp":1,"redirectResponse":{"url":"http://a.test/r","status":302,"headers":{"Location":"http://b.test/x","Retry-After":"1"},"remoteIPAddress":"127.0.0.2"},"type":"Document","frameId":"F"}`,
 		`{"requestId":"R","redirectResponse":null,"request":null}`,
 		`{"requestId":"\u0052","frameId":"\ud800"}`,
+		`{"requestId":"L","loaderId":"L","timestamp":4346.137252,"type":"Document","response":{"status":200,"timing":{"requestTime":4346.125,"sendStart":0.5,"sendEnd":0.6,"receiveHeadersEnd":1.6}},"frameId":"F"}`,
+		`{"requestId":"L","loaderId":"M","timestamp":null,"type":"Document","response":{"status":503,"headers":{"Retry-After":"2"},"timing":{"requestTime":1e3,"sendStart":-1,"sendEnd":null}}}`,
+		`{"requestId":"L","type":"Document","response":{"timing":null},"redirectResponse":{"timing":{"sendEnd":"x"}}}`,
+		`{"requestId":"L","type":"Document","response":{"timing":{"requestTime":true}}}`,
+		`{"requestId":"L","type":"Document","response":{"timing":[]},"timestamp":"1"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -135,8 +153,18 @@ func FuzzAnswerReaders(f *testing.F) {
 		gotA, okA := DocumentAnswer([]byte("Network.responseReceived"), params)
 		gotF, okF := DocumentAnswer([]byte("Network.loadingFailed"), params)
 		gotR, okR := RequestWillBeSent(params)
+		var gotN [4]NetworkEvent
+		var okN [4]bool
+		for i, m := range networkMethods {
+			gotN[i], okN[i] = ReadNetworkEvent(m, params)
+		}
 		if !browserShaped(params) {
 			return
+		}
+		for i, m := range networkMethods {
+			if w, wok := jsonNetworkEvent(m, params); okN[i] != wok || gotN[i] != w {
+				t.Errorf("ReadNetworkEvent(%s, %s) = %+v %v, encoding/json reads %+v %v", m, params, gotN[i], okN[i], w, wok)
+			}
 		}
 		if w, wok := jsonRequestWillBeSent(params); okR != wok || okR && !sameRequest(gotR, w) {
 			t.Errorf("RequestWillBeSent(%s) = %+v %v, encoding/json reads %+v %v", params, gotR, okR, w, wok)
@@ -160,12 +188,22 @@ func FuzzAnswerReaders(f *testing.F) {
 }
 
 // TestAnswerReadersOnRecordings reads every paused request, every request
-// sent and every answer of the Chromium and Lightpanda recordings as encoding/json reads
-// them, and the 429's Retry-After of each.
+// sent, every answer and every Network event of the Chromium and
+// Lightpanda recordings as encoding/json reads them, and the 429's
+// Retry-After of each.
 func TestAnswerReadersOnRecordings(t *testing.T) {
 	seen := map[string]int{}
 	busy := map[string]bool{}
 	recordedEvents(t, "*.jsonl", func(f, m string, params []byte) {
+		if strings.HasPrefix(m, "Network.") {
+			got, ok := ReadNetworkEvent([]byte(m), params)
+			if want, wantOK := jsonNetworkEvent([]byte(m), params); ok != wantOK || got != want {
+				t.Errorf("%s: ReadNetworkEvent(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
+			}
+			if ok && got.Sent > 0 {
+				seen["timed answers"]++
+			}
+		}
 		switch m {
 		case "Fetch.requestPaused":
 			got, ok := ReadRequestPaused(params)
@@ -179,6 +217,7 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 			if !ok || !wantOK || !sameRequest(got, want) {
 				t.Errorf("%s: RequestWillBeSent = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
 			}
+		case "Network.requestWillBeSentExtraInfo":
 		case "Network.responseReceived", "Network.loadingFailed":
 			got, ok := DocumentAnswer([]byte(m), params)
 			want, wantOK := jsonDocumentAnswer([]byte(m), params)
@@ -193,7 +232,7 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 		}
 		seen[m]++
 	})
-	for _, m := range []string{"Fetch.requestPaused", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed"} {
+	for _, m := range []string{"Fetch.requestPaused", "Network.requestWillBeSent", "Network.requestWillBeSentExtraInfo", "Network.responseReceived", "Network.loadingFailed", "timed answers"} {
 		if seen[m] == 0 {
 			t.Errorf("no %s in the recordings", m)
 		}
@@ -242,7 +281,9 @@ var (
 )
 
 // BenchmarkAnswerReaders compares the readers with encoding/json on the
-// two events a holding relay reads most.
+// two events a holding relay reads most (a document's answer is read
+// twice: by the share, DocumentAnswer, and by the Fetch strategy's
+// following of departures, ReadNetworkEvent).
 func BenchmarkAnswerReaders(b *testing.B) {
 	method := []byte("Network.responseReceived")
 	b.Run("paused/bytes", func(b *testing.B) {
@@ -263,6 +304,16 @@ func BenchmarkAnswerReaders(b *testing.B) {
 	b.Run("answer/encoding-json", func(b *testing.B) {
 		for b.Loop() {
 			jsonDocumentAnswer(method, benchAnswer)
+		}
+	})
+	b.Run("network/bytes", func(b *testing.B) {
+		for b.Loop() {
+			ReadNetworkEvent(method, benchAnswer)
+		}
+	})
+	b.Run("network/encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			jsonNetworkEvent(method, benchAnswer)
 		}
 	})
 }

@@ -254,16 +254,55 @@ func readResponse(obj []byte) (r response, ok bool) {
 			}
 		case "remoteIPAddress":
 			r.RemoteIP, ok = stringOf(v)
+		case "timing":
+			r.Timing, ok = timingOf(v)
 		}
 		return ok
 	})
 	return r, ok && read
 }
 
+// timingOf reads a member that holds a Network.ResourceTiming, or null
+// (nil); ok is false when it is not what encoding/json would read into a
+// *timing.
+func timingOf(val []byte) (*timing, bool) {
+	if string(val) == "null" {
+		return nil, true
+	}
+	var t timing
+	ok := true
+	read := members(val, func(key, v []byte) bool {
+		switch string(key) {
+		case "requestTime":
+			t.RequestTime, ok = floatOf(v)
+		case "sendStart":
+			t.SendStart, ok = floatOf(v)
+		case "sendEnd":
+			if string(v) == "null" {
+				t.SendEnd = nil
+				break
+			}
+			var end float64
+			end, ok = floatOf(v)
+			t.SendEnd = &end
+		}
+		return ok
+	})
+	return &t, ok && read
+}
+
 type response struct {
 	Status   float64           `json:"status"`
 	Headers  map[string]string `json:"headers"`
 	RemoteIP string            `json:"remoteIPAddress"`
+	Timing   *timing           `json:"timing"`
+}
+
+// timing is what the relay reads of a response's Network.ResourceTiming.
+type timing struct {
+	RequestTime float64  `json:"requestTime"`
+	SendStart   float64  `json:"sendStart"`
+	SendEnd     *float64 `json:"sendEnd"`
 }
 
 func (r *response) outcome() Outcome {
@@ -542,16 +581,9 @@ type NetworkEvent struct {
 	NavFrame string
 }
 
-type timedResponse struct {
-	response
-	Timing *struct {
-		RequestTime float64  `json:"requestTime"`
-		SendStart   float64  `json:"sendStart"`
-		SendEnd     *float64 `json:"sendEnd"`
-	} `json:"timing"`
-}
-
-func (r *timedResponse) sent() float64 {
+// sent is when the hop r answers had been sent, in seconds of the
+// browser's monotonic clock (NetworkEvent.Sent); 0 when r does not tell.
+func (r *response) sent() float64 {
 	if r.Timing == nil || r.Timing.RequestTime <= 0 || r.Timing.SendStart < 0 {
 		return 0
 	}
@@ -568,18 +600,62 @@ func (r *timedResponse) sent() float64 {
 // Network.loadingFailed. ok is false for any other event, or one that
 // says nothing of either.
 func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
-	var p struct {
-		RequestID        string         `json:"requestId"`
-		LoaderID         string         `json:"loaderId"`
-		FrameID          string         `json:"frameId"`
-		Timestamp        float64        `json:"timestamp"`
-		Type             string         `json:"type"`
-		Response         *timedResponse `json:"response"`
-		RedirectResponse *timedResponse `json:"redirectResponse"`
-		ErrorText        string         `json:"errorText"`
-		Canceled         bool           `json:"canceled"`
+	p, ok := readNetworkParams(params)
+	if !ok {
+		return NetworkEvent{}, false
 	}
-	if json.Unmarshal(params, &p) != nil || p.RequestID == "" {
+	return p.event(method)
+}
+
+// networkParams is what ReadNetworkEvent reads of a Network event's
+// params.
+type networkParams struct {
+	RequestID        string    `json:"requestId"`
+	LoaderID         string    `json:"loaderId"`
+	FrameID          string    `json:"frameId"`
+	Timestamp        float64   `json:"timestamp"`
+	Type             string    `json:"type"`
+	Response         *response `json:"response"`
+	RedirectResponse *response `json:"redirectResponse"`
+	ErrorText        string    `json:"errorText"`
+	Canceled         bool      `json:"canceled"`
+}
+
+// readNetworkParams reads networkParams; ok is false when params are not
+// what encoding/json would read into one. A holding relay reads every
+// document's answer with it, some kilobytes each (headers, timing,
+// security details).
+func readNetworkParams(params []byte) (p networkParams, ok bool) {
+	ok = true
+	read := members(params, func(key, v []byte) bool {
+		switch string(key) {
+		case "requestId":
+			p.RequestID, ok = stringOf(v)
+		case "loaderId":
+			p.LoaderID, ok = stringOf(v)
+		case "frameId":
+			p.FrameID, ok = stringOf(v)
+		case "timestamp":
+			p.Timestamp, ok = floatOf(v)
+		case "type":
+			p.Type, ok = stringOf(v)
+		case "response":
+			p.Response, ok = responseOf(v)
+		case "redirectResponse":
+			p.RedirectResponse, ok = responseOf(v)
+		case "errorText":
+			p.ErrorText, ok = stringOf(v)
+		case "canceled":
+			p.Canceled, ok = boolOf(v)
+		}
+		return ok
+	})
+	return p, ok && read
+}
+
+// event is what ReadNetworkEvent returns of params read for method.
+func (p *networkParams) event(method []byte) (NetworkEvent, bool) {
+	if p.RequestID == "" {
 		return NetworkEvent{}, false
 	}
 	ev := NetworkEvent{RequestID: p.RequestID, Timestamp: p.Timestamp, Document: p.Type == "Document"}
