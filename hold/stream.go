@@ -26,7 +26,12 @@ import (
 // that (Chromium's connection for it: six per host, shared with a busy
 // crawl's subresources) the relay does not see in time: Chromium's
 // Network.requestWillBeSentExtraInfo, sent as the request is, reaches the
-// client after the document's answer as often as not.
+// client after the document's answer as often as not. A client that
+// intercepts its own requests (Fetch on in its session, as Puppeteer's
+// setRequestInterception and Playwright's page.route do) gets a document
+// paused after it started, and may sit on it: its departure is then when
+// the client lets it go (Fetch.continueRequest), or, where the client
+// does not pause it, unknown until its answer.
 type streamHold struct {
 	w *watch
 
@@ -35,6 +40,11 @@ type streamHold struct {
 	let    map[string][]letNav   // guarded by w.mu; host → held navigations to it let go, not seen yet
 	urls   map[string]string     // guarded by w.mu; session → URL its main frame last committed
 	last   map[string]*flight    // guarded by w.mu; session → its last navigation let go
+	// paused are the main-frame documents the client's own interception
+	// paused before they left: session+" "+its Fetch requestId → the
+	// document's (session+" "+its network requestId, a key of docs).
+	// Guarded by w.mu.
+	paused map[string]string
 }
 
 // streamDoc is a main-frame document under way, seen in the client's
@@ -72,6 +82,7 @@ func newStreamHold(w *watch) *streamHold {
 		let:    make(map[string][]letNav),
 		urls:   make(map[string]string),
 		last:   make(map[string]*flight),
+		paused: make(map[string]string),
 	}
 }
 
@@ -129,6 +140,9 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 			return false
 		}
 		rawURL = p.URL
+	case "Fetch.continueRequest", "Fetch.fulfillRequest", "Fetch.failRequest":
+		s.clientLets(session, method, hd.Params)
+		return false
 	default:
 		return false
 	}
@@ -432,8 +446,15 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			if doc.fl, expected = s.expected(host); !expected {
 				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
-			// The browser tells of the request as it starts it.
-			doc.fl.followed().Departed(time.Now(), true)
+			// The browser tells of the request as it starts it, unless
+			// the client intercepts its requests: then it leaves when
+			// the client lets it go (clientLets).
+			w.mu.Lock()
+			intercepts := w.fetching[session]
+			w.mu.Unlock()
+			if !intercepts {
+				doc.fl.followed().Departed(time.Now(), true)
+			}
 		}
 		w.mu.Lock()
 		if len(s.docs) >= maxTracked {
@@ -443,6 +464,17 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			clear(s.docs)
 		}
 		s.docs[key] = doc
+		w.mu.Unlock()
+	case "Fetch.requestPaused":
+		ev, ok := cdp.ReadRequestPaused(hd.Params)
+		if !ok || ev.ResourceType != "Document" || ev.NetworkID == "" || ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
+			return false // not a document the client holds before it leaves
+		}
+		w.mu.Lock()
+		if len(s.paused) >= maxTracked {
+			clear(s.paused)
+		}
+		s.paused[session+" "+ev.RequestID] = session + " " + ev.NetworkID
 		w.mu.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
 		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
@@ -469,6 +501,29 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		}
 	}
 	return false
+}
+
+// clientLets reads a client's answer to a request its own interception
+// paused: a main-frame document the relay let go and the client continues
+// leaves now; one the client answers or fails itself never reaches the
+// site, and its flight ends with its answer or failure.
+func (s *streamHold) clientLets(session, method string, params []byte) {
+	var p struct {
+		RequestID string `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return // the browser refuses it
+	}
+	w := s.w
+	key := session + " " + p.RequestID
+	w.mu.Lock()
+	doc, ok := s.paused[key]
+	delete(s.paused, key)
+	fl := s.docs[doc].fl
+	w.mu.Unlock()
+	if ok && method == "Fetch.continueRequest" {
+		fl.followed().Departed(time.Now(), true)
+	}
 }
 
 // setURL notes where a session's page is. Callers hold w.mu.

@@ -488,19 +488,28 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 // the browser gets to it. Where the client's Network events show the
 // request started (Network.requestWillBeSent), the next navigation of the
 // host waits for that, past its slot, and then the spacing from it; where
-// the client did not enable them, it goes at its slot.
+// the client's own interception paused the request after it started, for
+// the client's Fetch.continueRequest; where the client did not enable
+// Network events, it goes at its slot.
 func TestNavHoldWaitsForTheSend(t *testing.T) {
 	const spacing = 100 * time.Millisecond
 	willBeSent := func(session, id, frame string) []byte {
 		return fmt.Appendf(nil, `{"method":"Network.requestWillBeSent","params":{"requestId":%q,"loaderId":%q,"documentURL":"http://a.test/1","request":{"url":"http://a.test/1","method":"GET","headers":{}},"type":"Document","frameId":%q},"sessionId":%q}`, id, id, frame, session)
 	}
+	paused := func(session, id, frame string) []byte {
+		return fmt.Appendf(nil, `{"method":"Fetch.requestPaused","params":{"requestId":"interception-job-7.0","request":{"url":"http://a.test/1","method":"GET","headers":{}},"frameId":%q,"resourceType":"Document","networkId":%q},"sessionId":%q}`, frame, id, session)
+	}
 	for _, tt := range []struct {
 		name    string
 		network bool // the client enables Network events
-		events  func(session, id, frame string) [][]byte
+		// intercepts: the client enables Fetch, and its document leaves
+		// when it continues it
+		intercepts bool
+		events     func(session, id, frame string) [][]byte
 	}{
-		{"started", true, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f)} }},
-		{"no Network events", false, nil},
+		{"started", true, false, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f)} }},
+		{"paused by the client", true, true, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f), paused(s, id, f)} }},
+		{"no Network events", false, false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
@@ -516,7 +525,12 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Network.enable","sessionId":%q}`, 10+i, s))
 					fc.Next(t)
 				}
+				if tt.intercepts {
+					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*"}]},"sessionId":%q}`, 20+i, s))
+					fc.Next(t)
+				}
 			}
+			before := len(fc.Received()) // the Network.enable and Fetch.enable
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"S1"}`))
 			writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"S2"}`))
 			// Whichever books first goes first.
@@ -539,12 +553,25 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 			var sent time.Time
 			for _, ev := range tt.events(firstS, "L1", "P"+firstS[1:]) {
 				time.Sleep(3 * spacing)
-				if got := len(fc.Received()); got != 3 {
-					t.Fatalf("browser got %d messages, want the two Network.enable and the first navigation: the second went before the first was sent", got)
+				if got := len(fc.Received()); got != before+1 {
+					t.Fatalf("browser got %d messages, want the client's %d and the first navigation: the second went before the first was sent", got, before)
 				}
 				sent = time.Now()
 				fc.Send(ev)
 				readClient(t, c)
+			}
+			if tt.intercepts {
+				// Started, and paused by the client: not sent until the
+				// client lets it go.
+				time.Sleep(3 * spacing)
+				if got := len(fc.Received()); got != before+1 {
+					t.Fatalf("browser got %d messages, want the client's %d and the first navigation: the second went while the client held the first", got, before)
+				}
+				sent = time.Now()
+				writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":30,"method":"Fetch.continueRequest","params":{"requestId":"interception-job-7.0"},"sessionId":%q}`, firstS))
+				if cont := fc.Next(t); cont.Wire.Method != "Fetch.continueRequest" {
+					t.Fatalf("browser got %s, want the client's Fetch.continueRequest", cont.Data)
+				}
 			}
 			second := fc.Next(t)
 			if !strings.Contains(string(second.Data), secondID) {
