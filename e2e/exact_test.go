@@ -9,6 +9,7 @@ package e2e
 // a few milliseconds.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -17,8 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
 // exactSlack is how much closer than the spacing two navigations may reach
@@ -138,4 +146,127 @@ func TestExactAtTheSiteCrawlDelay(t *testing.T) {
 	r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
 	gaps := exactRun(t, r, s, "delay.test", "/six", n, 8)
 	checkGaps(t, "delay.test", gaps, spacing, exactSlack)
+}
+
+// TestExactWhileAClientSitsOnItsRequest: a client that intercepts its own
+// documents (as Puppeteer's setRequestInterception and Playwright's
+// page.route do) sits on one for 3 s, as a crawler that looks each URL up
+// before it continues may, while other clients navigate to the same host,
+// one every 200 ms. The site sees every navigation, the one sat on among
+// them, the spacing apart.
+//
+//   - fetch: Chromium hands a request to the client's interception before
+//     the relay's (the client's session attached to the page after the
+//     relay's), so the relay books the navigation once the client let it
+//     go; the others do not wait for it.
+//   - navigate: the relay let the command go at its slot, and the request
+//     leaves when the client lets it go: the others wait for it, and go
+//     the spacing after it. Taking the start of the request for its
+//     departure, as before, two reached the site 88.9 and 213.8 ms apart
+//     at 300.
+func TestExactWhileAClientSitsOnItsRequest(t *testing.T) {
+	s := startSiteProcess(t, robotsOf())
+	for _, mode := range []hold.Intercept{hold.InterceptFetch, hold.InterceptNavigate} {
+		t.Run(mode.String(), func(t *testing.T) { sitOnARequest(t, s, mode) })
+	}
+}
+
+func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept) {
+	const spacing, sit, others = 300 * time.Millisecond, 3 * time.Second, 12
+	host := mode.String() + ".sits.test"
+	r := startRelay(t, fixed(spacing, 1), func(p *relay.Proxy) { p.Intercept = mode })
+	run := runID()
+
+	connect := func(name string) context.Context {
+		alloc, cancel := remote.NewAllocator(context.Background(), r.url)
+		t.Cleanup(cancel)
+		ctx, cancel := chromedp.NewContext(alloc, chromedp.WithNewBrowserContext())
+		t.Cleanup(cancel)
+		if err := chromedp.Do(ctx); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return ctx
+	}
+	// The client that sits: Fetch on in its own session, for documents.
+	sitter := connect("the client that sits")
+	paused := make(chan time.Time, 1)
+	if err := chromedp.Listen(sitter, func(ev any) {
+		e, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
+		}
+		select {
+		case paused <- time.Now():
+		default:
+		}
+		go func() {
+			time.Sleep(sit)
+			if _, err := chromedp.Call(sitter, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID}); err != nil {
+				t.Errorf("continuing the paused document: %v", err)
+			}
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(sitter, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*", ResourceType: network.ResourceTypeDocument}}}); err != nil {
+		t.Fatalf("Fetch.enable in the client's session: %v", err)
+	}
+	var clients []context.Context
+	for i := range others {
+		clients = append(clients, connect(fmt.Sprint("client ", i)))
+	}
+
+	navigate := func(ctx context.Context, who string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			done <- chromedp.Do(ctx, chromedp.Navigate(s.url(host, "/six?run="+run+"&who="+who)))
+		}()
+		return done
+	}
+	start := time.Now()
+	dones := []<-chan error{navigate(sitter, "sitter")}
+	select {
+	case <-paused:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client's own interception never paused its document")
+	}
+	for i, ctx := range clients {
+		dones = append(dones, navigate(ctx, fmt.Sprint(i)))
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, done := range dones {
+		if err := <-done; err != nil {
+			t.Fatalf("a navigation: %v", err)
+		}
+	}
+
+	docs := s.hitsOf(func(h hit) bool { return h.Host == host && h.Path == "/six" && strings.Contains(h.Query, run) })
+	if len(docs) != others+1 {
+		t.Fatalf("the site saw %d navigations, want %d", len(docs), others+1)
+	}
+	arrived := byArrival(t, host, docs)
+	var order []string
+	place := 0
+	for i, h := range arrived {
+		_, who, _ := strings.Cut(h.Query, "who=")
+		order = append(order, fmt.Sprintf("%s %.0f ms", who, ms(h.At.Sub(start))))
+		if who == "sitter" {
+			place = i
+			if h.At.Sub(start) < sit {
+				t.Errorf("the navigation sat on reached the site %v after it started, before the client let it go (%v)", h.At.Sub(start), sit)
+			}
+		}
+	}
+	t.Logf("as they reached the site: %s", strings.Join(order, ", "))
+	switch {
+	case mode == hold.InterceptFetch && place == 0:
+		t.Errorf("the others waited for the navigation the client sat on: it reached the site first")
+	case mode == hold.InterceptNavigate && place != 0:
+		t.Errorf("the navigation the client sat on reached the site %d-th, want first: the relay let it go first", place+1)
+	}
+	checkGaps(t, host, gapsAfter(arrived, 1), spacing, exactSlack)
+	t.Logf("waits for a departure let go past pace's bound: %v; late departures: %s",
+		metricOf(t, r.url, "cdp_throttle_departure_waits_expired_total"), pushedOf(t, r))
 }
