@@ -40,7 +40,9 @@ import (
 // CRAWL_ENV_<NAME> adds to the relay's environment, CRAWL_BIN runs a
 // build of the relay of one's own instead of the tree's, and CRAWL_BIN_<NAME>
 // runs another build of the relay (to compare one commit with another in
-// the same rounds). CRAWL_WARMUP=1 crawls through the floor once first,
+// the same rounds). CRAWL_INTERCEPT=1 makes every client intercept its
+// page's requests (Puppeteer's setRequestInterception: images aborted, the
+// rest continued). CRAWL_WARMUP=1 crawls through the floor once first,
 // unreported: the first crawl of a benchmark runs on cold caches (a floor
 // 30% slower than the next seen).
 //

@@ -7,7 +7,9 @@
 // env: CDP_URL (http://HOST:PORT), SITE_URL (a page's URL, to which
 // &c=CLIENT&k=LOAD is added), CLIENTS, LOADS; WS_URL, when set, is
 // connected to instead of what CDP_URL's /json/version names (a byte
-// copier in front of Lightpanda, which names its own address there).
+// copier in front of Lightpanda, which names its own address there);
+// CRAWL_INTERCEPT=1 makes each client intercept its page's requests, as
+// a crawler that saves bandwidth does: images aborted, the rest continued.
 import puppeteer from 'puppeteer-core';
 import { env } from './lib.mjs';
 
@@ -16,6 +18,7 @@ const siteURL = env('SITE_URL');
 const clients = Number(env('CLIENTS'));
 const loads = Number(env('LOADS'));
 const wsURL = process.env.WS_URL;
+const intercept = process.env.CRAWL_INTERCEPT === '1';
 
 let ok = 0;
 const errors = [];
@@ -26,6 +29,10 @@ async function client(i) {
   try {
     const page = await browser.newPage();
     page.setDefaultNavigationTimeout(600000);
+    if (intercept) {
+      await page.setRequestInterception(true);
+      page.on('request', (r) => (r.resourceType() === 'image' ? r.abort() : r.continue()));
+    }
     for (let k = 0; k < loads; k++) {
       try {
         const res = await page.goto(`${siteURL}&c=${i}&k=${k}`, { waitUntil: 'load' });
