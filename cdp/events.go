@@ -544,6 +544,49 @@ func plainString(s string) bool {
 	return true
 }
 
+// FetchPausesDocuments reports whether a client's Fetch.enable, whose
+// params are given, may pause a document request before it leaves: no
+// patterns (every request), or a pattern of every resource type or of
+// documents at the request stage. Patterns are read as Chromium reads
+// them, names exact: an empty list pauses nothing. Params the browser
+// would refuse report true, the worst case.
+func FetchPausesDocuments(params []byte) bool {
+	if len(bytes.TrimSpace(params)) == 0 {
+		return true
+	}
+	var patterns []byte
+	if !members(params, func(key, v []byte) bool {
+		if string(key) == "patterns" {
+			patterns = v
+		}
+		return true
+	}) {
+		return true
+	}
+	if patterns == nil || string(patterns) == "null" {
+		return true
+	}
+	pauses := false
+	read := elements(patterns, func(pt []byte) bool {
+		typ, stage := "", ""
+		ok := members(pt, func(key, v []byte) bool {
+			switch string(key) {
+			case "resourceType":
+				typ, _ = stringOf(v)
+			case "requestStage":
+				stage, _ = stringOf(v)
+			}
+			return true
+		})
+		if !ok || (typ == "" || typ == "Document") && (stage == "" || stage == "Request") {
+			pauses = true
+			return false
+		}
+		return true
+	})
+	return pauses || !read
+}
+
 // NetworkEvent is what the relay reads of a Network event of a document
 // request it follows: when the request left the browser, and how the hop
 // it was on ended.

@@ -447,3 +447,30 @@ func TestCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchPausesDocuments: which of a client's Fetch.enable params may
+// pause a document before it leaves, read as Chromium reads them.
+func TestFetchPausesDocuments(t *testing.T) {
+	for params, want := range map[string]bool{
+		``:                                  true, // every request
+		`{}`:                                true,
+		`{"patterns":null}`:                 true,
+		`{"patterns":[]}`:                   false, // Chromium intercepts nothing
+		`{"patterns":[{"urlPattern":"*"}]}`: true,
+		`{"patterns":[{"resourceType":"Image"}]}`:                                        false,
+		`{"patterns":[{"resourceType":"Document"}]}`:                                     true,
+		`{"patterns":[{"resourceType":"Document","requestStage":"Request"}]}`:            true,
+		`{"patterns":[{"resourceType":"Document","requestStage":"Response"}]}`:           false,
+		`{"patterns":[{"resourceType":"Image"},{"urlPattern":"*.html"}]}`:                true,
+		`{"patterns":[{"ResourceType":"Image"}]}`:                                        true, // a name Chromium does not read: every type
+		`{"patterns":[{"urlPattern":"*.png","resourceType":"Image","requestStage":""}]}`: false,
+		`{"patterns":5}`:              true, // refused by the browser: the worst case
+		`{"patterns":[5]}`:            true,
+		`not json`:                    true,
+		`{"handleAuthRequests":true}`: true,
+	} {
+		if got := FetchPausesDocuments([]byte(params)); got != want {
+			t.Errorf("FetchPausesDocuments(%s) = %v, want %v", params, got, want)
+		}
+	}
+}

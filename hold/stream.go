@@ -29,9 +29,10 @@ import (
 // client after the document's answer as often as not. A client that
 // intercepts its own requests (Fetch on in its session, as Puppeteer's
 // setRequestInterception and Playwright's page.route do) gets a document
-// paused after it started, and may sit on it: its departure is then when
-// the client lets it go (Fetch.continueRequest), or, where the client
-// does not pause it, unknown until its answer.
+// paused after it started, and may sit on it: where the client's
+// patterns may pause documents, the departure is when the client lets it
+// go (Fetch.continueRequest), or, where it did not pause this one after
+// all (its URL pattern did not match), unknown until its answer.
 type streamHold struct {
 	w *watch
 
@@ -447,12 +448,12 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
 			// The browser tells of the request as it starts it, unless
-			// the client intercepts its requests: then it leaves when
-			// the client lets it go (clientLets).
+			// the client's own interception may pause it: then it
+			// leaves when the client lets it go (clientLets).
 			w.mu.Lock()
-			intercepts := w.fetching[session]
+			pauses := w.fetching[session]
 			w.mu.Unlock()
-			if !intercepts {
+			if !pauses {
 				doc.fl.followed().Departed(time.Now(), true)
 			}
 		}

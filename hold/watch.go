@@ -42,7 +42,7 @@ type watch struct {
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
 	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
 	departs  map[cmdKey]*flight     // guarded by mu; Fetch.continueRequest commands (the relay's or a client's) of a held document whose answer tells its departure
-	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself
+	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself → whether its patterns may pause a document before it leaves
 	network  map[string]string      // guarded by mu; page sessions where the client enabled Network → their page
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
 	stream   *streamHold            // the in-stream strategy's state, nil until used
@@ -211,7 +211,7 @@ func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
 	}
 	switch {
 	case hd.IsMethod("Fetch.enable"):
-		w.fetching[session] = true
+		w.fetching[session] = cdp.FetchPausesDocuments(hd.Params)
 	case hd.IsMethod("Fetch.disable"):
 		delete(w.fetching, session)
 	case hd.IsMethod("Network.enable"):
@@ -224,7 +224,7 @@ func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
 	case hd.IsMethod("Network.disable"):
 		w.networkOffLocked(session)
 	}
-	if way == viaFetch && hd.IsMethod("Page.navigate") && !w.fetching[session] && len(w.checks) < maxTracked {
+	if _, intercepts := w.fetching[session]; way == viaFetch && hd.IsMethod("Page.navigate") && !intercepts && len(w.checks) < maxTracked {
 		if si, ok := w.sessions[session]; ok && si.typ == "page" {
 			if p, ok := cdp.NavigateParams(hd.Params); ok && strings.HasPrefix(p.URL, "http") &&
 				(p.FrameID == "" || p.FrameID == si.target) {

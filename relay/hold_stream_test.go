@@ -489,8 +489,9 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 // request started (Network.requestWillBeSent), the next navigation of the
 // host waits for that, past its slot, and then the spacing from it; where
 // the client's own interception paused the request after it started, for
-// the client's Fetch.continueRequest; where the client did not enable
-// Network events, it goes at its slot.
+// the client's Fetch.continueRequest (a client whose patterns pause no
+// document does not make it wait for one); where the client did not
+// enable Network events, it goes at its slot.
 func TestNavHoldWaitsForTheSend(t *testing.T) {
 	const spacing = 100 * time.Millisecond
 	willBeSent := func(session, id, frame string) []byte {
@@ -502,14 +503,17 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		network bool // the client enables Network events
-		// intercepts: the client enables Fetch, and its document leaves
-		// when it continues it
+		// fetch: the patterns of the client's own Fetch.enable, "" for none
+		fetch string
+		// intercepts: the client's interception paused the document, which
+		// leaves when the client continues it
 		intercepts bool
 		events     func(session, id, frame string) [][]byte
 	}{
-		{"started", true, false, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f)} }},
-		{"paused by the client", true, true, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f), paused(s, id, f)} }},
-		{"no Network events", false, false, nil},
+		{"started", true, "", false, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f)} }},
+		{"paused by the client", true, `[{"urlPattern":"*"}]`, true, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f), paused(s, id, f)} }},
+		{"client intercepts images only", true, `[{"urlPattern":"*","resourceType":"Image"}]`, false, func(s, id, f string) [][]byte { return [][]byte{willBeSent(s, id, f)} }},
+		{"no Network events", false, "", false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
@@ -525,8 +529,8 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Network.enable","sessionId":%q}`, 10+i, s))
 					fc.Next(t)
 				}
-				if tt.intercepts {
-					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Fetch.enable","params":{"patterns":[{"urlPattern":"*"}]},"sessionId":%q}`, 20+i, s))
+				if tt.fetch != "" {
+					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Fetch.enable","params":{"patterns":%s},"sessionId":%q}`, 20+i, tt.fetch, s))
 					fc.Next(t)
 				}
 			}
@@ -577,8 +581,8 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 			if !strings.Contains(string(second.Data), secondID) {
 				t.Fatalf("browser got %s, want the second navigation", second.Data)
 			}
-			if waited := second.At.Sub(sent); waited < spacing-5*time.Millisecond {
-				t.Errorf("the second navigation went %v after the first was sent, want at least the spacing, %v", waited, spacing)
+			if waited := second.At.Sub(sent); waited < spacing-5*time.Millisecond || waited > spacing+time.Second {
+				t.Errorf("the second navigation went %v after the first was sent, want the spacing, %v", waited, spacing)
 			}
 		})
 	}
