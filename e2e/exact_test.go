@@ -39,6 +39,10 @@ import (
 // with the relay), which says nothing of when the request came.
 const exactSlack = 5 * time.Millisecond
 
+// navigateSlack is exactSlack for --intercept navigate, which sees when a
+// navigation's request started, not when it was sent.
+const navigateSlack = 50 * time.Millisecond
+
 // exactSite is where the exact tests navigate: a site in a process of its
 // own (startSiteProcess).
 type exactSite interface {
@@ -164,23 +168,31 @@ func TestExactAtTheSiteCrawlDelay(t *testing.T) {
 //     the spacing after it. Taking the start of the request for its
 //     departure, as before, two reached the site 88.9 and 213.8 ms apart
 //     at 300.
+//   - lightpanda (the session way): the relay pauses the document in the
+//     client's own session and hands it to the client's interception at
+//     its slot; it leaves when the client continues it (Lightpanda answers
+//     that once it sent it), and the others go the spacing after it.
 func TestExactWhileAClientSitsOnItsRequest(t *testing.T) {
 	s := startSiteProcess(t, robotsOf())
 	for _, mode := range []hold.Intercept{hold.InterceptFetch, hold.InterceptNavigate} {
-		t.Run(mode.String(), func(t *testing.T) { sitOnARequest(t, s, mode) })
+		t.Run(mode.String(), func(t *testing.T) {
+			sitOnARequest(t, s, mode, browser.http, mode.String()+".sits.test", chromedp.WithNewBrowserContext())
+		})
 	}
+	t.Run("lightpanda", func(t *testing.T) {
+		sitOnARequest(t, s, hold.InterceptAuto, startLightpanda(t), lpHost)
+	})
 }
 
-func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept) {
+func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept, upstream, host string, opts ...chromedp.ContextOption) {
 	const spacing, sit, others = 300 * time.Millisecond, 3 * time.Second, 12
-	host := mode.String() + ".sits.test"
-	r := startRelay(t, fixed(spacing, 1), func(p *relay.Proxy) { p.Intercept = mode })
+	r := startRelayTo(t, upstream, fixed(spacing, 1), func(p *relay.Proxy) { p.Intercept = mode })
 	run := runID()
 
 	connect := func(name string) context.Context {
 		alloc, cancel := remote.NewAllocator(context.Background(), r.url)
 		t.Cleanup(cancel)
-		ctx, cancel := chromedp.NewContext(alloc, chromedp.WithNewBrowserContext())
+		ctx, cancel := chromedp.NewContext(alloc, opts...)
 		t.Cleanup(cancel)
 		if err := chromedp.Do(ctx); err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -193,6 +205,11 @@ func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept) {
 	if err := chromedp.Listen(sitter, func(ev any) {
 		e, ok := ev.(*fetch.EventRequestPaused)
 		if !ok {
+			return
+		}
+		if e.ResourceType != network.ResourceTypeDocument {
+			// Lightpanda pauses every request of a page with Fetch on.
+			go chromedp.Call(sitter, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
 			return
 		}
 		select {
@@ -263,10 +280,19 @@ func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept) {
 	switch {
 	case mode == hold.InterceptFetch && place == 0:
 		t.Errorf("the others waited for the navigation the client sat on: it reached the site first")
-	case mode == hold.InterceptNavigate && place != 0:
+	case mode != hold.InterceptFetch && place != 0:
 		t.Errorf("the navigation the client sat on reached the site %d-th, want first: the relay let it go first", place+1)
 	}
-	checkGaps(t, host, gapsAfter(arrived, 1), spacing, exactSlack)
+	slack := exactSlack
+	if mode == hold.InterceptNavigate {
+		// What the navigate way sees of a departure is the request's start
+		// (or the client's continue), not its send: a fresh browser
+		// context's first request here left up to 33 ms after it started,
+		// and the next reached the site 289.0 ms after it at 300. The
+		// fault this catches is bigger: 88.9 ms.
+		slack = navigateSlack
+	}
+	checkGaps(t, host, gapsAfter(arrived, 1), spacing, slack)
 	t.Logf("waits for a departure let go past pace's bound: %v; late departures: %s",
 		metricOf(t, r.url, "cdp_throttle_departure_waits_expired_total"), pushedOf(t, r))
 }
