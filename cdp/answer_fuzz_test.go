@@ -25,7 +25,7 @@ func jsonRequestPaused(params []byte) (RequestPaused, bool) {
 
 // jsonDocumentAnswer is DocumentAnswer as it was, with encoding/json.
 func jsonDocumentAnswer(method, params []byte) (Answer, bool) {
-	var p answerParams
+	var p networkParams
 	if json.Unmarshal(params, &p) != nil {
 		return Answer{}, false
 	}

@@ -181,38 +181,6 @@ func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
 	return p, ok && read
 }
 
-// answerParams is what DocumentAnswer reads of Network.responseReceived
-// or Network.loadingFailed params.
-type answerParams struct {
-	RequestID string    `json:"requestId"`
-	Type      string    `json:"type"`
-	Response  *response `json:"response"`
-	ErrorText string    `json:"errorText"`
-	Canceled  bool      `json:"canceled"`
-}
-
-// readAnswer reads answerParams; ok is false when params are not what
-// encoding/json would read into one.
-func readAnswer(params []byte) (p answerParams, ok bool) {
-	ok = true
-	read := members(params, func(key, v []byte) bool {
-		switch string(key) {
-		case "requestId":
-			p.RequestID, ok = stringOf(v)
-		case "type":
-			p.Type, ok = stringOf(v)
-		case "response":
-			p.Response, ok = responseOf(v)
-		case "errorText":
-			p.ErrorText, ok = stringOf(v)
-		case "canceled":
-			p.Canceled, ok = boolOf(v)
-		}
-		return ok
-	})
-	return p, ok && read
-}
-
 // responseOf reads a member that holds a Network.Response, or null
 // (nil); ok is false when it is not what encoding/json would read into a
 // *response.
@@ -330,7 +298,7 @@ type Answer struct {
 // DocumentAnswer reads Network.responseReceived (of a document) or
 // Network.loadingFailed. A cancelled load has the zero Outcome.
 func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
-	p, ok := readAnswer(params)
+	p, ok := readNetworkParams(params)
 	if !ok {
 		return Answer{}, false
 	}
@@ -338,7 +306,7 @@ func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
 }
 
 // answer is what DocumentAnswer returns of params read for method.
-func (p *answerParams) answer(method []byte) (Answer, bool) {
+func (p *networkParams) answer(method []byte) (Answer, bool) {
 	if p.RequestID == "" {
 		return Answer{}, false
 	}
@@ -650,8 +618,8 @@ func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
 	return p.event(method)
 }
 
-// networkParams is what ReadNetworkEvent reads of a Network event's
-// params.
+// networkParams is what ReadNetworkEvent and DocumentAnswer read of a
+// Network event's params.
 type networkParams struct {
 	RequestID        string    `json:"requestId"`
 	LoaderID         string    `json:"loaderId"`
