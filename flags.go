@@ -257,7 +257,7 @@ func relayFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-listen", Category: catSecurity, Usage: "allow listening on a non-loopback address without --token", EnvVars: env("INSECURE_LISTEN")},
 		&cli.StringSliceFlag{Name: "allow-origin", Category: catSecurity, Usage: "an `ORIGIN` a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable)", EnvVars: env("ALLOW_ORIGIN")},
 		&cli.StringSliceFlag{Name: "allow-host", Category: catSecurity, Usage: "a `NAME` a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
-		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message read from either side, in `BYTES`; a bigger one closes with 1009", EnvVars: env("MAX_MESSAGE_SIZE")},
+		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message read from either side, in `BYTES`; its sender gets a close (1009), the other side's connection ends", EnvVars: env("MAX_MESSAGE_SIZE")},
 	}
 }
 

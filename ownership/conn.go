@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ type Conn struct {
 
 	mu       sync.Mutex
 	sessions map[string]session // guarded by mu; the page each session is attached to
+	detached chan struct{}      // guarded by mu; closed when a session detaches, then replaced
 	pending  map[cmdKey]pending // guarded by mu; Target commands not answered yet
 	waiting  atomic.Int32       // len(pending), read without mu by Wants
 
@@ -124,6 +126,10 @@ func (c *Conn) FromBrowser(hd *cdp.Header, msg []byte) {
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
 			c.mu.Lock()
 			delete(c.sessions, sid)
+			if c.detached != nil {
+				close(c.detached)
+				c.detached = nil
+			}
 			c.mu.Unlock()
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
@@ -306,6 +312,39 @@ func (c *Conn) Leave() {
 	}
 	if orphans {
 		r.expireLocked(c)
+	}
+}
+
+// WaitDetached waits until none of the connection's sessions is attached
+// to a page of l (one of its pages, or a page in one of its contexts),
+// as the browser says when it closes them, or until done is closed; it
+// reports whether none is. Chromium tells a client closing its browser
+// of each of its sessions detached before the connection ends. done
+// ends the wait.
+func (c *Conn) WaitDetached(done <-chan struct{}, l Leftovers) bool {
+	for {
+		c.mu.Lock()
+		attached := false
+		for _, s := range c.sessions {
+			if slices.Contains(l.Pages, s.target) || s.context != "" && slices.Contains(l.Contexts, s.context) {
+				attached = true
+				break
+			}
+		}
+		if !attached {
+			c.mu.Unlock()
+			return true
+		}
+		if c.detached == nil {
+			c.detached = make(chan struct{})
+		}
+		ch := c.detached
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done:
+			return false
+		}
 	}
 }
 

@@ -377,6 +377,43 @@ func TestCloseAll(t *testing.T) {
 	})
 }
 
+// TestWaitDetached checks that the end of a closed browser waits for the
+// detachment of the client's sessions on what it closed, and of no
+// other.
+func TestWaitDetached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, _ := newRegistry(t, timeout)
+		a := join(t, r, 1)
+		a.newPage("P1", "")
+		a.newContext("C1")
+		a.newPage("P2", "C1")
+		a.attached("S1", "P1", "")
+		a.attached("S2", "P2", "C1")
+		a.attached("S9", "P9", "") // another client's page, which stays
+		l := a.c.CloseAll()
+		done := make(chan bool, 1)
+		go func() { done <- a.c.WaitDetached(nil, l) }()
+		for _, s := range []string{"S1", "S2"} {
+			synctest.Wait()
+			select {
+			case <-done:
+				t.Fatalf("the wait ended before %s detached", s)
+			default:
+			}
+			a.event("Target.detachedFromTarget", fmt.Sprintf(`{"sessionId":%q,"targetId":"x"}`, s))
+		}
+		if !<-done {
+			t.Error("WaitDetached: false once both sessions detached, want true")
+		}
+		a.attached("S3", "P1", "")
+		stop := make(chan struct{})
+		close(stop)
+		if a.c.WaitDetached(stop, l) {
+			t.Error("WaitDetached: true with a session still attached, want false once done")
+		}
+	})
+}
+
 func TestWants(t *testing.T) {
 	r, _ := newRegistry(t, timeout)
 	c := r.Join(1)

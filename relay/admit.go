@@ -106,8 +106,8 @@ func (p *Proxy) acceptFor(ctx context.Context, path string) (accept func(int) bo
 // closed until it has seen the close, a moment after the place was freed.
 const browserFullRetry = 2 * time.Second
 
-// isBrowserFull reports whether a failed dial was the browser answering
-// that it takes no more connections.
-func isBrowserFull(resp *http.Response) bool {
-	return resp != nil && resp.StatusCode == http.StatusServiceUnavailable
+// full reports whether the browser answered that it takes no more
+// connections.
+func (a *browserAnswer) full() bool {
+	return a != nil && a.status == http.StatusServiceUnavailable
 }

@@ -59,9 +59,9 @@ func TestAdmission(t *testing.T) {
 
 	third := make(chan *websocket.Conn, 1)
 	go func() {
-		c, _, err := websocketDial("ws://" + tp.addr + "/")
+		c, resp, err := websocketDial("ws://" + tp.addr + "/")
 		if err != nil {
-			t.Errorf("the waiting client: %v", err)
+			t.Errorf("the waiting client: %v %v", err, resp)
 		}
 		third <- c
 	}()

@@ -182,6 +182,19 @@ func (bc *batchConn) Close() error {
 	return bc.Conn.Close()
 }
 
+// CloseWrite sends what the batch holds and shuts the connection's
+// write side (a TCP FIN), when the connection can.
+func (bc *batchConn) CloseWrite() error {
+	cw, ok := bc.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return bc.Close()
+	}
+	if err := bc.send(); err != nil {
+		return err
+	}
+	return cw.CloseWrite()
+}
+
 // closeSend bounds how long Close waits to send what a batch holds.
 const closeSend = time.Second
 

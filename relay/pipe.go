@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,53 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/wire"
 )
-
-// conn is one side of a relayed connection.
-type conn struct {
-	c    *websocket.Conn
-	side string // "client" or "browser", for logs
-	// toBrowser is set on the browser side: the browser takes text frames only.
-	toBrowser bool
-	wmu       sync.Mutex // serialises data frames; control frames need no lock
-	// batch is the connection under c when it batches the pump's writes
-	// (batch.go); nil when it does not.
-	batch *batchConn
-}
-
-// writeMessage writes one whole message within timeout.
-func (c *conn) writeMessage(mt int, p []byte, timeout time.Duration) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.c.SetWriteDeadline(time.Now().Add(timeout))
-	return c.c.WriteMessage(mt, p)
-}
-
-// writeRelayed is writeMessage for the pump relaying to this side: the
-// message may wait in the batch until the pump reads again.
-func (c *conn) writeRelayed(mt int, p []byte, timeout time.Duration) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.batch != nil {
-		c.batch.mark(true)
-		defer c.batch.mark(false)
-	}
-	c.c.SetWriteDeadline(time.Now().Add(timeout))
-	return c.c.WriteMessage(mt, p)
-}
-
-// flush sends what waits in the batch.
-func (c *conn) flush() error {
-	if c.batch == nil {
-		return nil
-	}
-	return c.batch.send()
-}
 
 // pair relays one client connection to its browser connection. Each side
 // has one reading goroutine (its pump) and writes are serialised by the
@@ -79,7 +40,7 @@ type pair struct {
 	ended  chan struct{} // closed once both pumps and the held navigations are done
 	held   sync.WaitGroup
 
-	closing atomic.Bool // the first close has been sent on both sides
+	closing atomic.Bool // the pair's ending has been passed on (finish or shutdown ran)
 }
 
 var connSeq atomic.Uint64
@@ -95,7 +56,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		lc = lc.Str("page", page)
 	}
 	log := lc.Logger()
-	if !p.upgrader.CheckOrigin(r) {
+	if !p.checkOrigin(r) {
 		http.Error(w, "cdp-throttle: websocket upgrade refused: Origin "+r.Header.Get("Origin")+" is not allowed; allow it with --allow-origin", http.StatusForbidden)
 		return
 	}
@@ -116,45 +77,46 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cdp-throttle: browser unreachable: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	// Dial first: a browser that refuses is answered with its own status,
-	// before the client's connection is upgraded.
-	bc, resp, err := p.clientDialer.DialContext(r.Context(), target, nil)
-	if err != nil && (resp == nil || resp.StatusCode == http.StatusNotFound) {
+	// The browser answers the client's upgrade first (handshake.go): a
+	// browser that refuses is answered with its own status and words.
+	a, err := p.dialBrowser(r.Context(), target, r)
+	if err != nil || a.status == http.StatusNotFound {
 		// The browser may have restarted under a new endpoint (on the same
 		// port, Chromium answers the old one 404): look again.
 		up.forget(target)
 		if fresh, ferr := up.pageWS(r.Context(), r.URL.Path); ferr == nil && fresh != target {
 			target = fresh
-			bc, resp, err = p.clientDialer.DialContext(r.Context(), target, nil)
+			a.close()
+			a, err = p.dialBrowser(r.Context(), target, r)
 		}
 	}
-	if isBrowserFull(resp) && p.gate.BrowserCapacity(place.Browser) > 0 {
+	if a.full() && p.gate.BrowserCapacity(place.Browser) > 0 {
 		// The place is the client's: the browser has not yet seen the
 		// close of the connection that left it.
-		for deadline := time.Now().Add(browserFullRetry); isBrowserFull(resp) && time.Now().Before(deadline) && r.Context().Err() == nil; {
+		for deadline := time.Now().Add(browserFullRetry); err == nil && a.full() && time.Now().Before(deadline) && r.Context().Err() == nil; {
 			time.Sleep(50 * time.Millisecond)
-			bc, resp, err = p.clientDialer.DialContext(r.Context(), target, nil)
+			a, err = p.dialBrowser(r.Context(), target, r)
 		}
 	}
 	if err != nil {
-		status, msg := http.StatusBadGateway, "cdp-throttle: browser refused the websocket: "+err.Error()
-		if resp != nil {
-			status = resp.StatusCode
-			if body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)); len(body) > 0 {
-				msg = string(body)
-			}
-		}
-		log.Warn().Err(err).Str("path", r.URL.Path).Int("status", status).Msg("browser refused the websocket")
-		http.Error(w, msg, status)
+		log.Warn().Err(err).Str("path", r.URL.Path).Msg("browser unreachable")
+		http.Error(w, "cdp-throttle: browser refused the websocket: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	cc, err := p.upgrader.Upgrade(batchingWriter{w}, r, nil)
+	if !a.upgraded() {
+		log.Warn().Str("path", r.URL.Path).Int("status", a.status).Msg("browser refused the websocket")
+		if err := passRefusal(w, a); err != nil {
+			log.Debug().Err(err).Msg("the browser's refusal not passed on")
+		}
+		return
+	}
+	cc, cr, err := takeClient(w, a)
 	if err != nil {
-		bc.Close()
+		a.close()
 		log.Debug().Err(err).Msg("websocket upgrade failed")
 		return
 	}
-	pr := p.newPair(cc, bc, up, r.URL.Path, id, log)
+	pr := p.newPair(cc, cr, a, up, r.URL.Path, id, log)
 	if pr == nil {
 		return
 	}
@@ -162,12 +124,12 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	pr.run()
 }
 
-func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id uint64, log zerolog.Logger) *pair {
+func (p *Proxy) newPair(cc net.Conn, cr *bufio.Reader, a *browserAnswer, up *upstream, path string, id uint64, log zerolog.Logger) *pair {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &pair{
 		p:       p,
-		client:  &conn{c: cc, side: "client"},
-		browser: &conn{c: bc, side: "browser", toBrowser: true},
+		client:  newConn(cc, cr, "client", p.MaxMessageSize),
+		browser: newConn(a.nc, a.br, "browser", p.MaxMessageSize),
 		up:      up,
 		log:     log,
 		path:    path,
@@ -175,15 +137,7 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id ui
 		cancel:  cancel,
 		ended:   make(chan struct{}),
 	}
-	pr.client.batch, pr.browser.batch = pairBatches(cc.NetConn(), bc.NetConn())
-	for _, c := range []*conn{pr.client, pr.browser} {
-		c.c.SetReadLimit(p.MaxMessageSize)
-		c.c.SetCloseHandler(func(int, string) error { return nil }) // the pumps pass closes on
-	}
-	// A client must answer pings; browsers are not asked to.
-	pongWait := 2*p.PingInterval + 10*time.Second
-	cc.SetReadDeadline(time.Now().Add(pongWait))
-	cc.SetPongHandler(func(string) error { return cc.SetReadDeadline(time.Now().Add(pongWait)) })
+	pr.client.batch, pr.browser.batch = pairBatches(cc, a.nc)
 	if up.holds != nil {
 		pr.holds = up.holds.Conn(pr)
 	}
@@ -192,10 +146,10 @@ func (p *Proxy) newPair(cc, bc *websocket.Conn, up *upstream, path string, id ui
 	if p.closed {
 		p.mu.Unlock()
 		cancel()
-		cc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "relay shutting down"), time.Now().Add(time.Second))
-		bc.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), time.Now().Add(time.Second))
+		pr.client.end()
+		pr.browser.sayClose(closeGoingAway, "")
 		cc.Close()
-		bc.Close()
+		a.nc.Close()
 		return nil
 	}
 	p.pairs[pr] = struct{}{}
@@ -223,8 +177,8 @@ func (pr *pair) run() {
 		pr.holds.Ended()
 	}
 	pr.share.ended()
-	pr.client.c.Close()
-	pr.browser.c.Close()
+	pr.client.nc.Close()
+	pr.browser.nc.Close()
 	pr.p.mu.Lock()
 	delete(pr.p.pairs, pr)
 	pr.p.mu.Unlock()
@@ -241,19 +195,36 @@ type pumpEnd struct {
 	writeFailed bool
 }
 
-// closeGrace is how long the other side gets to answer a close.
+// closeGrace is how long a peer gets to close its connection once the
+// relay passed an ending on, or a close frame passed.
 const closeGrace = 2 * time.Second
 
-// pump copies messages from src to dst until src ends or a write fails.
-// What it relays waits in dst's batch until it reads src again (or ends).
+// Close codes the relay sends itself, toward the browser or toward a
+// client that sent more than it reads.
+const (
+	closeNormal     = 1000
+	closeGoingAway  = 1001
+	closeMessageBig = 1009
+)
+
+// pump relays frames from src to dst until src ends or a write to dst
+// fails. What it relays waits in dst's batch until it reads src again
+// (or ends).
 func (pr *pair) pump(src, dst *conn) pumpEnd {
 	defer dst.flush()
 	for {
-		mt, r, err := src.c.NextReader()
-		if err != nil {
-			return pumpEnd{from: src, to: dst, err: err}
+		h, err := src.r.Next()
+		if err == nil {
+			switch {
+			case h.Op.Control():
+				err = pr.relayControl(src, dst, h, false)
+			case h.Op == wire.Continuation:
+				err = fmt.Errorf("relay: %w: a continuation frame with no message begun", wire.ErrProtocol)
+			default:
+				err = pr.relayMessage(src, dst, h)
+			}
 		}
-		if err := pr.relayMessage(src, dst, mt, r); err != nil {
+		if err != nil {
 			var we writeError
 			if errors.As(err, &we) {
 				return pumpEnd{from: src, to: dst, err: we.err, writeFailed: true}
@@ -277,100 +248,247 @@ const smallMessage = 64 << 10
 // the rest of a Page.navigate.
 const maxHeldCommand = 4 << 20
 
-var smallBufs = sync.Pool{New: func() any { b := make([]byte, smallMessage); return &b }}
+// Pooled buffers hold a frame as writeFrameLocked takes it: room for the
+// header, then the payload.
+var (
+	smallBufs = sync.Pool{New: func() any { b := make([]byte, wire.MaxHeader+smallMessage); return &b }}
+	bigBufs   = sync.Pool{New: func() any { b := make([]byte, wire.MaxHeader+bigPiece); return &b }}
+)
 
 // bigPiece is how much of a big message is read before it is written on.
 const bigPiece = 1 << 20
 
-var bigBufs = sync.Pool{New: func() any { b := make([]byte, bigPiece); return &b }}
-
-// relayMessage copies the message being read from src to dst. A message up
-// to smallMessage is read whole and written in one frame, as the browser
-// wrote it; a bigger one is streamed, so the relay never holds it whole.
-func (pr *pair) relayMessage(src, dst *conn, mt int, r io.Reader) error {
-	bp := smallBufs.Get().(*[]byte)
-	defer smallBufs.Put(bp)
-	buf := *bp
-	n, err := io.ReadFull(r, buf)
-	if err == nil && (dst.toBrowser && (pr.holds != nil || pr.share.own != nil) || !dst.toBrowser && pr.holds != nil && pr.holds.ReadsAll()) {
-		// A navigation's URL may be up to 2 MiB long, and so may a paused
-		// request's or a new page's: read a message up to maxHeldCommand
-		// whole, so that the holding and the share see it.
-		rest, rerr := io.ReadAll(io.LimitReader(r, maxHeldCommand-smallMessage))
-		switch {
-		case rerr != nil:
-			return rerr
-		case len(rest) < maxHeldCommand-smallMessage:
-			buf, n, err = append(buf[:n:n], rest...), n+len(rest), io.EOF
-		default: // no navigation is that big: stream it on
-			r = io.MultiReader(bytes.NewReader(rest), r)
-		}
-	}
-	switch err {
-	case io.EOF, io.ErrUnexpectedEOF: // the whole message is in buf[:n]
-		msg := buf[:n]
-		if dst.toBrowser {
-			// Chromium drops a connection on a binary frame; CDP is JSON text,
-			// and text the browser cannot parse it answers with an error.
-			mt = websocket.TextMessage
-		}
-		if dst.toBrowser {
-			if took, err := pr.fromClient(msg); took || err != nil {
-				return err // held, or answered: written later by the holding or the share
-			}
-		} else if pr.fromBrowser(msg) {
-			return nil // for the relay, not the client
-		}
-		if err := dst.writeRelayed(mt, msg, pr.p.WriteTimeout); err != nil {
-			return writeError{err}
-		}
-		pr.p.Metrics.relayed(dst.toBrowser, n)
-		return nil
-	case nil: // bigger than buf: stream it
-	default:
+// relayControl passes a control frame on: a client's ping reaches the
+// browser, which answers it (Chromium and Lightpanda do), a close
+// reaches the other side, whose answer comes back the same way. After a
+// close both peers have closeGrace to close their connections. locked
+// is set when the caller holds dst's wmu (in the middle of a message).
+func (pr *pair) relayControl(src, dst *conn, h wire.Header, locked bool) error {
+	var b [wire.MaxHeader + wire.MaxControl]byte
+	frame := b[:wire.MaxHeader+h.Len]
+	if _, err := io.ReadFull(src.r, frame[wire.MaxHeader:]); err != nil {
 		return err
 	}
-	if dst.toBrowser {
-		mt = websocket.TextMessage
+	if !locked {
+		dst.wmu.Lock()
+		defer dst.wmu.Unlock()
 	}
-	dst.wmu.Lock()
-	defer dst.wmu.Unlock()
-	dst.c.SetWriteDeadline(time.Now().Add(pr.p.WriteTimeout))
-	w, err := dst.c.NextWriter(mt)
+	if err := dst.writeFrameLocked(dst.header(true, h.Op, h.Len), frame, pr.p.WriteTimeout); err != nil {
+		return writeError{err}
+	}
+	if err := dst.flush(); err != nil {
+		return writeError{err}
+	}
+	if h.Op == wire.Close {
+		pr.log.Debug().Str("from", src.side).Int("code", closeCode(frame[wire.MaxHeader:])).Msg("close passed on")
+		deadline := time.Now().Add(closeGrace)
+		src.nc.SetReadDeadline(deadline)
+		dst.nc.SetReadDeadline(deadline)
+	}
+	return nil
+}
+
+// closeCode is the code of a close frame's payload, 1005 for none.
+func closeCode(p []byte) int {
+	if len(p) < 2 {
+		return 1005
+	}
+	return int(p[0])<<8 | int(p[1])
+}
+
+// readsWhole reports whether the messages relayed to dst are read whole
+// up to maxHeldCommand, for the holding or the share to see: a
+// navigation's URL may be up to 2 MiB long, and so may a paused
+// request's or a new page's.
+func (pr *pair) readsWhole(dst *conn) bool {
+	if dst.toBrowser {
+		return pr.holds != nil || pr.share.own != nil
+	}
+	return pr.holds != nil && pr.holds.ReadsAll()
+}
+
+// relayMessage relays the message whose first frame's header is h. A
+// message up to smallMessage (maxHeldCommand where readsWhole) is read
+// whole, shown to the share and the holding, and written on in the
+// frames its sender used (toward the browser in one, as Puppeteer
+// writes); a bigger one is streamed through frame by frame, each with
+// its length, so that the relay never holds it whole.
+func (pr *pair) relayMessage(src, dst *conn, h wire.Header) error {
+	whole := int64(smallMessage)
+	if pr.readsWhole(dst) {
+		whole = maxHeldCommand
+	}
+	if !h.Fin {
+		return pr.relayFragments(src, dst, h, whole)
+	}
+	if h.Len > whole {
+		return pr.stream(src, dst, h, nil)
+	}
+	bp, frame := frameBuf(h.Len)
+	defer putFrameBuf(bp)
+	if _, err := io.ReadFull(src.r, frame[wire.MaxHeader:]); err != nil {
+		return err
+	}
+	return pr.deliver(src, dst, h.Op, frame, nil)
+}
+
+// frameBuf returns a pooled buffer holding a frame of n bytes' payload
+// (a new one past smallMessage), and the frame in it.
+func frameBuf(n int64) (*[]byte, []byte) {
+	if n <= smallMessage {
+		bp := smallBufs.Get().(*[]byte)
+		return bp, (*bp)[:wire.MaxHeader+n]
+	}
+	b := make([]byte, wire.MaxHeader+n)
+	return nil, b
+}
+
+func putFrameBuf(bp *[]byte) {
+	if bp != nil {
+		smallBufs.Put(bp)
+	}
+}
+
+// deliver shows a whole message, in frame after the header's room, to
+// the share and the holding, and writes it on unless one of them took
+// it: toward the browser in one text frame (the browser takes no
+// other: Chromium drops a connection on a binary frame), toward the
+// client in frames of lens (one when nil) with the opcode it came with.
+func (pr *pair) deliver(src, dst *conn, op wire.Op, frame []byte, lens []int64) error {
+	msg := frame[wire.MaxHeader:]
+	if dst.toBrowser {
+		if took, err := pr.fromClient(msg); took || err != nil {
+			return err // held, or answered: written later by the holding or the share
+		}
+		op, lens = wire.Text, nil
+	} else if pr.fromBrowser(msg) {
+		return nil // for the relay, not the client
+	}
+	var err error
+	if len(lens) <= 1 {
+		err = dst.writeRelayed(dst.header(true, op, int64(len(msg))), frame, pr.p.WriteTimeout)
+	} else {
+		err = dst.writeFrames(op, msg, lens, pr.p.WriteTimeout)
+	}
 	if err != nil {
 		return writeError{err}
 	}
-	if _, err := w.Write(buf); err != nil {
-		return writeError{err}
+	pr.p.Metrics.relayed(dst.toBrowser, len(msg))
+	return nil
+}
+
+// relayFragments relays a message sent in several frames, the first's
+// header h: read whole while it stays within whole bytes, then
+// delivered; past that, streamed on frame by frame. Control frames
+// between its frames are passed on as they come.
+func (pr *pair) relayFragments(src, dst *conn, h wire.Header, whole int64) error {
+	op := h.Op
+	buf := make([]byte, wire.MaxHeader, wire.MaxHeader+min(h.Len, whole))
+	var lens []int64
+	for {
+		if src.r.Limit > 0 && int64(len(buf)-wire.MaxHeader)+h.Len > src.r.Limit {
+			return fmt.Errorf("%w: a message of over %d bytes", wire.ErrTooBig, src.r.Limit)
+		}
+		if int64(len(buf)-wire.MaxHeader)+h.Len > whole {
+			return pr.stream(src, dst, h, &fragments{op: op, payload: buf[wire.MaxHeader:], lens: lens})
+		}
+		n := len(buf)
+		buf = append(buf, make([]byte, h.Len)...)
+		if _, err := io.ReadFull(src.r, buf[n:]); err != nil {
+			return err
+		}
+		lens = append(lens, h.Len)
+		if h.Fin {
+			return pr.deliver(src, dst, op, buf, lens)
+		}
+		var err error
+		if h, err = pr.nextFragment(src, dst, false); err != nil {
+			return err
+		}
 	}
-	// The rest goes in big pieces: fewer frames and system calls for a
-	// screenshot, and still a bounded fraction of the message in memory.
+}
+
+// nextFragment reads the header of a message's next frame, passing on
+// the control frames before it.
+func (pr *pair) nextFragment(src, dst *conn, locked bool) (wire.Header, error) {
+	for {
+		h, err := src.r.Next()
+		if err != nil {
+			return h, err
+		}
+		if !h.Op.Control() {
+			if h.Op != wire.Continuation {
+				return h, fmt.Errorf("relay: %w: a %s frame in the middle of a message", wire.ErrProtocol, h.Op)
+			}
+			return h, nil
+		}
+		if err := pr.relayControl(src, dst, h, locked); err != nil {
+			return h, err
+		}
+	}
+}
+
+// fragments are the frames of a message read before it was found too
+// big to read whole.
+type fragments struct {
+	op      wire.Op
+	payload []byte
+	lens    []int64
+}
+
+// stream relays a message frame by frame, from the frame whose header
+// h was just read: each frame is written with its length, then its
+// payload as it is read, in pieces of bigPiece. pre are frames of it
+// read before. dst's wmu is held throughout, so that nothing else is
+// written in the middle of the message.
+func (pr *pair) stream(src, dst *conn, h wire.Header, pre *fragments) error {
+	dst.wmu.Lock()
+	defer dst.wmu.Unlock()
+	if dst.batch != nil {
+		dst.batch.mark(true)
+		defer dst.batch.mark(false)
+	}
 	bb := bigBufs.Get().(*[]byte)
 	defer bigBufs.Put(bb)
-	big := *bb
-	total := len(buf)
-	for {
-		n, rerr := io.ReadFull(r, big)
-		total += n
-		if n > 0 {
-			// A big message may take longer than one timeout; what matters
-			// is that the peer keeps reading.
-			dst.c.SetWriteDeadline(time.Now().Add(pr.p.WriteTimeout))
-			if _, err := w.Write(big[:n]); err != nil {
-				return writeError{err}
-			}
+	timeout := pr.p.WriteTimeout
+	op := h.Op
+	if dst.toBrowser {
+		op = wire.Text // the browser takes no other
+	}
+	total := int64(0)
+	if pre != nil {
+		op = pre.op
+		if dst.toBrowser {
+			op = wire.Text
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+		off := int64(0)
+		for _, n := range pre.lens {
+			if err := dst.streamFrameLocked(dst.header(false, op, n), bytes.NewReader(pre.payload[off:off+n]), *bb, timeout); err != nil {
+				return err
+			}
+			op, off = wire.Continuation, off+n
+		}
+		total = off
+	}
+	for {
+		if src.r.Limit > 0 && total+h.Len > src.r.Limit {
+			// Every frame within the limit, the message over it.
+			return fmt.Errorf("%w: a message of over %d bytes", wire.ErrTooBig, src.r.Limit)
+		}
+		if err := dst.streamFrameLocked(dst.header(h.Fin, op, h.Len), src.r, *bb, timeout); err != nil {
+			return err
+		}
+		total += h.Len
+		if h.Fin {
 			break
 		}
-		if rerr != nil {
-			return rerr
+		var err error
+		if h, err = pr.nextFragment(src, dst, true); err != nil {
+			return err
 		}
+		op = wire.Continuation
 	}
-	if err := w.Close(); err != nil {
-		return writeError{err}
-	}
-	pr.p.Metrics.relayed(dst.toBrowser, total)
+	pr.p.Metrics.relayed(dst.toBrowser, int(total))
 	return nil
 }
 
@@ -405,75 +523,69 @@ func (pr *pair) fromBrowser(msg []byte) bool {
 	return holds && pr.holds.FromBrowser(hd, msg)
 }
 
-// finish passes a pump's ending on: the side that closed or failed is
-// closed, and the other side gets the close code (or 1011/1001 when there
-// was none to pass on), then a little time to answer before its
-// connection is dropped.
+// finish passes a pump's ending on, as the peers themselves would see
+// it without a relay between them (RELIABILITY.md, "on the wire"):
+//   - a side whose connection ended (its peer exited, crashed or cut
+//     it) or that sent what no websocket peer may: the other side's
+//     connection is ended, a TCP FIN, no close frame (Chromium sends a
+//     client none when it exits, and go-rod reads every frame as a
+//     message); a browser whose client is gone is closed at once, a
+//     client whose browser is gone reads what was relayed first;
+//   - a side that did not read in time: it is dropped, the other ended;
+//   - a side that sent a frame over the read limit: it gets a close
+//     (1009), the other is ended;
+//   - a client whose Browser.close the relay answered itself: it is
+//     ended, as Chromium's exit ends it, and the browser told 1000, as
+//     Puppeteer's disconnect does.
+//
+// Close frames are not endings: they pass through (relayControl), and
+// the peers' own closing follows.
 func (pr *pair) finish(e pumpEnd) {
 	if pr.closing.Swap(true) {
 		return
 	}
-	code, text := websocket.CloseNormalClosure, ""
-	var ce *websocket.CloseError
-	level := pr.log.Debug()
+	level, why := pr.log.Debug(), e.from.side+" connection ended"
 	switch {
 	case errors.Is(e.err, errClosedItsBrowser):
-		code, text = websocket.CloseNormalClosure, ""
-	case errors.As(e.err, &ce):
-		code, text = ce.Code, ce.Text
-		if code == websocket.CloseAbnormalClosure || code == websocket.CloseTLSHandshake {
-			code, text = lostCode(e.from), e.from.side+" connection lost"
-		}
+		why = "the client closed its browser"
+		e.from.end() // first: the browser's answer to the close is not the client's
+		e.to.sayClose(closeNormal, "")
 	case e.writeFailed:
 		// The other side did not take a message in time (or is gone).
-		code, text = websocket.ClosePolicyViolation, e.to.side+" did not read in time"
-		level = pr.log.Warn()
-		e.from, e.to = e.to, e.from // the stalled side is the one closed without a word
-	case errors.Is(e.err, websocket.ErrReadLimit):
-		code, text = websocket.CloseMessageTooBig, "message over the read limit"
-		level = pr.log.Warn()
-	case isTimeout(e.err):
-		code, text = lostCode(e.from), e.from.side+" stopped answering pings"
-		level = pr.log.Warn()
+		level, why = pr.log.Warn(), e.to.side+" did not read in time"
+		e.to.nc.Close()
+		e.from.end()
+	case errors.Is(e.err, wire.ErrTooBig):
+		level, why = pr.log.Warn(), "message over the read limit"
+		e.from.sayClose(closeMessageBig, "message over the read limit")
+		e.to.end()
+	case errors.Is(e.err, wire.ErrProtocol):
+		level, why = pr.log.Warn(), e.from.side+" broke the websocket protocol"
+		e.from.nc.Close()
+		e.to.end()
 	default:
-		code, text = lostCode(e.from), e.from.side+" connection lost"
+		if isTimeout(e.err) {
+			why = e.from.side + " did not close its connection in time"
+		}
+		if e.to.toBrowser {
+			e.to.drop() // nothing the browser sends now has anywhere to go
+		} else {
+			e.to.end() // the client reads what was relayed before the end
+		}
 	}
-	level.Str("from", e.from.side).Int("code", code).Str("reason", text).AnErr("err", quiet(e.err)).Msg("connection ending")
-	deadline := time.Now().Add(closeGrace)
-	msg := websocket.FormatCloseMessage(code, text)
-	if code == websocket.CloseNoStatusReceived {
-		msg = websocket.FormatCloseMessage(websocket.CloseNoStatusReceived, "")
-	}
-	// Answer the side that ended (a no-op when it is already gone), tell the
-	// other side, and bound how long its pump may wait for the answer.
-	_ = e.from.c.WriteControl(websocket.CloseMessage, msg, deadline)
-	_ = e.to.c.WriteControl(websocket.CloseMessage, msg, deadline)
-	e.from.c.SetReadDeadline(deadline)
-	e.to.c.SetReadDeadline(deadline)
+	level.Str("from", e.from.side).Str("reason", why).AnErr("err", quiet(e.err)).Msg("connection ending")
 }
 
-// shutdown closes both sides with code and reason, as at relay shutdown.
-func (pr *pair) shutdown(code int, text string) {
+// shutdown ends both sides as the relay stops: the client as a browser
+// that exits (its connection ends), the browser as a client that
+// disconnects (a close, 1001).
+func (pr *pair) shutdown() {
 	if pr.closing.Swap(true) {
 		return
 	}
-	pr.log.Debug().Int("code", code).Str("reason", text).Msg("closing connection")
-	deadline := time.Now().Add(closeGrace)
-	msg := websocket.FormatCloseMessage(code, text)
-	_ = pr.client.c.WriteControl(websocket.CloseMessage, msg, deadline)
-	_ = pr.browser.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), deadline)
-	pr.client.c.SetReadDeadline(deadline)
-	pr.browser.c.SetReadDeadline(deadline)
-}
-
-// lostCode is the code the other side gets when side's connection was lost:
-// a client learns the browser failed (1011), a browser that its client went
-// away (1001).
-func lostCode(side *conn) int {
-	if side.toBrowser {
-		return websocket.CloseInternalServerErr
-	}
-	return websocket.CloseGoingAway
+	pr.log.Debug().Msg("relay shutting down: ending the connection")
+	pr.client.end() // first: the browser's answer to the close is not the client's
+	pr.browser.sayClose(closeGoingAway, "")
 }
 
 func isTimeout(err error) bool {
@@ -483,11 +595,7 @@ func isTimeout(err error) bool {
 
 // quiet drops the errors that are how connections normally end.
 func quiet(err error) error {
-	if errors.Is(err, errClosedItsBrowser) {
-		return nil
-	}
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseGoingAway || ce.Code == websocket.CloseNoStatusReceived) {
+	if errors.Is(err, errClosedItsBrowser) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
@@ -515,7 +623,7 @@ func (pr *pair) ToClient(msg []byte) error { return pr.writeText(pr.client, msg)
 
 // writeText writes a whole text message to one side and counts it.
 func (pr *pair) writeText(side *conn, msg []byte) error {
-	if err := side.writeMessage(websocket.TextMessage, msg, pr.p.WriteTimeout); err != nil {
+	if err := side.writeMessage(wire.Text, msg, pr.p.WriteTimeout); err != nil {
 		return err
 	}
 	pr.p.Metrics.relayed(side.toBrowser, len(msg))

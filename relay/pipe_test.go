@@ -227,9 +227,14 @@ func TestMessagesKeepOrder(t *testing.T) {
 	}
 }
 
-// TestCloseIsPassedOn checks that a close on either side reaches the
-// other with its code and reason, and that a lost connection is reported
-// as such.
+// ended is what gorilla/websocket reports of a connection that ended
+// without a close frame: the relay ends a side that way when the other
+// side's connection ended, as the browser's exit ends a client's.
+const ended = websocket.CloseAbnormalClosure
+
+// TestCloseIsPassedOn checks that a close frame on either side reaches
+// the other with its code and reason, and its answer comes back; and
+// that a connection lost on one side ends the other's, without a frame.
 func TestCloseIsPassedOn(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -243,11 +248,11 @@ func TestCloseIsPassedOn(t *testing.T) {
 		{name: "client going away", byClient: true, code: websocket.CloseGoingAway, text: "bye", want: websocket.CloseGoingAway, wantText: "bye"},
 		{name: "client application code", byClient: true, code: 4000, text: "done here", want: 4000, wantText: "done here"},
 		{name: "client without status", byClient: true, code: websocket.CloseNoStatusReceived, want: websocket.CloseNoStatusReceived},
-		{name: "client lost", byClient: true, want: websocket.CloseGoingAway, wantText: "client connection lost"},
+		{name: "client lost", byClient: true, want: ended, wantText: "unexpected EOF"},
 		{name: "browser normal", code: websocket.CloseNormalClosure, want: websocket.CloseNormalClosure},
 		{name: "browser application code", code: 4001, text: "target closed", want: 4001, wantText: "target closed"},
 		{name: "browser internal error", code: websocket.CloseInternalServerErr, text: "oops", want: websocket.CloseInternalServerErr, wantText: "oops"},
-		{name: "browser lost", want: websocket.CloseInternalServerErr, wantText: "browser connection lost"},
+		{name: "browser lost", want: ended, wantText: "unexpected EOF"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,8 +313,9 @@ func waitConns(t *testing.T, tp *testProxy, n int) {
 	}
 }
 
-// TestRelayClose checks that closing the relay closes both sides of every
-// connection with 1001.
+// TestRelayClose checks that closing the relay ends every client's
+// connection as a browser's exit does, without a frame, and tells the
+// browser 1001, as a client disconnecting does.
 func TestRelayClose(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -321,8 +327,8 @@ func TestRelayClose(t *testing.T) {
 	go func() { done <- tp.p.Close() }()
 	var ce *websocket.CloseError
 	c.SetReadDeadline(time.Now().Add(waitFor))
-	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
-		t.Errorf("client got %v, want close 1001", err)
+	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != ended {
+		t.Errorf("client got %v, want its connection ended", err)
 	}
 	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Errorf("browser got %v, want close 1001", err)
@@ -337,8 +343,8 @@ func TestRelayClose(t *testing.T) {
 	}
 	defer late.Close()
 	late.SetReadDeadline(time.Now().Add(waitFor))
-	if _, _, err := late.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
-		t.Errorf("client after Close got %v, want close 1001", err)
+	if _, _, err := late.ReadMessage(); !errors.As(err, &ce) || ce.Code != ended {
+		t.Errorf("client after Close got %v, want its connection ended", err)
 	}
 	if fb.ConnCount() > 2 { // the relay dialled the browser for it
 		if err := fb.Accept(t).Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
@@ -350,25 +356,41 @@ func TestRelayClose(t *testing.T) {
 	}
 }
 
-// TestOversizedMessage checks that a message over MaxMessageSize closes
-// the connection with 1009 on both sides.
+// TestOversizedMessage checks that a message over MaxMessageSize is
+// answered with a close (1009) to the side that sent it, and ends the
+// other side's connection.
 func TestOversizedMessage(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
-	c := tp.dial(t, "/", nil)
-	fc := fb.Accept(t)
-	writeClient(t, c, websocket.TextMessage, payload(2<<10, 1))
-	var ce *websocket.CloseError
-	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
-		t.Errorf("browser got %v, want close 1009", err)
-	}
-	c.SetReadDeadline(time.Now().Add(waitFor))
-	if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
-		t.Errorf("client got %v, want close 1009", err)
-	}
-	if n := len(fc.Received()); n != 0 {
-		t.Errorf("browser got %d messages, want none", n)
+	for _, tc := range []struct {
+		name  string
+		frame int // the client's write buffer: its frames' size
+	}{
+		{"one frame", 64 << 10},
+		{"in frames each under the limit", 512},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fakebrowser.CheckLeaks(t)
+			fb := fakebrowser.New(t, fakebrowser.Config{})
+			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
+			d := websocket.Dialer{WriteBufferSize: tc.frame}
+			c, _, err := d.Dial("ws://"+tp.addr+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fc := fb.Accept(t)
+			writeClient(t, c, websocket.TextMessage, payload(2<<10, 1))
+			var ce *websocket.CloseError
+			if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != ended {
+				t.Errorf("browser got %v, want its connection ended", err)
+			}
+			c.SetReadDeadline(time.Now().Add(waitFor))
+			if _, _, err := c.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+				t.Errorf("client got %v, want close 1009", err)
+			}
+			if n := len(fc.Received()); n != 0 {
+				t.Errorf("browser got %d messages, want none", n)
+			}
+		})
 	}
 }
 
@@ -434,8 +456,10 @@ func TestBrowserRefusal(t *testing.T) {
 	}
 }
 
-// TestPings checks that the relay pings its clients and its own browser
-// connection, and that the pongs keep them open.
+// TestPings checks that the relay pings no client (ChromeDriver answers
+// no ping, and go-rod reads a ping as a message), passes a client's ping
+// to the browser and its pong back, and pings its own browser
+// connection, which is the relay's.
 func TestPings(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -443,32 +467,46 @@ func TestPings(t *testing.T) {
 	hc := fb.Holder(t)
 	c := tp.dial(t, "/", nil)
 	fb.Accept(t)
-	pings := make(chan struct{}, 100)
-	c.SetPingHandler(func(data string) error {
+	pinged := make(chan struct{}, 1)
+	c.SetPingHandler(func(string) error {
 		select {
-		case pings <- struct{}{}:
+		case pinged <- struct{}{}:
 		default:
 		}
-		return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		return nil
+	})
+	pongs := make(chan string, 1)
+	c.SetPongHandler(func(data string) error {
+		pongs <- data
+		return nil
 	})
 	readDone := make(chan error, 1)
 	go func() {
-		_, _, err := c.ReadMessage() // runs the ping handler
+		_, _, err := c.ReadMessage() // runs the handlers
 		readDone <- err
 	}()
-	for range 3 {
-		select {
-		case <-pings:
-		case <-time.After(waitFor):
-			t.Fatal("client got no ping")
+	if err := c.WriteControl(websocket.PingMessage, []byte("are you there"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-pongs:
+		if got != "are you there" {
+			t.Errorf("pong %q, want the ping's payload", got)
 		}
+	case <-time.After(waitFor):
+		t.Fatal("the client's ping was not answered")
 	}
 	deadline := time.Now().Add(waitFor)
-	for hc.PingCount() < 3 {
+	for hc.PingCount() < 10 {
 		if time.Now().After(deadline) {
-			t.Fatalf("relay's browser connection got %d pings, want 3", hc.PingCount())
+			t.Fatalf("relay's browser connection got %d pings, want 10", hc.PingCount())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-pinged:
+		t.Error("the relay pinged its client")
+	default:
 	}
 	c.Close()
 	<-readDone
@@ -494,8 +532,9 @@ func TestBrowserRestart(t *testing.T) {
 	}
 }
 
-// TestSlowClient checks that a client that stops reading is closed once a
-// write to it has waited WriteTimeout, and the browser is told why.
+// TestSlowClient checks that a client that stops reading is dropped once
+// a write to it has waited WriteTimeout, the browser's connection ended,
+// and why is logged.
 func TestSlowClient(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -511,8 +550,8 @@ func TestSlowClient(t *testing.T) {
 		}
 	}()
 	var ce *websocket.CloseError
-	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || ce.Text != "client did not read in time" {
-		t.Errorf("browser got %v, want close 1008 \"client did not read in time\"", err)
+	if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != ended {
+		t.Errorf("browser got %v, want its connection ended", err)
 	}
 	if n := len(tp.logs.Lines(`"level":"warn"`, "client did not read in time")); n != 1 {
 		t.Errorf("got %d warnings, want 1", n)

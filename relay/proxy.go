@@ -96,8 +96,11 @@ type Proxy struct {
 	// WriteTimeout bounds writing one message; a peer that does not read for
 	// that long is closed. Zero means DefaultWriteTimeout.
 	WriteTimeout time.Duration
-	// PingInterval is how often each client is pinged; a client that has
-	// not answered within two intervals is closed. Zero means
+	// PingInterval is how often the relay's own connections to the
+	// browser are pinged; one that has not answered within two intervals
+	// is closed and dialled again. Clients are never pinged (Chromium
+	// pings none, and ChromeDriver answers none): a client whose host is
+	// gone is found by TCP keepalive (wsconn.go). Zero means
 	// DefaultPingInterval.
 	PingInterval time.Duration
 	// StartTimeout bounds how long Start waits for the browser to come up.
@@ -154,15 +157,13 @@ type Proxy struct {
 	// browser-level interception go off.
 	netLinger time.Duration
 
-	log          zerolog.Logger    // set once by Start
-	ups          []*upstream       // set once by Start
-	dialer       *websocket.Dialer // the relay's own connections to the browsers
-	clientDialer *websocket.Dialer // a client's connection to its browser
-	upgrader     *websocket.Upgrader
-	holder       *hold.Holder       // set once by Start; nil when nothing is held
-	gate         *admission.Gate    // set once by Start: places in the browsers for clients
-	stop         context.CancelFunc // set once by Start; ends the background goroutines
-	done         sync.WaitGroup     // background goroutines
+	log    zerolog.Logger     // set once by Start
+	ups    []*upstream        // set once by Start
+	dialer *websocket.Dialer  // the relay's own connections to the browsers
+	holder *hold.Holder       // set once by Start; nil when nothing is held
+	gate   *admission.Gate    // set once by Start: places in the browsers for clients
+	stop   context.CancelFunc // set once by Start; ends the background goroutines
+	done   sync.WaitGroup     // background goroutines
 
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
@@ -174,10 +175,15 @@ type Proxy struct {
 }
 
 // clientHandshake bounds how long a client's connection waits for the
-// browser's websocket handshake.
+// browser's answer to its upgrade: a browser busy with a hundred pages
+// answers in seconds, and a client connected to it directly would have
+// waited (the client's leaving ends the wait too).
 const clientHandshake = time.Minute
 
-// readBuffer is the size of each relayed connection's read buffer.
+// readBuffer is the size of each relayed connection's read buffer: what
+// a busy browser sent since the last read comes in one system call, as a
+// byte-copying proxy reads it, and each read with data is one batched
+// write to the other side (batch.go).
 const readBuffer = 32 << 10
 
 // Start checks the upstream browser, waiting up to StartTimeout for it to
@@ -221,34 +227,13 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.pairs = make(map[*pair]struct{})
 	p.targets = make(map[string]*upstream)
 	p.page = dashboard.Handler{Source: p, Timeline: &p.timeline}
-	// Write buffers are per connection and small: the server side writes
-	// a message of any size in one frame past its buffer, and Chromium
-	// takes a bigger command in fragments. (A shared buffer pool would
-	// cost an allocation per message.) Read buffers take what a busy
-	// browser sent since the last read in one system call, as a
-	// byte-copying proxy reads: each read with data is also one batched
-	// write to the other side (batch.go).
+	// The relay's own connections to the browsers (the holding's, the
+	// share's). Read buffers take what a busy browser sent since the last
+	// read in one system call.
 	p.dialer = &websocket.Dialer{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   readBuffer,
 		WriteBufferSize:  8 << 10,
-	}
-	// A client's connection waits for the browser as long as the client
-	// does (its request's context), up to clientHandshake: a browser busy
-	// with a hundred pages answers an upgrade in seconds, and a client
-	// connected to it directly would have waited.
-	cd := *p.dialer
-	cd.HandshakeTimeout = clientHandshake
-	cd.NetDialContext = dialBatching // relayed connections batch the pump's writes (batch.go)
-	p.clientDialer = &cd
-	p.upgrader = &websocket.Upgrader{
-		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   readBuffer,
-		WriteBufferSize:  8 << 10,
-		CheckOrigin:      p.checkOrigin,
-		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			http.Error(w, reason.Error(), status)
-		},
 	}
 
 	// Wait for every browser, up to StartTimeout; one that answered is
@@ -292,11 +277,6 @@ func (p *Proxy) Start(ctx context.Context) error {
 
 	bg, stop := context.WithCancel(context.Background())
 	p.stop = stop
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		p.keepalive(bg)
-	}()
 	for i, u := range p.ups {
 		if errs[i] != nil {
 			p.log.Warn().Str("upstream", u.name).Err(errs[i]).Msg("browser not answering at start: skipped until it does")
@@ -373,12 +353,12 @@ func (p *Proxy) Close() error {
 		wg.Go(func() {
 			grace := time.NewTimer(closeGrace)
 			defer grace.Stop()
-			pr.shutdown(websocket.CloseGoingAway, "relay shutting down")
+			pr.shutdown()
 			select {
 			case <-pr.ended:
 			case <-grace.C:
-				pr.client.c.Close()
-				pr.browser.c.Close()
+				pr.client.nc.Close()
+				pr.browser.nc.Close()
 				<-pr.ended
 			}
 		})
@@ -493,34 +473,4 @@ func (p *Proxy) checkOrigin(r *http.Request) bool {
 	p.log.Warn().Str("origin", origin).Str("remote", r.RemoteAddr).
 		Msg("websocket upgrade refused: Origin not allowed (see --allow-origin)")
 	return false
-}
-
-// keepalive pings every client each PingInterval.
-func (p *Proxy) keepalive(ctx context.Context) {
-	t := time.NewTicker(p.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.mu.Lock()
-		pairs := make([]*pair, 0, len(p.pairs))
-		for pr := range p.pairs {
-			pairs = append(pairs, pr)
-		}
-		p.mu.Unlock()
-		// Each ping waits for its connection's writer, so one at a time a
-		// client stalled in a write would hold up the pings of the others
-		// (who are closed when not pinged): ping all at once, each for at
-		// most an interval.
-		deadline := time.Now().Add(min(p.PingInterval, p.WriteTimeout))
-		var wg sync.WaitGroup
-		for _, pr := range pairs {
-			// An error means the connection is ending; its pumps see to that.
-			wg.Go(func() { _ = pr.client.c.WriteControl(websocket.PingMessage, nil, deadline) })
-		}
-		wg.Wait()
-	}
 }

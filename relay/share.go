@@ -77,23 +77,33 @@ func (s *share) fromClient(hd *cdp.Header, msg []byte) (bool, error) {
 	return true, nil
 }
 
-// closeItsBrowser answers a client's Browser.close as the browser would,
-// after closing what the client owns alone, through a connection of the
-// relay's own; the browser stays up for everyone else.
+// closeItsBrowser answers a client's Browser.close as the browser does,
+// then closes what the client owns alone through a connection of the
+// relay's own, while the browser stays up for everyone else. Chromium
+// answers first, then tells the client of each of its sessions detached
+// as their pages close, then the connection ends: so does the relay,
+// waiting up to detachWait for those events to come through.
 func (s *share) closeItsBrowser(hd *cdp.Header) {
 	pr := s.pr
+	reply, _ := cdp.Reply(hd.ID, string(hd.SessionID), struct{}{}, nil)
+	pr.writeClient(reply)
 	l := s.own.CloseAll()
 	pr.p.Metrics.browserCommand("Browser.close", "contained")
 	r := pr.p.closeLeftovers(context.Background(), pr.up, l, "browser_close")
+	ctx, cancel := context.WithTimeout(pr.ctx, detachWait)
+	detached := s.own.WaitDetached(ctx.Done(), l)
+	cancel()
 	ev := pr.log.Info()
 	if r.err != nil {
 		ev = pr.log.Warn().Err(r.err)
 	}
-	ev.Int("pages", r.pages).Int("contexts", r.contexts).Int("gone_already", r.gone).Int("failed", r.failed).
+	ev.Int("pages", r.pages).Int("contexts", r.contexts).Int("gone_already", r.gone).Int("failed", r.failed).Bool("sessions_detached", detached).
 		Msg("the client closed its browser: closed its own pages and contexts, the browser stays up for the others")
-	reply, _ := cdp.Reply(hd.ID, string(hd.SessionID), struct{}{}, nil)
-	pr.writeClient(reply)
 }
+
+// detachWait bounds how long the end of a client's connection after its
+// Browser.close waits for its sessions' detachments.
+const detachWait = 2 * time.Second
 
 // fromBrowser looks at a message on its way to the client.
 func (s *share) fromBrowser(hd *cdp.Header, msg []byte) {
