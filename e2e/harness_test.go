@@ -65,6 +65,12 @@ func TestMain(m *testing.M) {
 	if up, ok := os.LookupEnv(floorProcessEnv); ok {
 		floorProcessMain(up)
 	}
+	if plan, ok := os.LookupEnv(rodSessionEnv); ok {
+		rodSessionMain(plan)
+	}
+	if ws, ok := os.LookupEnv(netnsClientEnv); ok {
+		netnsClientMain(ws)
+	}
 	flag.Parse()
 	code, err := runWithChromium(m)
 	if err != nil {

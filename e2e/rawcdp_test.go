@@ -5,8 +5,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,4 +218,16 @@ func browserWSVia(t testing.TB, r *relayed) string {
 		t.Fatalf("/json/version through the relay: %v: %s", err, resp)
 	}
 	return v.WS
+}
+
+// endedWithoutFrame reports whether a connection ended the way Chromium
+// ends one when it exits or dies, which is how the relay ends a client's:
+// no close frame (gorilla/websocket says 1006), or a reset.
+func endedWithoutFrame(err error) bool {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code == websocket.CloseAbnormalClosure
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET)
 }
