@@ -63,19 +63,26 @@ vet:
 unit: redis
 	$(GO) test -race -count=1 ./...
 
+# The tests that run minutes of wall clock, mostly idle (the wire as the
+# browser sees it, long sessions of every client, a client's host gone:
+# E2E_LONG), run in a process of their own beside the others, on a
+# Chromium of their own, all of them at once (-parallel): the suite grows by
+# the longest of them, not by their sum, and not at all while the others
+# take longer.
 # TestChaos runs on its own, and once more if it fails: it fails about one
 # run in three on this 2-core machine (two relays, four Lightpanda each,
 # Redis failing over: two navigations of a host closer than it allows, at
 # the start of the run or just after a burst of navigations seconds late),
 # which is yet to be understood; a second failure fails the suite.
-# The tests that run minutes of wall clock mostly idle (the wire as the
-# browser sees it, long sessions of every client, a client's host gone)
-# call t.Parallel and run side by side once the others are done:
-# -parallel lets them all run at once on two cores.
+E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone)$$
 e2e: deps
-	cd e2e && $(GO) test -tags e2e -count=1 -timeout 28m -parallel 16 -v -skip 'TestChaos$$' .
-	cd e2e && { $(GO) test -tags e2e -count=1 -timeout 10m -v -run 'TestChaos$$' . || \
-		{ echo "TestChaos failed once: running it again"; $(GO) test -tags e2e -count=1 -timeout 10m -v -run 'TestChaos$$' .; }; }
+	cd e2e && $(GO) test -tags e2e -c -o e2e.test .
+	cd e2e && { long=$$(mktemp); ./e2e.test -test.v -test.count=1 -test.timeout 20m -test.parallel 16 -test.run '$(E2E_LONG)' >"$$long" 2>&1 & pid=$$!; \
+		./e2e.test -test.v -test.count=1 -test.timeout 25m -test.skip '$(E2E_LONG)|^TestChaos$$'; rc=$$?; \
+		wait $$pid; lrc=$$?; echo "--- the long tests, beside the others:"; cat "$$long"; rm -f "$$long"; \
+		[ $$rc = 0 ] && [ $$lrc = 0 ]; }
+	cd e2e && { ./e2e.test -test.v -test.count=1 -test.timeout 10m -test.run '^TestChaos$$' || \
+		{ echo "TestChaos failed once: running it again"; ./e2e.test -test.v -test.count=1 -test.timeout 10m -test.run '^TestChaos$$'; }; }
 
 deps: chromium chromium-tools redis node-deps lightpanda py-deps iproute2
 

@@ -65,6 +65,15 @@ func netnsClientMain(ws string) {
 	}
 }
 
+// testBinary is the path of this test binary, to run it again as a
+// client of its own (os.Args[0] may be relative to where it started).
+func testBinary() string {
+	if p, err := os.Executable(); err == nil {
+		return p
+	}
+	return os.Args[0]
+}
+
 // netns is a network namespace joined to this one by a veth pair.
 type netns struct {
 	name, host, peer string // the namespace, and the two ends of the pair
@@ -134,7 +143,7 @@ func TestClientHostGone(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.name, os.Args[0], "-test.run", "^$")
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.name, testBinary(), "-test.run", "^$")
 	cmd.Env = append(os.Environ(), netnsClientEnv+"="+v.WebSocketDebuggerURL)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

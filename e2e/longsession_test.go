@@ -237,7 +237,7 @@ func runRodSession(t *testing.T, pl longPlan, timeout time.Duration) (longResult
 	plan, _ := json.Marshal(pl)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^$")
+	cmd := exec.CommandContext(ctx, testBinary(), "-test.run", "^$")
 	cmd.Env = append(os.Environ(), rodSessionEnv+"="+string(plan))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
