@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -116,7 +115,7 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 		log.Debug().Err(err).Msg("websocket upgrade failed")
 		return
 	}
-	pr := p.newPair(cc, cr, a, up, r.URL.Path, id, log)
+	pr := p.newPair(newConn(cc, cr, "client", p.MaxMessageSize), newConn(a.nc, a.br, "browser", p.MaxMessageSize), up, r.URL.Path, id, log)
 	if pr == nil {
 		return
 	}
@@ -124,12 +123,14 @@ func (p *Proxy) serveWebsocket(w http.ResponseWriter, r *http.Request) {
 	pr.run()
 }
 
-func (p *Proxy) newPair(cc net.Conn, cr *bufio.Reader, a *browserAnswer, up *upstream, path string, id uint64, log zerolog.Logger) *pair {
+// newPair makes the pair of a client's connection and its browser's,
+// or closes both when the relay is shutting down.
+func (p *Proxy) newPair(client, browser *conn, up *upstream, path string, id uint64, log zerolog.Logger) *pair {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &pair{
 		p:       p,
-		client:  newConn(cc, cr, "client", p.MaxMessageSize),
-		browser: newConn(a.nc, a.br, "browser", p.MaxMessageSize),
+		client:  client,
+		browser: browser,
 		up:      up,
 		log:     log,
 		path:    path,
@@ -137,7 +138,7 @@ func (p *Proxy) newPair(cc net.Conn, cr *bufio.Reader, a *browserAnswer, up *ups
 		cancel:  cancel,
 		ended:   make(chan struct{}),
 	}
-	pr.client.batch, pr.browser.batch = pairBatches(cc, a.nc)
+	pr.client.batch, pr.browser.batch = pairBatches(client.nc, browser.nc)
 	if up.holds != nil {
 		pr.holds = up.holds.Conn(pr)
 	}
@@ -146,10 +147,10 @@ func (p *Proxy) newPair(cc net.Conn, cr *bufio.Reader, a *browserAnswer, up *ups
 	if p.closed {
 		p.mu.Unlock()
 		cancel()
-		pr.client.end()
-		pr.browser.sayClose(closeGoingAway, "")
-		cc.Close()
-		a.nc.Close()
+		client.end()
+		browser.sayClose(closeGoingAway, "")
+		client.nc.Close()
+		browser.nc.Close()
 		return nil
 	}
 	p.pairs[pr] = struct{}{}
@@ -544,36 +545,40 @@ func (pr *pair) finish(e pumpEnd) {
 	if pr.closing.Swap(true) {
 		return
 	}
+	// Said first: whoever sees the ending may look for why.
 	level, why := pr.log.Debug(), e.from.side+" connection ended"
 	switch {
 	case errors.Is(e.err, errClosedItsBrowser):
 		why = "the client closed its browser"
+	case e.writeFailed:
+		level, why = pr.log.Warn(), e.to.side+" did not read in time"
+	case errors.Is(e.err, wire.ErrTooBig):
+		level, why = pr.log.Warn(), "message over the read limit"
+	case errors.Is(e.err, wire.ErrProtocol):
+		level, why = pr.log.Warn(), e.from.side+" broke the websocket protocol"
+	case isTimeout(e.err):
+		why = e.from.side + " did not close its connection in time"
+	}
+	level.Str("from", e.from.side).Str("reason", why).AnErr("err", quiet(e.err)).Msg("connection ending")
+	switch {
+	case errors.Is(e.err, errClosedItsBrowser):
 		e.from.end() // first: the browser's answer to the close is not the client's
 		e.to.sayClose(closeNormal, "")
 	case e.writeFailed:
 		// The other side did not take a message in time (or is gone).
-		level, why = pr.log.Warn(), e.to.side+" did not read in time"
 		e.to.nc.Close()
 		e.from.end()
 	case errors.Is(e.err, wire.ErrTooBig):
-		level, why = pr.log.Warn(), "message over the read limit"
 		e.from.sayClose(closeMessageBig, "message over the read limit")
 		e.to.end()
 	case errors.Is(e.err, wire.ErrProtocol):
-		level, why = pr.log.Warn(), e.from.side+" broke the websocket protocol"
 		e.from.nc.Close()
 		e.to.end()
+	case e.to.toBrowser:
+		e.to.drop() // nothing the browser sends now has anywhere to go
 	default:
-		if isTimeout(e.err) {
-			why = e.from.side + " did not close its connection in time"
-		}
-		if e.to.toBrowser {
-			e.to.drop() // nothing the browser sends now has anywhere to go
-		} else {
-			e.to.end() // the client reads what was relayed before the end
-		}
+		e.to.end() // the client reads what was relayed before the end
 	}
-	level.Str("from", e.from.side).Str("reason", why).AnErr("err", quiet(e.err)).Msg("connection ending")
 }
 
 // shutdown ends both sides as the relay stops: the client as a browser
