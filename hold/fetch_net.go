@@ -314,10 +314,10 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := pageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.holdNav(fc.held, hn.fl, host, ev.Request.URL, log, false, nil, nil, nil, func() { f.let(fc, key, hn, "", id) })
+			f.h.hold(fc.held, navRequest{fl: hn.fl, host: host, url: ev.Request.URL, log: log}, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 			return
 		}
-		f.h.holdUntil(fc.held, hn.fl, hn.start, func() { f.let(fc, key, hn, "", id) }, nil)
+		f.h.holdUntil(fc.held, hn.fl, hn.start, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 	}()
 	return true
 }
@@ -336,13 +336,8 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		refuse := func() {
-			fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: prev.fl})
-			fc.refuse("", id, nil, prev.fl)
-		}
-		f.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
-			fc.continueRequest("", id, prev.booked) // the answer is read where the hop before was booked
-		})
+		f.h.checkThen(fc.held, navRequest{host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+			netHold{netLet: netLet{fc: fc, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl}})
 		return
 	}
 	f.mu.Unlock()
@@ -360,15 +355,46 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	f.mu.Unlock()
 	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
-	booked := func(start time.Time, _ *pace.Nav) {
-		hn.start = start
-		close(hn.booked)
+	f.h.hold(fc.held, navRequest{fl: fl, host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+		netHold{netLet: netLet{f: f, fc: fc, key: key, hn: hn, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: true, fl: fl}})
+}
+
+// netLet lets go a document request net holds, once its slot came.
+type netLet struct {
+	noHolding
+	f   *fetchHold
+	fc  *fetchConn
+	key navKey
+	hn  *heldNav
+	id  string
+}
+
+func (l netLet) release() { l.f.let(l.fc, l.key, l.hn, "", l.id) }
+
+// netHold is a document request net holds: booked on hn (when it has
+// one: a redirect hop within its host books nothing, and is continued
+// where the hop before it was booked), refused or let go.
+type netHold struct {
+	netLet
+	hop hop // the request's hop, as fc follows it
+}
+
+func (n netHold) booked(start time.Time, _ *pace.Nav) {
+	n.hn.start = start
+	close(n.hn.booked)
+}
+
+func (n netHold) refused() {
+	n.fc.setHop(n.id, hop{host: n.hop.host, frame: n.hop.frame, fl: n.hop.fl})
+	n.fc.refuse("", n.id, nil, n.hop.fl)
+}
+
+func (n netHold) release() {
+	if n.hn == nil {
+		n.fc.continueRequest("", n.id, n.hop.booked) // a hop: its answer is read where the hop before was booked
+		return
 	}
-	refuse := func() {
-		fc.setHop(id, hop{host: host, frame: ev.FrameID, fl: fl})
-		fc.refuse("", id, nil, fl)
-	}
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), false, booked, nil, refuse, func() { f.let(fc, key, hn, "", id) })
+	n.netLet.release()
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

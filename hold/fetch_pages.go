@@ -509,11 +509,8 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		// before it was booked.
 		th.booked = prev.booked
 		fc.fly(th, prev.fl)
-		refuse := func() { fc.refuse(session, id, th, prev.fl) }
-		fc.h.checkThen(fc.held, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), refuse, func() {
-			fc.f.pass(navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}, fc)
-			fc.release(session, id)
-		})
+		fc.h.checkThen(fc.held, navRequest{host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+			pagesHop{fc: fc, session: session, id: id, th: th, fl: prev.fl, key: navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}})
 		return
 	}
 	if prev != nil {
@@ -521,6 +518,25 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	}
 	th.booked = true
 	fc.f.holdPage(fc, session, ev, host, th)
+}
+
+// pagesHop is a redirect hop within the host of the hop before it,
+// paused in pages: it books nothing, and keeps the place in flight of
+// the hop before it, where its answer is read.
+type pagesHop struct {
+	noHolding
+	fc          *fetchConn
+	session, id string
+	th          *trackHop
+	fl          *flight
+	key         navKey
+}
+
+func (h pagesHop) refused() { h.fc.refuse(h.session, h.id, h.th, h.fl) }
+
+func (h pagesHop) release() {
+	h.fc.f.pass(h.key, h.fc)
+	h.fc.release(h.session, h.id)
 }
 
 // sessionOf returns the page session of id, nil when gone.

@@ -27,38 +27,56 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	f.held[key] = hn
 	f.mu.Unlock()
 	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
-	booked := func(start time.Time, nav *pace.Nav) {
-		hn.start = start
-		close(hn.booked)
-		fc.booked(th, nav)
-	}
-	waits := func() {
-		// Net's patterns name it while it waits, so that losing pages
-		// hands it to net. (One that goes at once is let go before an
-		// update could reach the browser: pages lost while it is being
-		// booked lets it out, counted unheld.)
-		if !f.h.holder.HoldBackup {
-			return // net is off: losing pages lets it go (counted)
-		}
-		f.mu.Lock()
-		if f.held[key] == hn && !hn.named {
-			hn.named = true
-			f.addURLLocked(hn.url)
-		}
-		f.mu.Unlock()
-		f.updateNet()
-	}
-	// The wait for a place in flight lasts as long as the navigation, the
-	// one for its slot as long as this connection: when it drops, net gets
-	// the request and holds it on hn.
-	refuse := func() {
-		f.mu.Lock()
-		hn.refused = true // handed to net meanwhile: net fails it (handedOver)
-		f.mu.Unlock()
-		fc.refuse(session, id, th, fl)
-	}
-	f.h.holdNav(fc.held, fl, host, ev.Request.URL, pageLog(&fc.log, ev.FrameID, ""), true, booked, waits, refuse, func() { f.let(fc, key, hn, session, id) })
+	f.h.hold(fc.held, navRequest{fl: fl, host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), depart: true, refusable: true},
+		pagedHold{f: f, fc: fc, key: key, hn: hn, session: session, id: id, th: th})
 }
+
+// pagedHold is a client page's document request held in pages. The wait
+// for a place in flight lasts as long as the navigation, the one for its
+// slot as long as this connection: when it drops, net gets the request
+// and holds it on hn.
+type pagedHold struct {
+	noHolding
+	f           *fetchHold
+	fc          *fetchConn
+	key         navKey
+	hn          *heldNav
+	session, id string
+	th          *trackHop
+}
+
+func (p pagedHold) booked(start time.Time, nav *pace.Nav) {
+	p.hn.start = start
+	close(p.hn.booked)
+	p.fc.booked(p.th, nav)
+}
+
+// waits names the request in net's patterns while it waits, so that
+// losing pages hands it to net. (One that goes at once is let go before
+// an update could reach the browser: pages lost while it is being booked
+// lets it out, counted unheld.)
+func (p pagedHold) waits() {
+	f := p.f
+	if !f.h.holder.HoldBackup {
+		return // net is off: losing pages lets it go (counted)
+	}
+	f.mu.Lock()
+	if f.held[p.key] == p.hn && !p.hn.named {
+		p.hn.named = true
+		f.addURLLocked(p.hn.url)
+	}
+	f.mu.Unlock()
+	f.updateNet()
+}
+
+func (p pagedHold) refused() {
+	p.f.mu.Lock()
+	p.hn.refused = true // handed to net meanwhile: net fails it (handedOver)
+	p.f.mu.Unlock()
+	p.fc.refuse(p.session, p.id, p.th, p.hn.fl)
+}
+
+func (p pagedHold) release() { p.f.let(p.fc, p.key, p.hn, p.session, p.id) }
 
 // forget drops a held request whose navigation ended before its release
 // (its page went, a later navigation replaced it, the browser was lost

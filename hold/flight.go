@@ -27,6 +27,8 @@ type flight struct {
 	ctx  context.Context // ends with the flight: stops its wait for a place
 	stop context.CancelFunc
 
+	// mu guards the fields below; the last of hold.go's lock order: taken
+	// under watch.mu and a fetchConn's mu, takes none.
 	mu       sync.Mutex
 	place    *inflight.Place // guarded by mu; nil without a cap, or given back
 	entered  bool            // guarded by mu; it asked for its place
@@ -143,82 +145,85 @@ func (fl *flight) took(now time.Time) time.Duration {
 	return max(now.Sub(fl.released), time.Nanosecond)
 }
 
-// hold books host's slot for a navigation to rawURL and calls release when
-// the slot comes (at once when it has come), booking again while a shared
-// store asks to retry. Booking runs on a goroutine of its own, never on the
-// caller's: a slow store must not stall the reader that found the
-// navigation. When ctx ends first, release is never called. done, when
-// set, is called once the hold is over, either way. It returns the
-// navigation's flight, which ends with ctx.
-func (h *browserHold) hold(ctx context.Context, host, rawURL string, log *zerolog.Logger, release, done func()) *flight {
-	fl := h.newFlight(ctx)
-	h.holdFlight(ctx, fl, host, rawURL, log, nil, nil, release, done)
-	return fl
+// navRequest is one navigation a way of holding hands the core: its
+// flight, its host (limiter.Key of its URL) and URL, where it logs, and
+// what the way follows of it.
+type navRequest struct {
+	fl        *flight
+	host, url string
+	log       *zerolog.Logger
+	// depart: the way tells when the request left the browser. The core
+	// then books the slot a pace.Nav, hands it to booked, and lets the
+	// navigation go no sooner than the late departures before it in its
+	// bucket allow (package pace).
+	depart bool
+	// refusable: a Limiter that refuses navigations (Refuser) is asked
+	// about it before anything is booked; false for one asked already
+	// (a navigation booked again).
+	refusable bool
 }
 
-// holdFlight is hold for the navigation fl follows: first it waits for a
-// place among its bucket's navigations in flight, when the bucket has a
-// cap and fl has no place yet (for as long as fl lives, whatever ctx
-// does), then it books; booked (when set) is told the start of the slot
-// once it is booked. Before either, a navigation the Limiter refuses
-// (Refuser) is handed to refuse instead, when set, and nothing is booked;
-// a nil refuse is never asked for.
-func (h *browserHold) holdFlight(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, booked func(time.Time), refuse, release, done func()) {
-	var b func(time.Time, *pace.Nav)
-	if booked != nil {
-		b = func(start time.Time, _ *pace.Nav) { booked(start) }
-	}
-	h.holdFor(ctx, fl, host, rawURL, log, false, b, nil, refuse, release, done)
+// holding is what a way of holding does at the moments of one hold. The
+// core calls its methods on goroutines of its own, never on the reader
+// that found the navigation (a slow store must not stall it), each at
+// most once, in this order: refused, or booked, waits, release; then
+// done, whatever happened (after nothing at all, when the hold's context
+// ended first or the flight ended while it waited for a place).
+type holding interface {
+	// booked is told the start of the navigation's slot once it is
+	// booked, and the pace.Nav that follows its departure (nil without
+	// depart).
+	booked(start time.Time, nav *pace.Nav)
+	// waits is told that the navigation may have to wait: for a place in
+	// flight, for the store, for its slot, for the one before it to leave.
+	waits()
+	// refused takes a navigation the Limiter refuses: nothing is booked.
+	refused()
+	// release lets the navigation go: its slot came.
+	release()
+	// done ends the hold.
+	done()
 }
 
-// holdNav is holdFlight for a navigation whose departure the caller
-// follows (depart): the slot's navigation is handed to booked, the caller
-// tells it when the request left, and fl's end ends it; the release waits,
-// past the slot, for what late departures before it in its bucket ask
-// (package pace). Without depart, it is booked's nil. waits, when set, is
-// called once, when the navigation may have to wait at all; refuse is
-// holdFlight's.
-func (h *browserHold) holdNav(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release func()) {
-	h.holdFor(ctx, fl, host, rawURL, log, depart, booked, waits, refuse, release, nil)
-}
+// noHolding does nothing at any moment of a hold: a way's holding
+// embeds it and says what it does at the moments it cares for.
+type noHolding struct{}
 
-func (h *browserHold) holdFor(ctx context.Context, fl *flight, host, rawURL string, log *zerolog.Logger, depart bool, booked func(time.Time, *pace.Nav), waits, refuse, release, done func()) {
+func (noHolding) booked(time.Time, *pace.Nav) {}
+func (noHolding) waits()                      {}
+func (noHolding) refused()                    {}
+func (noHolding) release()                    {}
+func (noHolding) done()                       {}
+
+// hold holds the navigation n: first it waits for a place among its
+// bucket's navigations in flight, when the bucket has a cap and n's
+// flight has none yet (for as long as the flight lives, whatever ctx
+// does), then it books, booking again while a shared store asks to
+// retry, and lets the navigation go (w.release) when its slot comes, at
+// once when it has come. When ctx ends first, nothing is let go. All of
+// it runs on a goroutine of its own.
+func (h *browserHold) hold(ctx context.Context, n navRequest, w holding) {
 	h.waiting.Add(1)
 	h.holder.limiting.Add(1)
 	go func() {
 		defer h.holder.limiting.Done()
-		hw := &holdWait{h: h, ctx: ctx, host: host, rawURL: rawURL, log: log, depart: depart, booked: booked, waits: waits, done: done}
-		if refuse != nil && h.refused(ctx, host, rawURL, log) {
-			refuse() // before a place or a slot: it books nothing
-			h.end(nil, done)
+		hw := &holdWait{h: h, ctx: ctx, n: n, w: w}
+		if n.refusable && h.refused(ctx, n.host, n.url, n.log) {
+			w.refused() // before a place or a slot: it books nothing
+			h.end(w, false, n.fl)
 			return
 		}
 		if h.holder.capper != nil && h.holder.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
-		if !h.enter(fl, host, log) {
-			h.end(nil, done)
+		if !h.enter(n.fl, n.host, n.log) {
+			h.end(w, false, n.fl)
 			return
 		}
-		hw.release = fl.releasing(release)
 		if !hw.book() {
-			if ctx.Err() != nil {
-				hw.release = nil
-			}
-			hw.end()
+			hw.end(ctx.Err() == nil)
 		}
 	}()
-}
-
-// releasing is release noting, first, when the navigation was let go.
-func (fl *flight) releasing(release func()) func() {
-	if release == nil {
-		return nil
-	}
-	return func() {
-		fl.let(time.Now())
-		release()
-	}
 }
 
 // enter waits for fl's place among the navigations in flight of host's
@@ -268,31 +273,27 @@ func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
 	return true
 }
 
-// end ends a hold counted in waiting: it calls release (unless nil: the
-// hold was given up), then done (when set).
-func (h *browserHold) end(release, done func()) {
+// end ends a hold counted in waiting: it lets the navigation go when
+// released (noting when, in its flight), then ends the hold.
+func (h *browserHold) end(w holding, released bool, fl *flight) {
 	h.waiting.Add(-1)
-	if release != nil {
-		release()
+	if released {
+		fl.let(time.Now())
+		w.release()
 	}
-	if done != nil {
-		done()
-	}
+	w.done()
 }
 
 // holdWait is one navigation on its way from its booking to its release.
 type holdWait struct {
-	h            *browserHold
-	ctx          context.Context
-	host, rawURL string
-	log          *zerolog.Logger
-	depart       bool
-	booked       func(time.Time, *pace.Nav)
-	waits        func() // called once the navigation has to wait, then set to nil
-	release      func()
-	done         func()
-	start        time.Time // when its slot comes
-	nav          *pace.Nav // followed to its departure; nil when not
+	h        *browserHold
+	ctx      context.Context
+	n        navRequest
+	w        holding
+	waited   bool      // waits was told
+	retrying bool      // its timer books again (the store asked to retry), rather than looks at its slot
+	start    time.Time // when its slot comes
+	nav      *pace.Nav // followed to its departure; nil when not
 }
 
 // book books and, when the navigation must wait, arms a timer and reports
@@ -300,33 +301,40 @@ type holdWait struct {
 // first). Callers count themselves in waiting.
 func (w *holdWait) book() bool {
 	h := w.h
-	r, d, retry := h.book(w.ctx, w.host, w.rawURL, w.log)
-	if !retry {
-		w.start = time.Now().Add(max(d, 0))
-		if w.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
-			w.nav = h.holder.pace.Book(r.Bucket, h.up.Name(), w.start, r.Slack, r.Headroom)
-		}
-		if w.booked != nil {
-			w.booked(w.start, w.nav)
-		}
-	}
+	r, d, retry := h.book(w.ctx, w.n.host, w.n.url, w.n.log)
 	if retry {
 		w.waiting()
-		after(w.ctx, d, func() {
-			if !w.book() {
-				w.end()
-			}
-		}, w.cancelled)
+		w.retrying = true
+		after(w.ctx, d, w)
 		return true
 	}
+	w.start = time.Now().Add(max(d, 0))
+	if w.n.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
+		w.nav = h.holder.pace.Book(r.Bucket, h.up.Name(), w.start, r.Slack, r.Headroom)
+	}
+	w.w.booked(w.start, w.nav)
 	return w.due()
 }
 
-// waiting tells waits, once, that the navigation waits.
+// waiting tells the way, once, that the navigation waits.
 func (w *holdWait) waiting() {
-	if w.waits != nil {
-		w.waits()
-		w.waits = nil
+	if !w.waited {
+		w.waited = true
+		w.w.waits()
+	}
+}
+
+// fire is after's: the time the hold waited for has come.
+func (w *holdWait) fire() {
+	if w.retrying {
+		w.retrying = false
+		if !w.book() {
+			w.end(true)
+		}
+		return
+	}
+	if !w.due() {
+		w.end(true)
 	}
 }
 
@@ -341,17 +349,13 @@ func (w *holdWait) due() bool {
 	}
 	if d := at.Sub(now); d > 0 {
 		w.waiting()
-		after(w.ctx, d, func() {
-			if !w.due() {
-				w.end()
-			}
-		}, w.cancelled)
+		after(w.ctx, d, w)
 		return true
 	}
 	if left != nil {
 		// One let go before it has not left the browser yet: going now
 		// could overtake it.
-		w.log.Debug().Str("host", w.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
+		w.n.log.Debug().Str("host", w.n.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
 		w.waiting()
 		w.h.holder.limiting.Add(1)
 		go func() {
@@ -362,13 +366,13 @@ func (w *holdWait) due() bool {
 			case <-left:
 			case <-t.C:
 				w.h.holder.Metrics.Overtook()
-				w.log.Debug().Str("host", w.host).Msg("navigation let go: the one before it has not left the browser within the bound")
+				w.n.log.Debug().Str("host", w.n.host).Msg("navigation let go: the one before it has not left the browser within the bound")
 			case <-w.ctx.Done():
 				w.cancelled()
 				return
 			}
 			if !w.due() {
-				w.end()
+				w.end(true)
 			}
 		}()
 		return true
@@ -377,13 +381,13 @@ func (w *holdWait) due() bool {
 	return false
 }
 
-// end releases the navigation and ends the hold.
-func (w *holdWait) end() { w.h.end(w.release, w.done) }
+// end ends the hold, letting the navigation go when released.
+func (w *holdWait) end(released bool) { w.h.end(w.w, released, w.n.fl) }
 
-// cancelled ends a hold given up before its release.
+// cancelled ends a hold given up before its release: its context ended.
 func (w *holdWait) cancelled() {
 	w.h.ended(w.nav)
-	w.h.end(nil, w.done)
+	w.end(false)
 }
 
 // ended ends navigations whose departure was followed: answered, failed,
@@ -397,11 +401,22 @@ func (h *browserHold) ended(navs ...*pace.Nav) {
 
 // holdUntil holds a navigation already booked until start, as when the
 // relay's other connection takes over a request the first one held; fl
-// has its place already.
-func (h *browserHold) holdUntil(ctx context.Context, fl *flight, start time.Time, release, done func()) {
+// has its place already. w is told release and done, or done alone when
+// ctx ends first.
+func (h *browserHold) holdUntil(ctx context.Context, fl *flight, start time.Time, w holding) {
 	h.waiting.Add(1)
-	after(ctx, time.Until(start), func() { h.end(fl.releasing(release), done) }, func() { h.end(nil, done) })
+	after(ctx, time.Until(start), untilHold{h: h, fl: fl, w: w})
 }
+
+// untilHold is holdUntil's wait.
+type untilHold struct {
+	h  *browserHold
+	fl *flight
+	w  holding
+}
+
+func (u untilHold) fire()      { u.h.end(u.w, true, u.fl) }
+func (u untilHold) cancelled() { u.h.end(u.w, false, u.fl) }
 
 // book reserves the slot of a navigation to rawURL (whose host is host)
 // wanted now and returns how long it must wait, logging the first delay of
@@ -529,7 +544,7 @@ func (h *browserHold) awaitAnswers(host string) {
 // capped, so that nothing holds them: loopback, unless the Limiter says
 // otherwise (a rule that names it).
 func (h *browserHold) exempt(host string) bool {
-	if e, ok := h.holder.Limiter.(interface{ Exempt(string) bool }); ok {
+	if e, ok := h.holder.Limiter.(Exempter); ok {
 		return e.Exempt(host)
 	}
 	return limiter.Exempt(host)
@@ -556,22 +571,29 @@ func (h *browserHold) unheld(n int, why string) {
 		Msg("navigations reached the network unheld")
 }
 
-// after calls fire once d has passed, or cancelled (when set) if ctx ends
-// first: exactly one of them, exactly once. No goroutine waits meanwhile.
-func after(ctx context.Context, d time.Duration, fire, cancelled func()) {
+// timed is what after calls: fire once the time has come, cancelled when
+// the context ended first.
+type timed interface {
+	fire()
+	cancelled()
+}
+
+// after calls t.fire once d has passed, or t.cancelled if ctx ends first:
+// exactly one of them, exactly once. No goroutine waits meanwhile.
+func after(ctx context.Context, d time.Duration, t timed) {
 	ready := make(chan struct{})
 	var stop func() bool
-	t := time.AfterFunc(d, func() {
+	timer := time.AfterFunc(d, func() {
 		<-ready
 		if stop() { // ctx had not ended, and now its hook never runs
-			fire()
-		} else if cancelled != nil {
-			cancelled()
+			t.fire()
+		} else {
+			t.cancelled()
 		}
 	})
 	stop = context.AfterFunc(ctx, func() {
-		if t.Stop() && cancelled != nil { // the timer had not fired, and now never will
-			cancelled()
+		if timer.Stop() { // the timer had not fired, and now never will
+			t.cancelled()
 		}
 	})
 	close(ready)

@@ -1,14 +1,12 @@
 package hold
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/url"
-	"strconv"
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/redact"
 )
 
@@ -66,24 +64,25 @@ func (h *browserHold) refused(ctx context.Context, host, rawURL string, log *zer
 	return true
 }
 
-// checkThen calls release for a navigation that books nothing more (a
+// checkThen lets a navigation that books nothing more go (w.release: a
 // redirect hop within its host, the page of a held Target.createTarget)
-// unless the Limiter refuses it: then refuse. Asking may block, so it is
+// unless the Limiter refuses it (w.refused). Asking may block, so it is
 // done on a goroutine of its own when the Limiter refuses anything; at
-// once otherwise. Neither is called when ctx ends first.
-func (h *browserHold) checkThen(ctx context.Context, host, rawURL string, log *zerolog.Logger, refuse, release func()) {
-	if refuse == nil || h.holder.refuser() == nil {
-		release()
+// once otherwise, and at once for n not refusable. Neither is called
+// when ctx ends first, and done never: nothing was held.
+func (h *browserHold) checkThen(ctx context.Context, n navRequest, w holding) {
+	if !n.refusable || h.holder.refuser() == nil {
+		w.release()
 		return
 	}
 	h.holder.limiting.Add(1)
 	go func() {
 		defer h.holder.limiting.Done()
 		switch {
-		case h.refused(ctx, host, rawURL, log):
-			refuse()
+		case h.refused(ctx, n.host, n.url, n.log):
+			w.refused()
 		case ctx.Err() == nil:
-			release()
+			w.release()
 		}
 	}()
 }
@@ -91,18 +90,6 @@ func (h *browserHold) checkThen(ctx context.Context, host, rawURL string, log *z
 // answerError answers a client's command with a CDP error, as the
 // browser would answer one it could not carry out.
 func (w *watch) answerError(session string, id int64, message string) {
-	var b bytes.Buffer
-	b.WriteString(`{"id":`)
-	b.WriteString(strconv.FormatInt(id, 10))
-	m, _ := json.Marshal(message)
-	b.WriteString(`,"error":{"code":-32000,"message":`)
-	b.Write(m)
-	b.WriteString(`}`)
-	if session != "" {
-		s, _ := json.Marshal(session)
-		b.WriteString(`,"sessionId":`)
-		b.Write(s)
-	}
-	b.WriteByte('}')
-	w.toClient(b.Bytes())
+	msg, _ := cdp.Reply(id, session, nil, &cdp.Error{Code: -32000, Message: message})
+	w.toClient(msg)
 }

@@ -281,42 +281,59 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	w := s.w
-	held := append([]byte(nil), msg...)
 	w.held.Add(1)
 	fl := w.h.newFlight(w.ctx)
-	session, id := string(hd.SessionID), hd.ID
-	refuse := func() {
-		// Answered as in the stream: its result has no room for an error.
-		fl.end()
-		w.answerError(session, id, blockedByClient)
-	}
-	w.h.holdFlight(w.ctx, fl, host, p.URL, w.log, nil, refuse, func() {
-		w.mu.Lock()
-		if len(s.prebooked) >= maxTracked {
-			for _, pb := range s.prebooked {
-				pb.fl.end()
-			}
-			clear(s.prebooked)
-		}
-		s.prebooked[p.URL] = prebooked{at: time.Now(), fl: fl}
-		w.mu.Unlock()
-		// Its page's document takes over its place; if it never shows,
-		// the place goes back once it cannot come any more.
-		time.AfterFunc(claimWait, func() {
-			w.mu.Lock()
-			pb, waiting := s.prebooked[p.URL]
-			if waiting && pb.fl == fl {
-				delete(s.prebooked, p.URL)
-			}
-			w.mu.Unlock()
-			if waiting && pb.fl == fl {
-				fl.end()
-			}
-		})
-		w.pass(held)
-	}, w.held.Done)
+	w.h.hold(w.ctx, navRequest{fl: fl, host: host, url: p.URL, log: w.log, refusable: true},
+		createHold{s: s, url: p.URL, fl: fl, msg: append([]byte(nil), msg...), session: string(hd.SessionID), id: hd.ID})
 	return true
 }
+
+// createHold is a Target.createTarget with a URL, held for its slot.
+type createHold struct {
+	noHolding
+	s       *sessionHold
+	url     string
+	fl      *flight
+	msg     []byte // the command, written on at the slot
+	session string
+	id      int64
+}
+
+func (c createHold) refused() {
+	// Answered as in the stream: its result has no room for an error.
+	c.fl.end()
+	c.s.w.answerError(c.session, c.id, blockedByClient)
+}
+
+// release lets the command go, and leaves its place in flight to the
+// page's document, which books nothing more; if it never shows, the
+// place goes back once it cannot come any more.
+func (c createHold) release() {
+	s, w, fl := c.s, c.s.w, c.fl
+	w.mu.Lock()
+	if len(s.prebooked) >= maxTracked {
+		for _, pb := range s.prebooked {
+			pb.fl.end()
+		}
+		clear(s.prebooked)
+	}
+	s.prebooked[c.url] = prebooked{at: time.Now(), fl: fl}
+	w.mu.Unlock()
+	time.AfterFunc(claimWait, func() {
+		w.mu.Lock()
+		pb, waiting := s.prebooked[c.url]
+		if waiting && pb.fl == fl {
+			delete(s.prebooked, c.url)
+		}
+		w.mu.Unlock()
+		if waiting && pb.fl == fl {
+			fl.end()
+		}
+	})
+	w.pass(c.msg)
+}
+
+func (c createHold) done() { c.s.w.held.Done() }
 
 // fromBrowser looks at what the browser sends the client; it reports true
 // for what the client must not see.
@@ -461,34 +478,12 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	s.held++
 	w.mu.Unlock()
 
-	held := append([]byte(nil), msg...)
-	release := func() {
-		w.mu.Lock()
-		s.held--
-		if wants {
-			st.delivered[ev.RequestID] = fl
-		}
-		w.mu.Unlock()
-		if wants {
-			w.toClient(held)
-		} else {
-			s.goOnFollowed(session, ev.RequestID, fl)
-		}
-	}
-	refuse := func() {
-		w.mu.Lock()
-		s.held--
-		if d, ok := st.docs[networkOr(&ev)]; ok && d.fl == fl {
-			delete(st.docs, networkOr(&ev)) // its failure is no answer of the site
-		}
-		w.mu.Unlock()
-		s.fail(session, ev.RequestID)
-		fl.end()
-	}
+	d := docHold{s: s, st: st, ev: ev, fl: fl, session: session, wants: wants, msg: append([]byte(nil), msg...)}
+	n := navRequest{fl: fl, host: host, url: ev.Request.URL, log: w.navLog(session), refusable: true}
 	if hop && prev.host == host || prebooked {
 		// A hop within the host, or the page of a held createTarget:
 		// booked already, and asked about only now.
-		w.h.checkThen(w.ctx, host, ev.Request.URL, w.navLog(session), refuse, release)
+		w.h.checkThen(w.ctx, n, d)
 		return true
 	}
 	w.held.Add(1)
@@ -496,9 +491,54 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	// document go, the relay's or the client's, says when it left
 	// (goOnFollowed): pace follows it, as the Fetch strategy follows
 	// Chromium's own timing.
-	w.h.holdFor(w.ctx, fl, host, ev.Request.URL, w.navLog(session), w.h.lightpanda, func(_ time.Time, n *pace.Nav) { fl.follow(n) }, nil, refuse, release, w.held.Done)
+	n.depart = w.h.lightpanda
+	w.h.hold(w.ctx, n, d)
 	return true
 }
+
+// docHold is a document request paused in a client session, held for
+// its slot.
+type docHold struct {
+	noHolding
+	s       *sessionHold
+	st      *sessState
+	ev      cdp.RequestPaused
+	fl      *flight
+	session string
+	wants   bool   // the client pauses it too: it gets msg at the slot
+	msg     []byte // the pause, as the browser sent it
+}
+
+func (d docHold) booked(_ time.Time, n *pace.Nav) { d.fl.follow(n) }
+
+func (d docHold) release() {
+	s, w := d.s, d.s.w
+	w.mu.Lock()
+	s.held--
+	if d.wants {
+		d.st.delivered[d.ev.RequestID] = d.fl
+	}
+	w.mu.Unlock()
+	if d.wants {
+		w.toClient(d.msg)
+	} else {
+		s.goOnFollowed(d.session, d.ev.RequestID, d.fl)
+	}
+}
+
+func (d docHold) refused() {
+	s, w := d.s, d.s.w
+	w.mu.Lock()
+	s.held--
+	if doc, ok := d.st.docs[networkOr(&d.ev)]; ok && doc.fl == d.fl {
+		delete(d.st.docs, networkOr(&d.ev)) // its failure is no answer of the site
+	}
+	w.mu.Unlock()
+	s.fail(d.session, d.ev.RequestID)
+	d.fl.end()
+}
+
+func (d docHold) done() { d.s.w.held.Done() }
 
 // endDocs ends the navigations of the documents under way. Callers hold
 // w.mu.

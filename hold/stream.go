@@ -207,37 +207,56 @@ func (s *streamHold) start(cmd *heldCmd) {
 			s.release(cmd, "")
 			return
 		}
-		done := make(chan struct{})
-		booked := func(start time.Time) {
-			if time.Until(start) <= 0 {
-				return
-			}
-			w.mu.Lock()
-			cmd.waiting = true
-			q := s.queues[cmd.session]
-			behind := len(q) > 1 && q[0] == cmd
-			w.mu.Unlock()
-			if behind {
-				s.overtake(cmd.session) // a later navigation arrived while this one was booked
-			}
-		}
 		// Its departure is followed (package pace) where the client's
 		// Network events show it: the browser sends a navigation
 		// command's request when it gets to it, tens or hundreds of
 		// milliseconds after the command when busy, and the next one is
 		// let go no sooner than that moves it.
-		follow := func(start time.Time, n *pace.Nav) {
-			n.WholeLag()
-			cmd.fl.follow(n)
-			booked(start)
-		}
 		w.mu.Lock()
 		_, events := w.network[cmd.session]
 		w.mu.Unlock()
-		w.h.holdFor(cmd.ctx, cmd.fl, host, u, w.navLog(cmd.session), events, follow, nil, func() { s.refuse(cmd) }, func() { s.release(cmd, host) }, func() { close(done) })
+		done := make(chan struct{})
+		w.h.hold(cmd.ctx, navRequest{fl: cmd.fl, host: host, url: u, log: w.navLog(cmd.session), depart: events, refusable: true},
+			cmdHold{s: s, cmd: cmd, host: host, over: done})
 		<-done
 	}()
 }
+
+// cmdHold is a navigation command held in the client's stream.
+type cmdHold struct {
+	noHolding
+	s    *streamHold
+	cmd  *heldCmd
+	host string
+	over chan struct{} // closed when the hold is over
+}
+
+// booked follows the command's departure (without the client's Network
+// events, nav is nil), counting the browser's whole lag as late: it
+// starts the navigation when it gets to the command. A command that
+// waits makes the ones queued before it in its session pointless.
+func (c cmdHold) booked(start time.Time, n *pace.Nav) {
+	if n != nil {
+		n.WholeLag()
+		c.cmd.fl.follow(n)
+	}
+	if time.Until(start) <= 0 {
+		return
+	}
+	w := c.s.w
+	w.mu.Lock()
+	c.cmd.waiting = true
+	q := c.s.queues[c.cmd.session]
+	behind := len(q) > 1 && q[0] == c.cmd
+	w.mu.Unlock()
+	if behind {
+		c.s.overtake(c.cmd.session) // a later navigation arrived while this one was booked
+	}
+}
+
+func (c cmdHold) refused() { c.s.refuse(c.cmd) }
+func (c cmdHold) release() { c.s.release(c.cmd, c.host) }
+func (c cmdHold) done()    { close(c.over) }
 
 // overtake answers every queued command of a session but the last, which
 // it starts.
