@@ -49,12 +49,16 @@ type browserHold struct {
 	waiting  atomic.Int64 // navigations waiting for their slot now
 	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
 
+	// mu guards armed; a leaf (hold.go's lock order: taken under
+	// watch.mu and fetchHold.netMu, takes none).
 	mu    sync.Mutex
 	armed chan struct{} // guarded by mu; closed while navigations can be held
 
+	// connsMu guards conns; taken under no other, takes none.
 	connsMu sync.Mutex
 	conns   map[*watch]struct{} // guarded by connsMu; the client connections started and not ended
 
+	// ansMu guards answering; taken under no other, takes none.
 	ansMu     sync.Mutex
 	answering map[string]*answering // guarded by ansMu; by host
 
@@ -72,7 +76,7 @@ type browserHold struct {
 // counts is a number per key, safe for concurrent use; a key counted down
 // to zero is forgotten.
 type counts struct {
-	mu sync.Mutex
+	mu sync.Mutex     // a leaf: taken under watch.mu, takes none
 	n  map[string]int // guarded by mu
 }
 

@@ -14,6 +14,8 @@ type claims struct {
 	// onClaim, set once before use, is told of each page claimed, outside
 	// the lock: the Fetch strategy arms it.
 	onClaim func(target string)
+	// mu guards pages, pending and changed; a leaf: taken under
+	// watch.mu and fetchHold's, takes none.
 	mu      sync.Mutex
 	pages   map[string]struct{} // guarded by mu; target ids
 	pending int                 // guarded by mu; pages being created by clients, ids not known yet
@@ -146,7 +148,7 @@ func (c *claims) unsure() bool {
 // once for the life of the process. Memory is bounded: past max hosts the
 // older half is forgotten, and a host from it may be warned once more.
 type warnOnce struct {
-	mu       sync.Mutex
+	mu       sync.Mutex          // taken under no other, takes none
 	cur, old map[string]struct{} // guarded by mu
 }
 

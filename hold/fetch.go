@@ -50,8 +50,14 @@ type fetchHold struct {
 	// now (its tracks).
 	tracked atomic.Int64
 
-	netMu sync.Mutex // serialises the net connection's pattern updates: each is written in order
+	// netMu serialises the net connection's pattern updates, each written
+	// in order. It is taken before mu (hold.go's lock order: after
+	// watch.mu, before mu and the connections' wmu and mu).
+	netMu sync.Mutex
 
+	// mu guards the fields below and heldNav's; taken after netMu (when
+	// both are), before a connection's wmu and mu, the flights' and the
+	// leaves (claims, browserHold.mu).
 	mu        sync.Mutex
 	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other

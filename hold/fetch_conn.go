@@ -39,9 +39,13 @@ type fetchConn struct {
 	log   zerolog.Logger
 	since time.Time // set once, before its Fetch was enabled
 
-	wmu    sync.Mutex // serialises writes
-	nextID int64      // guarded by wmu
+	// wmu serialises writes and guards nextID; taken after fetchHold's
+	// mutexes, before mu (hold.go's lock order).
+	wmu    sync.Mutex
+	nextID int64 // guarded by wmu
 
+	// mu guards the fields below; taken after wmu and fetchHold's,
+	// before the flights' mu.
 	mu       sync.Mutex
 	closed   bool                  // guarded by mu
 	calls    map[int64]func(reply) // guarded by mu; commands whose reply someone waits for
@@ -88,16 +92,10 @@ var documentPattern = []*fetch.RequestPattern{
 // dial dials the browser endpoint for one of the relay's connections.
 func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
 	h := f.h
-	wsURL, err := h.up.BrowserEndpoint(ctx)
+	c, err := h.up.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, _, err := h.holder.Dialer.DialContext(ctx, wsURL, nil)
-	if err != nil {
-		h.up.Forget(wsURL) // it may have restarted under a new endpoint
-		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
-	}
-	c.SetReadLimit(h.holder.MaxMessageSize)
 	fc := &fetchConn{
 		f:        f,
 		h:        h,
@@ -124,7 +122,7 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 // error answer is a refusal; no answer in time is silence (a refusal when
 // Fetch is required: Start then fails with it).
 func refusal(what string, r *reply, err error, mode Intercept) error {
-	err = fmt.Errorf("relay: %s: %w", what, err)
+	err = fmt.Errorf("hold: %s: %w", what, err)
 	switch {
 	case r != nil:
 		return errRefused{err}
@@ -174,7 +172,7 @@ func (fc *fetchConn) close() {
 	<-fc.readDone
 }
 
-var errConnClosed = errors.New("relay: browser connection closed")
+var errConnClosed = errors.New("hold: browser connection closed")
 
 // send writes a command on session ("" for the browser's) and returns its
 // id; its reply goes to answer, or is only logged when answer is nil.
@@ -187,7 +185,7 @@ func (fc *fetchConn) send(session, method string, params any, answer func(reply)
 	id := fc.nextID
 	msg, err := cdp.Command(id, method, session, params)
 	if err != nil {
-		return 0, fmt.Errorf("relay: %s: %w", method, err)
+		return 0, fmt.Errorf("hold: %s: %w", method, err)
 	}
 	fc.mu.Lock()
 	if fc.closed {
@@ -203,7 +201,7 @@ func (fc *fetchConn) send(session, method string, params any, answer func(reply)
 		fc.mu.Lock()
 		delete(fc.calls, id)
 		fc.mu.Unlock()
-		return 0, fmt.Errorf("relay: %s: %w", method, err)
+		return 0, fmt.Errorf("hold: %s: %w", method, err)
 	}
 	return id, nil
 }
@@ -222,14 +220,14 @@ func (fc *fetchConn) call(ctx context.Context, session, method string, params an
 			return nil, errConnClosed
 		}
 		if r.err != nil {
-			return &r, fmt.Errorf("relay: %s: %s (%d)", method, r.err.Message, r.err.Code)
+			return &r, fmt.Errorf("hold: %s: %s (%d)", method, r.err.Message, r.err.Code)
 		}
 		return &r, nil
 	case <-ctx.Done():
 		fc.mu.Lock()
 		delete(fc.calls, id)
 		fc.mu.Unlock()
-		return nil, fmt.Errorf("relay: %s: %w", method, ctx.Err())
+		return nil, fmt.Errorf("hold: %s: %w", method, ctx.Err())
 	}
 }
 

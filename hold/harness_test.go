@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
@@ -114,10 +115,10 @@ func browserName(t *testing.T, fb *fakebrowser.Browser) string {
 type fakeUpstream struct{ fb *fakebrowser.Browser }
 
 func (u fakeUpstream) Name() string { return u.fb.URL() }
-func (u fakeUpstream) BrowserEndpoint(context.Context) (string, error) {
-	return u.fb.WSURL(), nil
+func (u fakeUpstream) Dial(ctx context.Context) (*websocket.Conn, error) {
+	c, _, err := websocket.DefaultDialer.DialContext(ctx, u.fb.WSURL(), nil)
+	return c, err
 }
-func (u fakeUpstream) Forget(string) {}
 
 // counter counts in th what the tests wait for, and nothing else.
 type counter struct {

@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
@@ -37,6 +36,16 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
+
+// Lock order. The package's mutexes are taken in this order, never the
+// other way round (a mutex not named takes no other while held):
+//
+//	watch.mu → fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → flight.mu
+//
+// and, after any of the first three, the leaves browserHold.mu,
+// claims.mu and counts.mu. browserHold.connsMu, browserHold.ansMu,
+// warnOnce.mu and the Holder's own are leaves taken under none of them.
+// Each struct says where its mutex stands.
 
 // Intercept chooses how the relay catches navigations.
 type Intercept int
@@ -110,6 +119,37 @@ type Capper interface {
 	Enter(ctx context.Context, host string) (*inflight.Place, error)
 }
 
+// The features below are what a Limiter may add to Limiter (and Capper,
+// Refuser): the relay finds each by its interface, and a Limiter without
+// one works, with what the interface says it then does instead
+// (TestPlainLimiter). *policy.Policy has them all.
+
+// Pusher is what a Limiter adds when a late departure moves its
+// bucket's schedule in the limiter too (a shared store moves every
+// relay's). Without it, the departure moves this relay's own wait only
+// (package pace), and the next booking does not see it.
+type Pusher interface {
+	// Push moves bucket's schedule later by by, at now.
+	Push(bucket string, by time.Duration, now time.Time)
+}
+
+// Bucketer is what a Limiter adds when hosts share schedules (--bucket
+// site or ip). Without it, each host is its own bucket on the relay's
+// page.
+type Bucketer interface {
+	// Bucket is the schedule host books in.
+	Bucket(host string) string
+}
+
+// Exempter is what a Limiter adds when it knows, without booking, which
+// hosts it never holds (loopback, --exempt-host, exempt or off rules), so
+// that their navigations are let go without a booking at all. Without
+// it, loopback alone is exempt (limiter.Exempt).
+type Exempter interface {
+	// Exempt reports whether navigations to host are never held.
+	Exempt(host string) bool
+}
+
 // Holder holds the navigations of a relay's clients on every browser it
 // fronts. Set its fields, call Start, then Arm each browser; fields must
 // not change after Start. Its methods are safe for concurrent use.
@@ -133,15 +173,10 @@ type Holder struct {
 	Timeline *dashboard.Timeline
 	// Log receives holding's logs. Nil logs nothing.
 	Log *zerolog.Logger
-	// Dialer dials the relay's own connections to the browsers. Nil means
-	// websocket.DefaultDialer.
-	Dialer *websocket.Dialer
-	// MaxMessageSize is the largest message read on the relay's own
-	// connections; zero means no bound. This and the durations below are
-	// the relay's own (relay.Proxy sets them from its fields).
-	MaxMessageSize int64
 	// WriteTimeout bounds writing one message on the relay's own
-	// connections, and how long each of their pings may wait.
+	// connections, and how long each of their pings may wait. This and
+	// the durations below are the relay's own (relay.Proxy sets them from
+	// its fields).
 	WriteTimeout time.Duration
 	// PingInterval is how often the relay's own connections are pinged.
 	PingInterval time.Duration
@@ -176,9 +211,6 @@ func (hd *Holder) Start() bool {
 	if hd.NetLinger <= 0 {
 		hd.NetLinger = DefaultNetLinger
 	}
-	if hd.Dialer == nil {
-		hd.Dialer = websocket.DefaultDialer
-	}
 	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
 		hd.capper = c
 	}
@@ -187,9 +219,7 @@ func (hd *Holder) Start() bool {
 	}
 	// A navigation that left the browser late moves its bucket's schedule,
 	// in the limiter too when it can (a shared store: every relay's).
-	if pusher, ok := hd.Limiter.(interface {
-		Push(bucket string, by time.Duration, now time.Time)
-	}); ok {
+	if pusher, ok := hd.Limiter.(Pusher); ok {
 		hd.pace.Push = func(bucket string, by time.Duration) {
 			hd.pushed(bucket, by)
 			pusher.Push(bucket, by, time.Now())
@@ -274,7 +304,7 @@ func (hd *Holder) answered(host string, e limiter.Effect, status int, at time.Ti
 		return
 	}
 	bucket := host
-	if b, ok := hd.Limiter.(interface{ Bucket(host string) string }); ok {
+	if b, ok := hd.Limiter.(Bucketer); ok {
 		bucket = b.Bucket(host)
 	}
 	hd.Timeline.Answered(bucket, host, answerClass(e), status, at)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -23,12 +24,12 @@ import (
 type Upstream interface {
 	// Name names the browser in logs, without credentials.
 	Name() string
-	// BrowserEndpoint returns the ws:// URL of the browser endpoint now,
-	// waiting while the browser is (re)starting, until ctx ends.
-	BrowserEndpoint(ctx context.Context) (string, error)
-	// Forget drops a discovered browser endpoint after dialling it
-	// failed: the browser may have restarted under another.
-	Forget(wsURL string)
+	// Dial opens a connection of the relay's own to the browser
+	// endpoint, waiting while the browser is (re)starting, until ctx
+	// ends, with the relay's read limit. A dial that fails makes the next
+	// one look the endpoint up again: the browser may have restarted
+	// under another.
+	Dial(ctx context.Context) (*websocket.Conn, error)
 }
 
 // Client is what holding needs of one client connection the relay

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +33,9 @@ type watch struct {
 	held *sync.WaitGroup // c's: what the connection waits for before it ends
 	log  *zerolog.Logger // c's
 
+	// mu guards the fields below; the first of hold.go's lock order: it
+	// may be held while fetchHold's, the connections', the flights' and
+	// the leaves' are taken, never taken under any of them.
 	mu       sync.Mutex
 	way      via                    // guarded by mu; how navigations are held in this connection
 	sessions map[string]sessionInfo // guarded by mu; "" is the connection's own session
@@ -579,7 +581,7 @@ func (w *watch) call(ctx context.Context, session, method string, params any) (j
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, errors.New("relay: " + method + ": " + r.err.Message)
+			return nil, errors.New("hold: " + method + ": " + r.err.Message)
 		}
 		return r.result, nil
 	case <-ctx.Done():
@@ -630,18 +632,8 @@ func (w *watch) sendOwn(session, method string, params any, ch chan reply, fl *f
 
 // answer writes the relay's own answer to a client command it took.
 func (w *watch) answer(session string, id int64, result string) {
-	var b bytes.Buffer
-	b.WriteString(`{"id":`)
-	b.WriteString(strconv.FormatInt(id, 10))
-	b.WriteString(`,"result":`)
-	b.WriteString(result)
-	if session != "" {
-		s, _ := json.Marshal(session)
-		b.WriteString(`,"sessionId":`)
-		b.Write(s)
-	}
-	b.WriteByte('}')
-	w.toClient(b.Bytes())
+	msg, _ := cdp.Reply(id, session, json.RawMessage(result), nil)
+	w.toClient(msg)
 }
 
 // pageOf returns the page target of a session, "" when the session is not

@@ -28,7 +28,7 @@ import (
 func (p *Proxy) newGate() *admission.Gate {
 	capacity := make([]int, len(p.ups))
 	for i, up := range p.ups {
-		if c, ok := up.ep.(interface{ Capacity() int }); ok {
+		if c, ok := up.ep.(capacityTeller); ok {
 			capacity[i] = c.Capacity()
 		}
 		if n := p.ClientsPerBrowser; n > 0 && (capacity[i] <= 0 || n < capacity[i]) {

@@ -9,13 +9,38 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
+// What the relay looks for in its Limiter besides hold.Limiter, each by
+// its interface (*policy.Policy has them all); a Limiter without one
+// works, and the relay does without what it gives.
+
 // browserArgs is a Limiter that reads the browser's command line: the
-// policy, with --bucket ip (its --host-resolver-rules, a proxy).
+// policy, with --bucket ip (its --host-resolver-rules, a proxy). Without
+// it, nothing asks the browser for its command line.
 type browserArgs interface {
 	WantsBrowserArgs() bool
 	SetBrowserArgs(args []string) (note string, err error)
+}
+
+// browserAgent is a Limiter that reads robots.txt as the browser would
+// ask for it: the policy, with --robots. Without it, robots.txt is read
+// for the relay's own user agent.
+type browserAgent interface {
+	SetBrowser(userAgent string)
+}
+
+// bucketsBy is a Limiter whose hosts may share schedules (--bucket), and
+// says by what. Without it, the page says nothing of buckets.
+type bucketsBy interface {
+	Buckets() string
+}
+
+// busiest is a Limiter that tells the state of its busiest buckets, for
+// the page and /hosts. Without it, both list none.
+type busiest interface {
+	Busiest(now time.Time, n int) []limiter.HostState
 }
 
 // argsWait bounds asking a browser for its command line at start.
@@ -56,16 +81,11 @@ func (p *Proxy) readBrowserArgs(ctx context.Context, versions []version, errs []
 // (Browser.getBrowserCommandLine), on a short-lived connection of the
 // relay's own.
 func (up *upstream) commandLine(ctx context.Context, p *Proxy) ([]string, error) {
-	wsURL, err := up.browserWS(ctx)
+	c, err := up.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, _, err := p.dialer.DialContext(ctx, wsURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
-	}
 	defer c.Close()
-	c.SetReadLimit(p.MaxMessageSize)
 	deadline, _ := ctx.Deadline()
 	c.SetWriteDeadline(deadline)
 	c.SetReadDeadline(deadline)

@@ -159,7 +159,6 @@ type Proxy struct {
 
 	log    zerolog.Logger     // set once by Start
 	ups    []*upstream        // set once by Start
-	dialer *websocket.Dialer  // the relay's own connections to the browsers
 	holder *hold.Holder       // set once by Start; nil when nothing is held
 	gate   *admission.Gate    // set once by Start: places in the browsers for clients
 	stop   context.CancelFunc // set once by Start; ends the background goroutines
@@ -227,13 +226,16 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.pairs = make(map[*pair]struct{})
 	p.targets = make(map[string]*upstream)
 	p.page = dashboard.Handler{Source: p, Timeline: &p.timeline}
-	// The relay's own connections to the browsers (the holding's, the
-	// share's). Read buffers take what a busy browser sent since the last
-	// read in one system call.
-	p.dialer = &websocket.Dialer{
+	// The relay's own connections to the browsers (upstream.Dial: the
+	// holding's, the share's). Read buffers take what a busy browser sent
+	// since the last read in one system call.
+	dialer := &websocket.Dialer{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   readBuffer,
 		WriteBufferSize:  8 << 10,
+	}
+	for _, up := range p.ups {
+		up.dialer, up.readLimit = dialer, p.MaxMessageSize
 	}
 
 	// Wait for every browser, up to StartTimeout; one that answered is
@@ -291,7 +293,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.readBrowserArgs(ctx, versions, errs)
 	// robots.txt is read for the browser's own user agent, unless told
 	// otherwise.
-	if b, ok := p.Limiter.(interface{ SetBrowser(string) }); ok {
+	if b, ok := p.Limiter.(browserAgent); ok {
 		for i := range p.ups {
 			if errs[i] == nil && versions[i].UserAgent != "" {
 				b.SetBrowser(versions[i].UserAgent)
@@ -300,19 +302,17 @@ func (p *Proxy) Start(ctx context.Context) error {
 		}
 	}
 	hd := &hold.Holder{
-		Limiter:        p.Limiter,
-		Intercept:      p.Intercept,
-		HoldBackup:     p.HoldBackup,
-		Metrics:        p.Metrics,
-		Timeline:       &p.timeline,
-		Log:            &p.log,
-		Dialer:         p.dialer,
-		MaxMessageSize: p.MaxMessageSize,
-		WriteTimeout:   p.WriteTimeout,
-		PingInterval:   p.PingInterval,
-		StartTimeout:   p.StartTimeout,
-		EveryPage:      p.everyPage,
-		NetLinger:      p.netLinger,
+		Limiter:      p.Limiter,
+		Intercept:    p.Intercept,
+		HoldBackup:   p.HoldBackup,
+		Metrics:      p.Metrics,
+		Timeline:     &p.timeline,
+		Log:          &p.log,
+		WriteTimeout: p.WriteTimeout,
+		PingInterval: p.PingInterval,
+		StartTimeout: p.StartTimeout,
+		EveryPage:    p.everyPage,
+		NetLinger:    p.netLinger,
 	}
 	if !hd.Start() {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")

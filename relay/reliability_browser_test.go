@@ -234,7 +234,7 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 	}{
 		{method: "Target.setDiscoverTargets"},
 		{method: "Fetch.enable"},
-		{method: "Fetch.enable", intercept: hold.InterceptFetch, wantErr: "browser refused browser-level Fetch: relay: Fetch.enable: context deadline exceeded"},
+		{method: "Fetch.enable", intercept: hold.InterceptFetch, wantErr: "browser refused browser-level Fetch: hold: Fetch.enable: context deadline exceeded"},
 	} {
 		t.Run(tt.method+"/"+tt.intercept.String(), func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)

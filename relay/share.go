@@ -190,17 +190,11 @@ func (p *Proxy) closeLeftovers(ctx context.Context, up *upstream, l ownership.Le
 // &cdp.Error{} for success; nil for those not answered.
 func (up *upstream) closeTargets(ctx context.Context, p *Proxy, l ownership.Leftovers) ([]*cdp.Error, error) {
 	answers := make([]*cdp.Error, len(l.Pages)+len(l.Contexts))
-	wsURL, err := up.browserWS(ctx)
+	c, err := up.Dial(ctx)
 	if err != nil {
 		return answers, err
 	}
-	c, _, err := p.dialer.DialContext(ctx, wsURL, nil)
-	if err != nil {
-		up.forget(wsURL)
-		return answers, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
-	}
 	defer c.Close()
-	c.SetReadLimit(p.MaxMessageSize)
 	deadline, _ := ctx.Deadline()
 	c.SetWriteDeadline(deadline)
 	c.SetReadDeadline(deadline)

@@ -25,7 +25,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	if p.Limiter != nil {
 		st.Mode = p.Limiter.Mode().String()
 	}
-	if b, ok := p.Limiter.(interface{ Buckets() string }); ok {
+	if b, ok := p.Limiter.(bucketsBy); ok {
 		st.BucketsBy = b.Buckets()
 	}
 	st.Navigations, st.Answers = p.Metrics.counts()
@@ -36,9 +36,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 		}
 		st.Browsers = append(st.Browsers, b)
 	}
-	if b, ok := p.Limiter.(interface {
-		Busiest(now time.Time, n int) []limiter.HostState
-	}); ok {
+	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
 				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency, Refused: h.Refused})
@@ -64,9 +62,6 @@ const maxHosts = 1000
 // --bucket site), each with its mode, the rule that set it and where that
 // came from, for people watching a crawl.
 func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
-	type busiest interface {
-		Busiest(now time.Time, n int) []limiter.HostState
-	}
 	n := 50
 	if q := r.URL.Query(); q.Has("n") {
 		v, err := strconv.Atoi(q.Get("n"))

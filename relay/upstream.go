@@ -32,6 +32,13 @@ type Endpoint interface {
 	Endpoint(ctx context.Context) (string, error)
 }
 
+// capacityTeller is an Endpoint that says how many clients its browser
+// takes (a launched lightpanda serve announces max_browser_connections).
+// Without it, ClientsPerBrowser alone bounds them.
+type capacityTeller interface {
+	Capacity() int
+}
+
 // upstream is one browser the relay talks to.
 type upstream struct {
 	name  string   // as given, without credentials, for logs
@@ -53,6 +60,10 @@ type upstream struct {
 	found atomic.Pointer[string]
 	conns atomic.Int64 // client connections relayed to it now
 	alive atomic.Bool  // it answered its last health check
+	// dialer and readLimit are the relay's own connections' (Dial); set
+	// once by Start.
+	dialer    *websocket.Dialer
+	readLimit int64
 }
 
 func parseUpstream(raw string) (*upstream, error) {
@@ -447,9 +458,20 @@ func (up *upstream) holding() string {
 // Name names the browser in logs (hold.Upstream).
 func (up *upstream) Name() string { return up.name }
 
-// BrowserEndpoint returns the URL of the browser endpoint (hold.Upstream).
-func (up *upstream) BrowserEndpoint(ctx context.Context) (string, error) { return up.browserWS(ctx) }
-
-// Forget drops the discovered browser endpoint after dialling it failed
-// (hold.Upstream).
-func (up *upstream) Forget(wsURL string) { up.forget(wsURL) }
+// Dial opens a connection of the relay's own to the browser endpoint
+// (hold.Upstream): the holding's, the share's, the command line's. One
+// that fails forgets the discovered endpoint: the browser may have
+// restarted under another.
+func (up *upstream) Dial(ctx context.Context) (*websocket.Conn, error) {
+	wsURL, err := up.browserWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := up.dialer.DialContext(ctx, wsURL, nil)
+	if err != nil {
+		up.forget(wsURL)
+		return nil, fmt.Errorf("relay: dialing the browser endpoint: %w", err)
+	}
+	c.SetReadLimit(up.readLimit)
+	return c, nil
+}
