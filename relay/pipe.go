@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,7 +331,7 @@ func (pr *pair) relayMessage(src, dst *conn, h wire.Header) error {
 	if _, err := io.ReadFull(src.r, frame[wire.MaxHeader:]); err != nil {
 		return err
 	}
-	return pr.deliver(src, dst, h.Op, frame, nil)
+	return pr.deliver(dst, h.Op, frame, nil)
 }
 
 // frameBuf returns a pooled buffer holding a frame of n bytes' payload
@@ -355,7 +356,7 @@ func putFrameBuf(bp *[]byte) {
 // it: toward the browser in one text frame (the browser takes no
 // other: Chromium drops a connection on a binary frame), toward the
 // client in frames of lens (one when nil) with the opcode it came with.
-func (pr *pair) deliver(src, dst *conn, op wire.Op, frame []byte, lens []int64) error {
+func (pr *pair) deliver(dst *conn, op wire.Op, frame []byte, lens []int64) error {
 	msg := frame[wire.MaxHeader:]
 	if dst.toBrowser {
 		if took, err := pr.fromClient(msg); took || err != nil {
@@ -394,13 +395,13 @@ func (pr *pair) relayFragments(src, dst *conn, h wire.Header, whole int64) error
 			return pr.stream(src, dst, h, &fragments{op: op, payload: buf[wire.MaxHeader:], lens: lens})
 		}
 		n := len(buf)
-		buf = append(buf, make([]byte, h.Len)...)
+		buf = slices.Grow(buf, int(h.Len))[:n+int(h.Len)]
 		if _, err := io.ReadFull(src.r, buf[n:]); err != nil {
 			return err
 		}
 		lens = append(lens, h.Len)
 		if h.Fin {
-			return pr.deliver(src, dst, op, buf, lens)
+			return pr.deliver(dst, op, buf, lens)
 		}
 		var err error
 		if h, err = pr.nextFragment(src, dst, false); err != nil {

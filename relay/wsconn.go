@@ -112,7 +112,7 @@ func (c *conn) streamFrameLocked(h wire.Header, r io.Reader, buf []byte, timeout
 	for left := h.Len; left > 0; {
 		n, err := io.ReadFull(r, piece[:min(left, int64(len(piece)))])
 		if err != nil {
-			return unexpected(err)
+			return err // a wire.Reader says io.ErrUnexpectedEOF of a frame cut short
 		}
 		left -= int64(n)
 		if h.Masked {
@@ -152,15 +152,6 @@ func (c *conn) writeFrames(op wire.Op, msg []byte, lens []int64, timeout time.Du
 		off += n
 	}
 	return nil
-}
-
-// unexpected is io.ErrUnexpectedEOF for a connection that ended in the
-// middle of a frame.
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 // flush sends what waits in the batch.
