@@ -3,17 +3,18 @@ package hold
 import (
 	"context"
 	"sync"
+	"time"
 )
 
-// claims are the pages of one browser that the relay's own clients
+// Claims are the pages of one browser that the relay's own clients
 // created, drove or opened (as popups of their pages): in Fetch mode the
 // relay's connections see every page's requests, and hold only these.
 // Methods are safe for concurrent use.
-type claims struct {
+type Claims struct {
 	all bool // set once: every page counts as a client's (tests of the holding itself)
-	// onClaim, set once before use, is told of each page claimed, outside
+	// OnClaim, set once before use, is told of each page claimed, outside
 	// the lock: the Fetch strategy arms it.
-	onClaim func(target string)
+	OnClaim func(target string)
 	// mu guards pages, pending and changed; a leaf: taken under
 	// watch.mu and fetchHold's, takes none.
 	mu      sync.Mutex
@@ -22,22 +23,22 @@ type claims struct {
 	changed chan struct{}       // guarded by mu; closed and replaced when pending or pages change
 }
 
-// maxClaims bounds the pages remembered; a page leaves when its target is
+// MaxClaims bounds the pages remembered; a page leaves when its target is
 // destroyed, so only a browser that never says so fills it.
-const maxClaims = 100_000
+const MaxClaims = 100_000
 
-func (c *claims) init() {
+func (c *Claims) init() {
 	c.pages = make(map[string]struct{})
 	c.changed = make(chan struct{})
 }
 
-func (c *claims) broadcast() {
+func (c *Claims) broadcast() {
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
 
-// claim marks a page as a client's.
-func (c *claims) claim(target string) {
+// Claim marks a page as a client's.
+func (c *Claims) Claim(target string) {
 	if target == "" {
 		return
 	}
@@ -49,28 +50,28 @@ func (c *claims) claim(target string) {
 	c.addLocked(target)
 	c.broadcast()
 	c.mu.Unlock()
-	if c.onClaim != nil {
-		c.onClaim(target)
+	if c.OnClaim != nil {
+		c.OnClaim(target)
 	}
 }
 
 // addLocked adds a page, within maxClaims. Callers hold mu.
-func (c *claims) addLocked(target string) {
-	if len(c.pages) >= maxClaims {
+func (c *Claims) addLocked(target string) {
+	if len(c.pages) >= MaxClaims {
 		clear(c.pages)
 	}
 	c.pages[target] = struct{}{}
 }
 
-// forget drops a page that is gone.
-func (c *claims) forget(target string) {
+// Forget drops a page that is gone.
+func (c *Claims) Forget(target string) {
 	c.mu.Lock()
 	delete(c.pages, target)
 	c.mu.Unlock()
 }
 
-// claimed reports whether a page is a client's.
-func (c *claims) claimed(target string) bool {
+// Claimed reports whether a page is a client's.
+func (c *Claims) Claimed(target string) bool {
 	if c.all {
 		return true
 	}
@@ -82,14 +83,14 @@ func (c *claims) claimed(target string) bool {
 
 // creating notes a page a client is creating (Target.createTarget,
 // /json/new); created ends it, with the new page's id ("" when it failed).
-func (c *claims) creating() {
+func (c *Claims) creating() {
 	c.mu.Lock()
 	c.pending++
 	c.broadcast()
 	c.mu.Unlock()
 }
 
-func (c *claims) created(target string) {
+func (c *Claims) created(target string) {
 	c.mu.Lock()
 	c.pending = max(c.pending-1, 0)
 	if target != "" {
@@ -97,16 +98,16 @@ func (c *claims) created(target string) {
 	}
 	c.broadcast()
 	c.mu.Unlock()
-	if target != "" && c.onClaim != nil {
-		c.onClaim(target)
+	if target != "" && c.OnClaim != nil {
+		c.OnClaim(target)
 	}
 }
 
-// decide reports whether target is a client's page, waiting while a
+// Decide reports whether target is a client's page, waiting while a
 // client is creating a page whose id is not known yet (the new page's
 // first request can pause before the client learns its id), but no longer
 // than ctx. Unsure when ctx ends, it says yes: politeness fails closed.
-func (c *claims) decide(ctx context.Context, target string) bool {
+func (c *Claims) Decide(ctx context.Context, target string) bool {
 	if c.all {
 		return true
 	}
@@ -126,9 +127,9 @@ func (c *claims) decide(ctx context.Context, target string) bool {
 	}
 }
 
-// any reports whether the relay's clients have a page, or are creating
+// Any reports whether the relay's clients have a page, or are creating
 // one.
-func (c *claims) any() bool {
+func (c *Claims) Any() bool {
 	if c.all {
 		return true
 	}
@@ -137,12 +138,16 @@ func (c *claims) any() bool {
 	return len(c.pages) > 0 || c.pending > 0
 }
 
-// unsure reports whether decide could have to wait.
-func (c *claims) unsure() bool {
+// Unsure reports whether decide could have to wait.
+func (c *Claims) Unsure() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pending > 0
 }
+
+// ClaimWait bounds how long a page's first request waits to learn whether
+// a client is creating that page.
+const ClaimWait = 3 * time.Second
 
 // warnOnce remembers the hosts already warned about, so each is warned
 // once for the life of the process. Memory is bounded: past max hosts the

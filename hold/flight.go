@@ -14,16 +14,16 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
-// flight follows one held navigation from its hold to its end: its place
-// among its bucket's navigations in flight (when the bucket has a cap),
+// Flight follows one held navigation from its hold to its end: its place
+// among its bucket's navigations in Flight (when the bucket has a cap),
 // and when it was let go, for its answer time. The holding strategy ends
 // it (end) when the navigation's answer is in, it failed, its page went
 // or a later navigation replaced it; its life context ends it too (the
 // client's connection, for the strategies held in it), and a navigation
 // let go whose answer never comes is forgotten after maxInFlight. Its
-// methods are safe for concurrent use, and on a nil flight.
-type flight struct {
-	h    *browserHold
+// methods are safe for concurrent use, and on a nil Flight.
+type Flight struct {
+	h    *BrowserHold
 	ctx  context.Context // ends with the flight: stops its wait for a place
 	stop context.CancelFunc
 
@@ -43,19 +43,19 @@ type flight struct {
 // longest bound --http-nav-concurrency-bound accepts.
 const maxInFlight = 61 * time.Minute
 
-// newFlight starts following a navigation to be held, until life ends at
+// NewFlight starts following a navigation to be held, until life ends at
 // the latest.
-func (h *browserHold) newFlight(life context.Context) *flight {
-	fl := &flight{h: h}
+func (h *BrowserHold) NewFlight(life context.Context) *Flight {
+	fl := &Flight{h: h}
 	fl.ctx, fl.stop = context.WithCancel(life)
 	context.AfterFunc(fl.ctx, fl.giveBack)
 	return fl
 }
 
-// end ends the flight: its place goes back at once (Place.Leave never
+// End ends the flight: its place goes back at once (Place.Leave never
 // blocks), so the next navigation of its host may take it before the
 // browser goes on; a wait for one stops.
-func (fl *flight) end() {
+func (fl *Flight) End() {
 	if fl != nil {
 		fl.stop()
 		fl.giveBack()
@@ -64,7 +64,7 @@ func (fl *flight) end() {
 
 // giveBack gives the flight's place back, once; it runs at end, and when
 // the flight's life ends.
-func (fl *flight) giveBack() {
+func (fl *Flight) giveBack() {
 	fl.mu.Lock()
 	p, n := fl.place, fl.nav
 	fl.place, fl.nav = nil, nil
@@ -76,9 +76,9 @@ func (fl *flight) giveBack() {
 	n.End()
 }
 
-// follow hands the flight the navigation whose departure is followed
+// Follow hands the flight the navigation whose departure is followed
 // (holdNav's): it ends with the flight, at once if the flight is over.
-func (fl *flight) follow(n *pace.Nav) {
+func (fl *Flight) Follow(n *pace.Nav) {
 	if fl == nil || n == nil {
 		return
 	}
@@ -93,8 +93,12 @@ func (fl *flight) follow(n *pace.Nav) {
 	}
 }
 
-// followed is the navigation follow handed the flight, nil when none.
-func (fl *flight) followed() *pace.Nav {
+// Context ends with the flight: its page went, the client left, a later
+// navigation replaced it, or its answer came.
+func (fl *Flight) Context() context.Context { return fl.ctx }
+
+// Followed is the navigation follow handed the flight, nil when none.
+func (fl *Flight) Followed() *pace.Nav {
 	if fl == nil {
 		return nil
 	}
@@ -104,7 +108,7 @@ func (fl *flight) followed() *pace.Nav {
 }
 
 // let notes that the navigation was let go at now.
-func (fl *flight) let(now time.Time) {
+func (fl *Flight) let(now time.Time) {
 	if fl == nil {
 		return
 	}
@@ -116,11 +120,11 @@ func (fl *flight) let(now time.Time) {
 	}
 }
 
-// leftAt notes that the navigation's request, let go already, left the
+// LeftAt notes that the navigation's request, let go already, left the
 // relay's last hold at now (the Fetch strategy's second connection): its
 // answer time counts from then, not from the browser's hand-over between
 // the two.
-func (fl *flight) leftAt(now time.Time) {
+func (fl *Flight) LeftAt(now time.Time) {
 	if fl == nil {
 		return
 	}
@@ -133,7 +137,7 @@ func (fl *flight) leftAt(now time.Time) {
 
 // took is how long the answer received at now took since the release; 0
 // when unknown.
-func (fl *flight) took(now time.Time) time.Duration {
+func (fl *Flight) took(now time.Time) time.Duration {
 	if fl == nil {
 		return 0
 	}
@@ -145,79 +149,79 @@ func (fl *flight) took(now time.Time) time.Duration {
 	return max(now.Sub(fl.released), time.Nanosecond)
 }
 
-// navRequest is one navigation a way of holding hands the core: its
+// Request is one navigation a way of holding hands the core: its
 // flight, its host (limiter.Key of its URL) and URL, where it logs, and
 // what the way follows of it.
-type navRequest struct {
-	fl        *flight
-	host, url string
-	log       *zerolog.Logger
-	// depart: the way tells when the request left the browser. The core
+type Request struct {
+	Flight    *Flight
+	Host, URL string
+	Log       *zerolog.Logger
+	// Depart: the way tells when the request left the browser. The core
 	// then books the slot a pace.Nav, hands it to booked, and lets the
 	// navigation go no sooner than the late departures before it in its
 	// bucket allow (package pace).
-	depart bool
-	// refusable: a Limiter that refuses navigations (Refuser) is asked
+	Depart bool
+	// Refusable: a Limiter that refuses navigations (Refuser) is asked
 	// about it before anything is booked; false for one asked already
 	// (a navigation booked again).
-	refusable bool
+	Refusable bool
 }
 
-// holding is what a way of holding does at the moments of one hold. The
+// Holding is what a way of Holding does at the moments of one hold. The
 // core calls its methods on goroutines of its own, never on the reader
 // that found the navigation (a slow store must not stall it), each at
 // most once, in this order: refused, or booked, waits, release; then
 // done, whatever happened (after nothing at all, when the hold's context
 // ended first or the flight ended while it waited for a place).
-type holding interface {
-	// booked is told the start of the navigation's slot once it is
-	// booked, and the pace.Nav that follows its departure (nil without
+type Holding interface {
+	// Booked is told the start of the navigation's slot once it is
+	// Booked, and the pace.Nav that follows its departure (nil without
 	// depart).
-	booked(start time.Time, nav *pace.Nav)
-	// waits is told that the navigation may have to wait: for a place in
+	Booked(start time.Time, nav *pace.Nav)
+	// Waits is told that the navigation may have to wait: for a place in
 	// flight, for the store, for its slot, for the one before it to leave.
-	waits()
-	// refused takes a navigation the Limiter refuses: nothing is booked.
-	refused()
-	// release lets the navigation go: its slot came.
-	release()
-	// done ends the hold.
-	done()
+	Waits()
+	// Refused takes a navigation the Limiter refuses: nothing is booked.
+	Refused()
+	// Release lets the navigation go: its slot came.
+	Release()
+	// Done ends the hold.
+	Done()
 }
 
-// noHolding does nothing at any moment of a hold: a way's holding
+// NoHolding does nothing at any moment of a hold: a way's holding
 // embeds it and says what it does at the moments it cares for.
-type noHolding struct{}
+type NoHolding struct{}
 
-func (noHolding) booked(time.Time, *pace.Nav) {}
-func (noHolding) waits()                      {}
-func (noHolding) refused()                    {}
-func (noHolding) release()                    {}
-func (noHolding) done()                       {}
+func (NoHolding) Booked(time.Time, *pace.Nav) {}
+func (NoHolding) Waits()                      {}
+func (NoHolding) Refused()                    {}
+func (NoHolding) release()                    {}
+func (NoHolding) Done()                       {}
 
-// hold holds the navigation n: first it waits for a place among its
+// Hold holds the navigation n: first it waits for a place among its
 // bucket's navigations in flight, when the bucket has a cap and n's
 // flight has none yet (for as long as the flight lives, whatever ctx
 // does), then it books, booking again while a shared store asks to
 // retry, and lets the navigation go (w.release) when its slot comes, at
 // once when it has come. When ctx ends first, nothing is let go. All of
 // it runs on a goroutine of its own.
-func (h *browserHold) hold(ctx context.Context, n navRequest, w holding) {
+func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 	h.waiting.Add(1)
-	h.holder.limiting.Add(1)
+	h.Holder.limiting.Add(1)
 	go func() {
-		defer h.holder.limiting.Done()
+		defer h.Holder.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, n: n, w: w}
-		if n.refusable && h.refused(ctx, n.host, n.url, n.log) {
-			w.refused() // before a place or a slot: it books nothing
-			h.end(w, false, n.fl)
+		if n.Refusable && h.refused(ctx, n.Host, n.URL, n.Log) {
+			w.Refused() // before a place or a slot: it books nothing
+			h.end(w, false, n.Flight)
 			return
 		}
-		if h.holder.capper != nil && h.holder.capper.Caps() {
+		if h.Holder.capper != nil && h.Holder.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
-		if !h.enter(n.fl, n.host, n.log) {
-			h.end(w, false, n.fl)
+		if !h.enter(n.Flight, n.Host, n.Log) {
+			h.end(w, false, n.Flight)
 			return
 		}
 		if !hw.book() {
@@ -232,15 +236,15 @@ func (h *browserHold) hold(ctx context.Context, n navRequest, w holding) {
 // it): then the navigation is over, and is not let go. The first time the
 // cap holds a navigation of a host, it warns (once per host, as the
 // spacing does).
-func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
+func (h *BrowserHold) enter(fl *Flight, host string, log *zerolog.Logger) bool {
 	fl.mu.Lock()
 	entered := fl.entered
 	fl.entered = true
 	fl.mu.Unlock()
-	if entered || h.holder.capper == nil {
+	if entered || h.Holder.capper == nil {
 		return true
 	}
-	p, err := h.holder.capper.Enter(fl.ctx, host)
+	p, err := h.Holder.capper.Enter(fl.ctx, host)
 	if err != nil {
 		return false
 	}
@@ -255,9 +259,9 @@ func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
 		return false
 	}
 	if p.Waited > 0 {
-		h.holder.Metrics.Waited(p.Waited)
-		if h.holder.warned.first(host) {
-			ev := h.holder.log.Warn().Str("host", host)
+		h.Holder.Metrics.Waited(p.Waited)
+		if h.Holder.warned.first(host) {
+			ev := h.Holder.log.Warn().Str("host", host)
 			if p.Bucket != host {
 				ev = ev.Str("bucket", p.Bucket)
 			}
@@ -275,21 +279,21 @@ func (h *browserHold) enter(fl *flight, host string, log *zerolog.Logger) bool {
 
 // end ends a hold counted in waiting: it lets the navigation go when
 // released (noting when, in its flight), then ends the hold.
-func (h *browserHold) end(w holding, released bool, fl *flight) {
+func (h *BrowserHold) end(w Holding, released bool, fl *Flight) {
 	h.waiting.Add(-1)
 	if released {
 		fl.let(time.Now())
-		w.release()
+		w.Release()
 	}
-	w.done()
+	w.Done()
 }
 
 // holdWait is one navigation on its way from its booking to its release.
 type holdWait struct {
-	h        *browserHold
+	h        *BrowserHold
 	ctx      context.Context
-	n        navRequest
-	w        holding
+	n        Request
+	w        Holding
 	waited   bool      // waits was told
 	retrying bool      // its timer books again (the store asked to retry), rather than looks at its slot
 	start    time.Time // when its slot comes
@@ -301,7 +305,7 @@ type holdWait struct {
 // first). Callers count themselves in waiting.
 func (w *holdWait) book() bool {
 	h := w.h
-	r, d, retry := h.book(w.ctx, w.n.host, w.n.url, w.n.log)
+	r, d, retry := h.Book(w.ctx, w.n.Host, w.n.URL, w.n.Log)
 	if retry {
 		w.waiting()
 		w.retrying = true
@@ -309,10 +313,10 @@ func (w *holdWait) book() bool {
 		return true
 	}
 	w.start = time.Now().Add(max(d, 0))
-	if w.n.depart && r.Tracked && r.Spacing > pace.MinSpacing && !partOff("pace") {
-		w.nav = h.holder.pace.Book(r.Bucket, h.up.Name(), w.start, r.Slack, r.Headroom)
+	if w.n.Depart && r.Tracked && r.Spacing > pace.MinSpacing && !PartOff("pace") {
+		w.nav = h.Holder.pace.Book(r.Bucket, h.Up.Name(), w.start, r.Slack, r.Headroom)
 	}
-	w.w.booked(w.start, w.nav)
+	w.w.Booked(w.start, w.nav)
 	return w.due()
 }
 
@@ -320,7 +324,7 @@ func (w *holdWait) book() bool {
 func (w *holdWait) waiting() {
 	if !w.waited {
 		w.waited = true
-		w.w.waits()
+		w.w.Waits()
 	}
 }
 
@@ -355,18 +359,18 @@ func (w *holdWait) due() bool {
 	if left != nil {
 		// One let go before it has not left the browser yet: going now
 		// could overtake it.
-		w.n.log.Debug().Str("host", w.n.host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
+		w.n.Log.Debug().Str("host", w.n.Host).Time("until", until).Msg("navigation waits for the one before it to leave the browser")
 		w.waiting()
-		w.h.holder.limiting.Add(1)
+		w.h.Holder.limiting.Add(1)
 		go func() {
-			defer w.h.holder.limiting.Done()
+			defer w.h.Holder.limiting.Done()
 			t := time.NewTimer(time.Until(until))
 			defer t.Stop()
 			select {
 			case <-left:
 			case <-t.C:
-				w.h.holder.Metrics.Overtook()
-				w.n.log.Debug().Str("host", w.n.host).Msg("navigation let go: the one before it has not left the browser within the bound")
+				w.h.Holder.Metrics.Overtook()
+				w.n.Log.Debug().Str("host", w.n.Host).Msg("navigation let go: the one before it has not left the browser within the bound")
 			case <-w.ctx.Done():
 				w.cancelled()
 				return
@@ -382,7 +386,7 @@ func (w *holdWait) due() bool {
 }
 
 // end ends the hold, letting the navigation go when released.
-func (w *holdWait) end(released bool) { w.h.end(w.w, released, w.n.fl) }
+func (w *holdWait) end(released bool) { w.h.end(w.w, released, w.n.Flight) }
 
 // cancelled ends a hold given up before its release: its context ended.
 func (w *holdWait) cancelled() {
@@ -393,61 +397,61 @@ func (w *holdWait) cancelled() {
 // ended ends navigations whose departure was followed: answered, failed,
 // aborted or their page gone. It is every followed navigation's last
 // step, once each.
-func (h *browserHold) ended(navs ...*pace.Nav) {
+func (h *BrowserHold) ended(navs ...*pace.Nav) {
 	for _, n := range navs {
 		n.End()
 	}
 }
 
-// holdUntil holds a navigation already booked until start, as when the
+// HoldUntil holds a navigation already booked until start, as when the
 // relay's other connection takes over a request the first one held; fl
 // has its place already. w is told release and done, or done alone when
 // ctx ends first.
-func (h *browserHold) holdUntil(ctx context.Context, fl *flight, start time.Time, w holding) {
+func (h *BrowserHold) HoldUntil(ctx context.Context, fl *Flight, start time.Time, w Holding) {
 	h.waiting.Add(1)
 	after(ctx, time.Until(start), untilHold{h: h, fl: fl, w: w})
 }
 
 // untilHold is holdUntil's wait.
 type untilHold struct {
-	h  *browserHold
-	fl *flight
-	w  holding
+	h  *BrowserHold
+	fl *Flight
+	w  Holding
 }
 
 func (u untilHold) fire()      { u.h.end(u.w, true, u.fl) }
 func (u untilHold) cancelled() { u.h.end(u.w, false, u.fl) }
 
-// book reserves the slot of a navigation to rawURL (whose host is host)
+// Book reserves the slot of a navigation to rawURL (whose host is host)
 // wanted now and returns how long it must wait, logging the first delay of
 // each host. retry is set when nothing could be booked (a shared store that
 // holds navigations while it is unreachable): the navigation waits d and
 // then books again. Booking may block for the site's robots.txt, never
 // past ctx.
-func (h *browserHold) book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
+func (h *BrowserHold) Book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
 	now := time.Now()
-	r = h.holder.Limiter.Reserve(ctx, host, rawURL, now)
+	r = h.Holder.Limiter.Reserve(ctx, host, rawURL, now)
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return r, max(d, time.Millisecond), true
 	}
 	if !r.Tracked {
-		h.holder.Metrics.Navigation(NavExempt, 0)
+		h.Holder.Metrics.Navigation(NavExempt, 0)
 		return r, 0, false
 	}
-	h.holder.Metrics.Navigation(NavBooked, d)
-	h.holder.booked(host, now, r)
+	h.Holder.Metrics.Navigation(NavBooked, d)
+	h.Holder.booked(host, now, r)
 	if d <= 0 {
 		log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("slot", r.Start).Float64("skew_ms", limiter.ShownMillis(r.Skew)).Msg("navigation goes at once")
 		return r, 0, false
 	}
-	if h.holder.warned.first(host) {
+	if h.Holder.warned.first(host) {
 		// Adaptive spacing surprises; a fixed one was asked for.
-		ev := h.holder.log.Warn()
+		ev := h.Holder.log.Warn()
 		if r.Mode != limiter.Adaptive {
-			ev = h.holder.log.Debug()
+			ev = h.Holder.log.Debug()
 		}
 		if r.Bucket != host {
 			ev = ev.Str("bucket", r.Bucket)
@@ -478,11 +482,11 @@ func logURL(rawURL string) func(*zerolog.Event) {
 	}
 }
 
-// observe feeds the answer to a navigation of host, which fl followed (nil
+// Observe feeds the answer to a navigation of host, which fl followed (nil
 // when none did), back to the limiter with its answer time, on a goroutine
 // of its own: a slow store must not stall the reader that saw the answer.
 // It does not end fl: a redirect's answer is not the navigation's end.
-func (h *browserHold) observe(fl *flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
+func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
@@ -497,12 +501,12 @@ func (h *browserHold) observe(fl *flight, host string, answer cdp.Outcome, log *
 	}
 	a.n++
 	h.ansMu.Unlock()
-	h.holder.limiting.Add(1)
+	h.Holder.limiting.Add(1)
 	go func() {
-		defer h.holder.limiting.Done()
-		effect := h.holder.Limiter.Observe(host, o, now)
-		h.holder.Metrics.Feedback(effect)
-		h.holder.answered(host, effect, o.Status, now)
+		defer h.Holder.limiting.Done()
+		effect := h.Holder.Limiter.Observe(host, o, now)
+		h.Holder.Metrics.Feedback(effect)
+		h.Holder.answered(host, effect, o.Status, now)
 		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()
 		if a.n--; a.n == 0 {
@@ -525,7 +529,7 @@ const answerWait = time.Second
 
 // awaitAnswers waits until the answers of host that arrived so far are in
 // the limiter: a navigation that follows a 503 books with its pressure.
-func (h *browserHold) awaitAnswers(host string) {
+func (h *BrowserHold) awaitAnswers(host string) {
 	h.ansMu.Lock()
 	a := h.answering[host]
 	h.ansMu.Unlock()
@@ -540,34 +544,34 @@ func (h *browserHold) awaitAnswers(host string) {
 	}
 }
 
-// exempt reports whether navigations to host are neither spaced nor
+// Exempt reports whether navigations to host are neither spaced nor
 // capped, so that nothing holds them: loopback, unless the Limiter says
 // otherwise (a rule that names it).
-func (h *browserHold) exempt(host string) bool {
-	if e, ok := h.holder.Limiter.(Exempter); ok {
+func (h *BrowserHold) Exempt(host string) bool {
+	if e, ok := h.Holder.Limiter.(Exempter); ok {
 		return e.Exempt(host)
 	}
 	return limiter.Exempt(host)
 }
 
-// notBooked counts a top-level navigation that books nothing: exempt when
+// NotBooked counts a top-level navigation that books nothing: exempt when
 // it is http(s), untracked otherwise.
-func (h *browserHold) notBooked(httpURL bool) {
+func (h *BrowserHold) NotBooked(httpURL bool) {
 	if httpURL {
-		h.holder.Metrics.Navigation(NavExempt, 0)
+		h.Holder.Metrics.Navigation(NavExempt, 0)
 	} else {
-		h.holder.Metrics.Navigation(NavUntracked, 0)
+		h.Holder.Metrics.Navigation(NavUntracked, 0)
 	}
 }
 
-// unheld counts top-level navigations of the relay's clients that reached
+// Unheld counts top-level navigations of the relay's clients that reached
 // the network without a booking, and says why.
-func (h *browserHold) unheld(n int, why string) {
+func (h *BrowserHold) Unheld(n int, why string) {
 	if n <= 0 {
 		return
 	}
-	h.holder.Metrics.AddUnheld(n)
-	h.holder.log.Warn().Str("upstream", h.up.Name()).Int("navigations", n).Str("why", why).
+	h.Holder.Metrics.AddUnheld(n)
+	h.Holder.log.Warn().Str("upstream", h.Up.Name()).Int("navigations", n).Str("why", why).
 		Msg("navigations reached the network unheld")
 }
 

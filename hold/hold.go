@@ -158,6 +158,8 @@ type Holder struct {
 	Limiter Limiter
 	// Intercept chooses how navigations are caught.
 	Intercept Intercept
+	// Ways are the ways of holding the Holder may use (ways.go).
+	Ways Ways
 	// HoldBackup keeps, in Fetch mode, the relay's browser-level
 	// interception on while its clients have pages (relay.Proxy.HoldBackup
 	// says what that costs and gives).
@@ -206,7 +208,7 @@ func (hd *Holder) Start() bool {
 		hd.log = *hd.Log
 	}
 	if hd.Metrics == nil {
-		hd.Metrics = noMetrics{}
+		hd.Metrics = NoMetrics{}
 	}
 	if hd.NetLinger <= 0 {
 		hd.NetLinger = DefaultNetLinger
@@ -251,8 +253,12 @@ func (hd *Holder) pushed(bucket string, by time.Duration) {
 func (hd *Holder) Arm(ctx, bg context.Context, up Upstream, browser string, notUp error, done *sync.WaitGroup) (Browser, error) {
 	h := newBrowserHold(hd, up, browser)
 	mode := hd.Intercept
-	if mode == InterceptAuto && h.lightpanda {
+	if mode == InterceptAuto && h.Lightpanda {
 		mode = InterceptSession // each of its connections is a browser of its own
+	}
+	mode, err := hd.Ways.choose(mode)
+	if err != nil {
+		return nil, err
 	}
 	switch mode {
 	case InterceptNavigate:
@@ -264,16 +270,16 @@ func (hd *Holder) Arm(ctx, bg context.Context, up Upstream, browser string, notU
 		hd.log.Info().Str("upstream", up.Name()).Msg("holding navigations through the relay's own interception in each client session")
 		return h, nil
 	}
-	h.fetch = newFetchHold(h)
+	h.fetch = hd.Ways.Fetch(h)
 	h.way.Store(int32(viaFetch))
-	if err := h.fetch.start(ctx, bg, notUp == nil, done); err != nil {
+	if err := h.fetch.Start(ctx, bg, notUp == nil, done); err != nil {
 		if mode == InterceptFetch {
 			return nil, err
 		}
-		h.fallOver(err.Error())
+		h.FallOver(err.Error())
 		return h, nil
 	}
-	if h.isArmed() {
+	if h.IsArmed() {
 		hd.log.Info().Str("upstream", up.Name()).Msg("holding top-level navigations through the relay's own browser connections (Fetch)")
 	}
 	return h, nil
@@ -328,3 +334,15 @@ func answerClass(e limiter.Effect) dashboard.Answer {
 // clients closed their last page (Holder.NetLinger): a client that closes
 // and opens pages in a loop does not wait for it each time.
 const DefaultNetLinger = 10 * time.Second
+
+// Logger is holding's logger, for the ways of holding (Log, or none).
+func (hd *Holder) Logger() *zerolog.Logger { return &hd.log }
+
+// Limiting counts the work on its way to the Limiter (bookings, answers,
+// waits for a page's cover): Wait waits for it. A way of holding adds what
+// it starts on goroutines of its own.
+func (hd *Holder) Limiting() *sync.WaitGroup { return &hd.limiting }
+
+// Closing reports whether the relay is shutting down (Close): the relay's
+// own connections that end are not lost then.
+func (hd *Holder) Closing() bool { return hd.closing.Load() }

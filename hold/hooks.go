@@ -140,12 +140,13 @@ const (
 	NavDisallowed                   // refused (Refuser): its site's robots.txt disallows it
 )
 
-// noMetrics counts nothing.
-type noMetrics struct{}
+// NoMetrics counts nothing: a Holder without Metrics has it, and a
+// Metrics that counts some embeds it.
+type NoMetrics struct{}
 
-func (noMetrics) Navigation(NavOutcome, time.Duration) {}
-func (noMetrics) Waited(time.Duration)                 {}
-func (noMetrics) Feedback(limiter.Effect)              {}
-func (noMetrics) Pushed(time.Duration)                 {}
-func (noMetrics) Overtook()                            {}
-func (noMetrics) AddUnheld(int)                        {}
+func (NoMetrics) Navigation(NavOutcome, time.Duration) {}
+func (NoMetrics) Waited(time.Duration)                 {}
+func (NoMetrics) Feedback(limiter.Effect)              {}
+func (NoMetrics) Pushed(time.Duration)                 {}
+func (NoMetrics) Overtook()                            {}
+func (NoMetrics) AddUnheld(int)                        {}

@@ -24,5 +24,5 @@ var partsOff = sync.OnceValue(func() map[string]bool {
 	return off
 })
 
-// partOff reports whether a part of holding is switched off.
-func partOff(part string) bool { return partsOff()[part] }
+// PartOff reports whether a part of holding is switched off.
+func PartOff(part string) bool { return partsOff()[part] }

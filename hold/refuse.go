@@ -28,9 +28,9 @@ type Refuser interface {
 	Allowed(ctx context.Context, host, rawURL string) (ok bool, rule string)
 }
 
-// blockedByClient is the net error a refused navigation fails with, as
+// BlockedByClient is the net error a refused navigation fails with, as
 // Chromium names it in Page.navigate's errorText and Puppeteer throws it.
-const blockedByClient = "net::ERR_BLOCKED_BY_CLIENT"
+const BlockedByClient = "net::ERR_BLOCKED_BY_CLIENT"
 
 // refuser returns the Limiter as a Refuser when it refuses anything.
 func (hd *Holder) refuser() Refuser {
@@ -42,8 +42,8 @@ func (hd *Holder) refuser() Refuser {
 
 // refused asks the Limiter whether a navigation to rawURL must be
 // refused, and when it must, counts it and says so, once per host.
-func (h *browserHold) refused(ctx context.Context, host, rawURL string, log *zerolog.Logger) bool {
-	r := h.holder.refuser()
+func (h *BrowserHold) refused(ctx context.Context, host, rawURL string, log *zerolog.Logger) bool {
+	r := h.Holder.refuser()
 	if r == nil {
 		return false
 	}
@@ -51,45 +51,45 @@ func (h *browserHold) refused(ctx context.Context, host, rawURL string, log *zer
 	if ok || ctx.Err() != nil {
 		return false
 	}
-	h.holder.Metrics.Navigation(NavDisallowed, 0)
+	h.Holder.Metrics.Navigation(NavDisallowed, 0)
 	path := "/"
 	if u, err := url.Parse(redact.URL(rawURL)); err == nil && u.Path != "" {
 		path = u.Path
 	}
-	if h.holder.refusedWarned.first(host) {
-		h.holder.log.Warn().Str("host", host).Str("path", path).Str("source", "robots.txt").Str("rule", rule).
+	if h.Holder.refusedWarned.first(host) {
+		h.Holder.log.Warn().Str("host", host).Str("path", path).Str("source", "robots.txt").Str("rule", rule).
 			Msg("navigation refused: robots.txt disallows it")
 	}
 	log.Debug().Str("host", host).Str("path", path).Str("rule", rule).Msg("navigation refused")
 	return true
 }
 
-// checkThen lets a navigation that books nothing more go (w.release: a
+// CheckThen lets a navigation that books nothing more go (w.release: a
 // redirect hop within its host, the page of a held Target.createTarget)
 // unless the Limiter refuses it (w.refused). Asking may block, so it is
 // done on a goroutine of its own when the Limiter refuses anything; at
 // once otherwise, and at once for n not refusable. Neither is called
 // when ctx ends first, and done never: nothing was held.
-func (h *browserHold) checkThen(ctx context.Context, n navRequest, w holding) {
-	if !n.refusable || h.holder.refuser() == nil {
-		w.release()
+func (h *BrowserHold) CheckThen(ctx context.Context, n Request, w Holding) {
+	if !n.Refusable || h.Holder.refuser() == nil {
+		w.Release()
 		return
 	}
-	h.holder.limiting.Add(1)
+	h.Holder.limiting.Add(1)
 	go func() {
-		defer h.holder.limiting.Done()
+		defer h.Holder.limiting.Done()
 		switch {
-		case h.refused(ctx, n.host, n.url, n.log):
-			w.refused()
+		case h.refused(ctx, n.Host, n.URL, n.Log):
+			w.Refused()
 		case ctx.Err() == nil:
-			w.release()
+			w.Release()
 		}
 	}()
 }
 
-// answerError answers a client's command with a CDP error, as the
+// AnswerError answers a client's command with a CDP error, as the
 // browser would answer one it could not carry out.
-func (w *watch) answerError(session string, id int64, message string) {
+func (w *Watch) AnswerError(session string, id int64, message string) {
 	msg, _ := cdp.Reply(id, session, nil, &cdp.Error{Code: -32000, Message: message})
-	w.toClient(msg)
+	w.ToClient(msg)
 }

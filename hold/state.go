@@ -20,27 +20,13 @@ type State struct {
 
 // StateOf reports the state of b, a Browser that Holder.Arm returned.
 func StateOf(b Browser) State {
-	h, ok := b.(*browserHold)
+	h, ok := b.(*BrowserHold)
 	if !ok {
 		return State{}
 	}
 	st := State{Waiting: int(h.waiting.Load())}
-	f := h.fetch
-	if f == nil {
-		return st
+	if h.fetch != nil {
+		h.fetch.State(&st)
 	}
-	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
-		if fc == nil {
-			continue
-		}
-		fc.mu.Lock()
-		st.Commands += len(fc.calls)
-		st.Followed += len(fc.hops) + len(fc.tracks)
-		fc.mu.Unlock()
-	}
-	st.Pages, st.Net = f.pages.Load() != nil, f.net.Load() != nil
-	f.mu.Lock()
-	st.Unarmed = f.holes
-	f.mu.Unlock()
 	return st
 }

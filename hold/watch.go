@@ -15,7 +15,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 )
 
-// watch is what the relay follows of one client connection whose browser
+// Watch is what the relay follows of one client connection whose browser
 // holds navigations: the client's sessions and the targets they are
 // attached to, which pages the client creates and drives (its claims, for
 // Fetch), and the relay's own commands on the connection. It hands the
@@ -26,42 +26,48 @@ import (
 //
 // FromClient runs on the client's reader, Wants and FromBrowser on the
 // browser's; state is guarded by mu.
-type watch struct {
-	c    Client
-	h    *browserHold
-	ctx  context.Context // c's: ends when the connection does
-	held *sync.WaitGroup // c's: what the connection waits for before it ends
-	log  *zerolog.Logger // c's
+type Watch struct {
+	c       Client
+	Browser *BrowserHold
+	ctx     context.Context // c's: ends when the connection does
+	held    *sync.WaitGroup // c's: what the connection waits for before it ends
+	log     *zerolog.Logger // c's
 
 	// mu guards the fields below; the first of hold.go's lock order: it
 	// may be held while fetchHold's, the connections', the flights' and
 	// the leaves' are taken, never taken under any of them.
 	mu       sync.Mutex
 	way      via                    // guarded by mu; how navigations are held in this connection
-	sessions map[string]sessionInfo // guarded by mu; "" is the connection's own session
-	creates  map[cmdKey]func()      // guarded by mu; Target.createTarget commands not answered yet → what ends them (nil: nothing)
-	own      map[int64]chan reply   // guarded by mu; the relay's own commands on this connection
+	sessions map[string]SessionInfo // guarded by mu; "" is the connection's own session
+	creates  map[CmdKey]func()      // guarded by mu; Target.createTarget commands not answered yet → what ends them (nil: nothing)
+	own      map[int64]chan Reply   // guarded by mu; the relay's own commands on this connection
 	nextOwn  int64                  // guarded by mu; negative: ids no client uses
-	checks   map[cmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
-	departs  map[cmdKey]*flight     // guarded by mu; Fetch.continueRequest commands (the relay's or a client's) of a held document whose answer tells its departure
+	checks   map[CmdKey]navCheck    // guarded by mu; Page.navigate commands to check Fetch with
+	departs  map[CmdKey]*Flight     // guarded by mu; Fetch.continueRequest commands (the relay's or a client's) of a held document whose answer tells its departure
 	fetching map[string]bool        // guarded by mu; sessions where the client enabled Fetch itself → whether its patterns may pause a document before it leaves
 	network  map[string]string      // guarded by mu; page sessions where the client enabled Network → their page
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
-	stream   *streamHold            // the in-stream strategy's state, nil until used
-	sess     *sessionHold           // the session strategy's state, nil until used
+	stream   ConnWay                // the in-stream strategy's state, nil until used
+	sess     ConnWay                // the session strategy's state, nil until used
 	misses   int                    // guarded by mu; navigations Fetch should have seen and did not
 }
 
-// sessionInfo is a client session's target.
-type sessionInfo struct {
-	target string
-	typ    string // page, iframe, worker, tab…
+// Reply is the answer to one of the relay's own commands.
+type Reply struct {
+	Result json.RawMessage
+	Err    *cdp.Error
 }
 
-// cmdKey names a command: its session and id.
-type cmdKey struct {
-	session string
-	id      int64
+// SessionInfo is a client session's target.
+type SessionInfo struct {
+	Target string
+	Type   string // page, iframe, worker, tab…
+}
+
+// CmdKey names a command: its session and id.
+type CmdKey struct {
+	Session string
+	ID      int64
 }
 
 // navCheck is a Page.navigate whose document the relay's own connection
@@ -75,29 +81,29 @@ type navCheck struct {
 // navigation again.
 type gatedCmd struct{ msg []byte }
 
-// maxTracked bounds each of the maps of a connection; a client that opens
+// MaxTracked bounds each of the maps of a connection; a client that opens
 // that many sessions or leaves that many commands unanswered has them
 // forgotten.
-const maxTracked = 10_000
+const MaxTracked = 10_000
 
-func newWatch(c Client, h *browserHold) *watch {
-	w := &watch{
+func newWatch(c Client, h *BrowserHold) *Watch {
+	w := &Watch{
 		c:        c,
-		h:        h,
+		Browser:  h,
 		ctx:      c.Context(),
 		held:     c.Held(),
 		log:      c.Log(),
-		sessions: make(map[string]sessionInfo),
-		creates:  make(map[cmdKey]func()),
-		own:      make(map[int64]chan reply),
-		checks:   make(map[cmdKey]navCheck),
-		departs:  make(map[cmdKey]*flight),
+		sessions: make(map[string]SessionInfo),
+		creates:  make(map[CmdKey]func()),
+		own:      make(map[int64]chan Reply),
+		checks:   make(map[CmdKey]navCheck),
+		departs:  make(map[CmdKey]*Flight),
 		fetching: make(map[string]bool),
 		network:  make(map[string]string),
 	}
 	if id, ok := strings.CutPrefix(c.Path(), "/devtools/page/"); ok {
-		w.sessions[""] = sessionInfo{target: id, typ: "page"}
-		h.claims.claim(id) // a client that opens a page's own socket drives it
+		w.sessions[""] = SessionInfo{Target: id, Type: "page"}
+		h.Claims.Claim(id) // a client that opens a page's own socket drives it
 	}
 	w.way = h.via()
 	return w
@@ -105,59 +111,59 @@ func newWatch(c Client, h *browserHold) *watch {
 
 // Start arms the way navigations are held in this connection, before any
 // client message is relayed (Conn.Start).
-func (w *watch) Start() {
-	w.h.connsMu.Lock()
-	w.h.conns[w] = struct{}{}
-	w.h.connsMu.Unlock()
-	w.switchTo(w.h.via())
+func (w *Watch) Start() {
+	w.Browser.connsMu.Lock()
+	w.Browser.conns[w] = struct{}{}
+	w.Browser.connsMu.Unlock()
+	w.switchTo(w.Browser.via())
 }
 
 // Ended lets go of what the connection left under way: pages it was
 // creating, whose ids will never come (Conn.Ended).
-func (w *watch) Ended() {
-	w.h.connsMu.Lock()
-	delete(w.h.conns, w)
-	w.h.connsMu.Unlock()
+func (w *Watch) Ended() {
+	w.Browser.connsMu.Lock()
+	delete(w.Browser.conns, w)
+	w.Browser.connsMu.Unlock()
 	w.mu.Lock()
 	creates := w.creates
-	w.creates = make(map[cmdKey]func())
+	w.creates = make(map[CmdKey]func())
 	w.detachAllLocked()
 	w.mu.Unlock()
 	for _, done := range creates {
-		w.h.claims.created("")
+		w.Browser.Claims.created("")
 		if done != nil {
 			done()
 		}
 	}
 	if w.sess != nil {
-		w.sess.ended()
+		w.sess.Ended()
 	}
 }
 
 // switchTo holds this connection's navigations another way.
-func (w *watch) switchTo(v via) {
+func (w *Watch) switchTo(v via) {
 	w.mu.Lock()
 	w.way = v
 	if v == viaSession && w.sess == nil {
-		w.sess = newSessionHold(w)
+		w.sess = w.Browser.Holder.Ways.Session(w)
 	}
 	if v == viaStream && w.stream == nil {
-		w.stream = newStreamHold(w)
+		w.stream = w.Browser.Holder.Ways.Stream(w)
 	}
 	sess := w.sess
 	gated := w.gated
 	w.gated = nil
 	w.mu.Unlock()
 	if v == viaSession {
-		sess.armAll()
+		sess.Arm()
 	}
 	for _, g := range gated {
-		w.pass(g.msg)
+		w.Pass(g.msg)
 	}
 }
 
 // via reports how this connection's navigations are held.
-func (w *watch) via() via {
+func (w *Watch) via() via {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.way
@@ -165,7 +171,7 @@ func (w *watch) via() via {
 
 // ReadsAll reports whether the session and in-stream strategies read the
 // browser's messages of every session now (Conn.ReadsAll).
-func (w *watch) ReadsAll() bool { return w.via() != viaFetch }
+func (w *Watch) ReadsAll() bool { return w.via() != viaFetch }
 
 // isNavCommand reports whether a command navigates a page.
 func isNavCommand(method []byte) bool {
@@ -179,35 +185,35 @@ func isNavCommand(method []byte) bool {
 // FromClient looks at a command on its way to the browser, whose header
 // is hd, and reports whether it took it: the relay then writes it (or its
 // answer) itself, later or rewritten (Conn.FromClient).
-func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
+func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 	if !hd.HasID || !utf8.Valid(msg) {
 		return false // the browser refuses all of it (-32700): nothing happens
 	}
 	session := string(hd.SessionID)
-	key := cmdKey{session, hd.ID}
+	key := CmdKey{session, hd.ID}
 	w.mu.Lock()
 	way := w.way
 	var cover <-chan struct{}
 	switch {
 	case hd.IsMethod("Target.createTarget"):
-		if len(w.creates) < maxTracked {
+		if len(w.creates) < MaxTracked {
 			var done func()
-			if f := w.h.fetch; way == viaFetch && f != nil && createsWithURL(hd.Params) {
+			if f := w.Browser.fetch; way == viaFetch && f != nil && createsWithURL(hd.Params) {
 				// Its first request leaves before any session can attach to
 				// the new page: the relay's browser-level interception
 				// pauses every document until the page is armed.
-				cover, done = f.creatingWithURL()
+				cover, done = f.CreatingWithURL()
 			}
 			w.creates[key] = done
-			w.h.claims.creating()
+			w.Browser.Claims.creating()
 		}
 	case cdp.Drives(hd.Method):
-		if si, ok := w.sessions[session]; ok && si.typ == "page" {
-			w.h.claims.claim(si.target)
-			if f := w.h.fetch; way == viaFetch && f != nil {
+		if si, ok := w.sessions[session]; ok && si.Type == "page" {
+			w.Browser.Claims.Claim(si.Target)
+			if f := w.Browser.fetch; way == viaFetch && f != nil {
 				// The page's interception is on before what the client
 				// does there can navigate it.
-				cover = f.cover(si.target, isNavCommand(hd.Method))
+				cover = f.Cover(si.Target, isNavCommand(hd.Method))
 			}
 		}
 	}
@@ -217,24 +223,24 @@ func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
 	case hd.IsMethod("Fetch.disable"):
 		delete(w.fetching, session)
 	case hd.IsMethod("Network.enable"):
-		if si, ok := w.sessions[session]; ok && si.typ == "page" {
+		if si, ok := w.sessions[session]; ok && si.Type == "page" {
 			if _, on := w.network[session]; !on {
-				w.network[session] = si.target
-				w.h.clientNetwork.add(si.target, 1)
+				w.network[session] = si.Target
+				w.Browser.ClientNetwork.add(si.Target, 1)
 			}
 		}
 	case hd.IsMethod("Network.disable"):
 		w.networkOffLocked(session)
 	}
-	if _, intercepts := w.fetching[session]; way == viaFetch && hd.IsMethod("Page.navigate") && !intercepts && len(w.checks) < maxTracked {
-		if si, ok := w.sessions[session]; ok && si.typ == "page" {
+	if _, intercepts := w.fetching[session]; way == viaFetch && hd.IsMethod("Page.navigate") && !intercepts && len(w.checks) < MaxTracked {
+		if si, ok := w.sessions[session]; ok && si.Type == "page" {
 			if p, ok := cdp.NavigateParams(hd.Params); ok && strings.HasPrefix(p.URL, "http") &&
-				(p.FrameID == "" || p.FrameID == si.target) {
-				w.checks[key] = navCheck{target: si.target, at: time.Now()}
+				(p.FrameID == "" || p.FrameID == si.Target) {
+				w.checks[key] = navCheck{target: si.Target, at: time.Now()}
 			}
 		}
 	}
-	gate := (way == viaFetch || way == viaNone) && isNavCommand(hd.Method) && !w.h.isArmed()
+	gate := (way == viaFetch || way == viaNone) && isNavCommand(hd.Method) && !w.Browser.IsArmed()
 	if gate {
 		w.gated = append(w.gated, gatedCmd{msg: bytes.Clone(msg)})
 	}
@@ -248,27 +254,27 @@ func (w *watch) FromClient(hd cdp.Header, msg []byte) bool {
 	}
 	switch way {
 	case viaStream:
-		return w.stream.fromClient(&hd, msg)
+		return w.stream.FromClient(&hd, msg)
 	case viaSession:
-		return w.sess.fromClient(&hd, msg)
+		return w.sess.FromClient(&hd, msg)
 	}
 	return false
 }
 
-// coverWait bounds how long a client's command waits for the relay's
+// CoverWait bounds how long a client's command waits for the relay's
 // interception of its page to be on.
-const coverWait = 5 * time.Second
+const CoverWait = 5 * time.Second
 
 // awaitCover waits, on the client's reader (so that the client's commands
 // keep their order), until the relay's interception covers a page, within
 // coverWait and the life of the connection.
-func (w *watch) awaitCover(cover <-chan struct{}) {
+func (w *Watch) awaitCover(cover <-chan struct{}) {
 	select {
 	case <-cover:
 		return
 	default:
 	}
-	t := time.NewTimer(coverWait)
+	t := time.NewTimer(CoverWait)
 	defer t.Stop()
 	select {
 	case <-cover:
@@ -287,7 +293,7 @@ func createsWithURL(params []byte) bool {
 
 // awaitArmed writes the gated navigation commands once navigations can be
 // held again (or the connection ends).
-func (w *watch) awaitArmed() {
+func (w *Watch) awaitArmed() {
 	w.mu.Lock()
 	first := len(w.gated) == 1
 	w.mu.Unlock()
@@ -299,7 +305,7 @@ func (w *watch) awaitArmed() {
 	go func() {
 		defer w.held.Done()
 		select {
-		case <-w.h.whenArmed():
+		case <-w.Browser.WhenArmed():
 		case <-w.ctx.Done():
 			return
 		}
@@ -308,20 +314,20 @@ func (w *watch) awaitArmed() {
 		w.gated = nil
 		w.mu.Unlock()
 		for _, g := range gated {
-			w.pass(g.msg)
+			w.Pass(g.msg)
 		}
 	}()
 }
 
-// pass writes a client's message to the browser, as the relay would have.
-func (w *watch) pass(msg []byte) {
+// Pass writes a client's message to the browser, as the relay would have.
+func (w *Watch) Pass(msg []byte) {
 	if err := w.c.ToBrowser(msg); err != nil {
 		w.log.Debug().Err(err).Msg("held command not delivered")
 	}
 }
 
-// toClient writes a message to the client, as the relay would have.
-func (w *watch) toClient(msg []byte) {
+// ToClient writes a message to the client, as the relay would have.
+func (w *Watch) ToClient(msg []byte) {
 	if err := w.c.ToClient(msg); err != nil {
 		w.log.Debug().Err(err).Msg("message for the client not delivered")
 	}
@@ -331,7 +337,7 @@ func (w *watch) toClient(msg []byte) {
 // browser may be one the watch follows, so that the rest of the stream is
 // relayed without being scanned. Chromium writes an event's method and a
 // reply's id first; anything else is scanned.
-func (w *watch) interesting(msg []byte) bool {
+func (w *Watch) interesting(msg []byte) bool {
 	if w.way != viaFetch && w.way != viaNone {
 		return true // the other ways read events and answers of every session
 	}
@@ -339,7 +345,7 @@ func (w *watch) interesting(msg []byte) bool {
 	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
 		return !w.clientAttachedChange(msg)
 	case bytes.HasPrefix(msg, []byte(`{"method":"Network.`)):
-		return w.h.fetch != nil && w.h.fetch.following() && followedEvent(msg[len(`{"method":"`):])
+		return w.Browser.fetch != nil && w.Browser.fetch.Following() && followedEvent(msg[len(`{"method":"`):])
 	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
 		return false
 	case bytes.HasPrefix(msg, []byte(`{"id":`)):
@@ -353,9 +359,9 @@ func (w *watch) interesting(msg []byte) bool {
 // relay's clients is attached to: such a target is attached without the
 // relay too, so FromBrowser has nothing to rewrite (unattached), and every
 // client hears of every change to every page.
-func (w *watch) clientAttachedChange(msg []byte) bool {
+func (w *Watch) clientAttachedChange(msg []byte) bool {
 	id, ok := cdp.ChangedTargetID(msg)
-	return ok && w.h.attachedClients.countOf(id) > 0
+	return ok && w.Browser.attachedClients.countOf(id) > 0
 }
 
 // followedEvent reports, from its first bytes, whether a Network event
@@ -372,7 +378,7 @@ func followedEvent(msg []byte) bool {
 
 // Wants reports, from its first bytes, whether FromBrowser needs to see
 // a message from the browser (Conn.Wants).
-func (w *watch) Wants(msg []byte) bool {
+func (w *Watch) Wants(msg []byte) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.interesting(msg)
@@ -381,35 +387,35 @@ func (w *watch) Wants(msg []byte) bool {
 // FromBrowser looks at a message on its way to the client, whose header
 // is hd, and reports whether to drop it: an answer to the relay's own
 // command, or an event the client did not ask for (Conn.FromBrowser).
-func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
+func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 	session := string(hd.SessionID)
 	if hd.HasID {
-		return w.answered(cmdKey{session, hd.ID}, msg)
+		return w.answered(CmdKey{session, hd.ID}, msg)
 	}
 	switch string(hd.Method) {
 	case "Network.requestWillBeSentExtraInfo", "Network.requestWillBeSent", "Network.responseReceived", "Network.loadingFailed":
-		if f := w.h.fetch; f != nil {
+		if f := w.Browser.fetch; f != nil {
 			page := ""
 			if hd.IsMethod("Network.loadingFailed") {
 				// It names no frame: a request the pages connection
 				// follows by its frame is known by the session's page.
 				w.mu.Lock()
-				page = w.sessions[session].target
+				page = w.sessions[session].Target
 				w.mu.Unlock()
 			}
-			f.clientEvent(hd.Method, hd.Params, page, time.Now())
+			f.ClientEvent(hd.Method, hd.Params, page, time.Now())
 		}
 	case "Target.attachedToTarget":
 		if ti, ok := cdp.ReadTargetInfo(hd.Params); ok {
 			if sid, _, ok := cdp.AttachedTarget(hd.Params); ok {
 				w.mu.Lock()
-				if len(w.sessions) >= maxTracked {
+				if len(w.sessions) >= MaxTracked {
 					w.detachAllLocked()
 				}
 				if _, known := w.sessions[sid]; !known {
-					w.h.attachedClients.add(ti.TargetID, 1)
+					w.Browser.attachedClients.add(ti.TargetID, 1)
 				}
-				w.sessions[sid] = sessionInfo{target: ti.TargetID, typ: ti.Type}
+				w.sessions[sid] = SessionInfo{Target: ti.TargetID, Type: ti.Type}
 				w.mu.Unlock()
 			}
 		}
@@ -417,7 +423,7 @@ func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
 			w.mu.Lock()
 			if si, ok := w.sessions[sid]; ok {
-				w.h.attachedClients.add(si.target, -1)
+				w.Browser.attachedClients.add(si.Target, -1)
 			}
 			delete(w.sessions, sid)
 			delete(w.fetching, sid)
@@ -426,15 +432,15 @@ func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
 		if out, ok := w.unattached(&hd, msg); ok {
-			w.toClient(out)
+			w.ToClient(out)
 			return true
 		}
 	}
 	switch w.via() {
 	case viaStream:
-		return w.stream.fromBrowser(&hd, msg)
+		return w.stream.FromBrowser(&hd, msg)
 	case viaSession:
-		return w.sess.fromBrowser(&hd, msg)
+		return w.sess.FromBrowser(&hd, msg)
 	}
 	return false
 }
@@ -445,8 +451,8 @@ func (w *watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 // relay, by none of the relay's clients; chromedp, for one, takes only an
 // unattached target for a new one. It reports false when msg is as it
 // should be.
-func (w *watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
-	f := w.h.fetch
+func (w *Watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
+	f := w.Browser.fetch
 	attached := []byte(`"attached":true`)
 	if f == nil || !bytes.Contains(msg, attached) {
 		return nil, false
@@ -462,16 +468,16 @@ func (w *watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
 		}
 		target = ti.TargetID
 	}
-	if !f.relayAttached(target) || w.h.attachedClients.count(target) > 0 {
+	if !f.RelayAttached(target) || w.Browser.attachedClients.Count(target) > 0 {
 		return nil, false
 	}
 	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true
 }
 
 // detachAllLocked forgets every session of the connection. Callers hold mu.
-func (w *watch) detachAllLocked() {
+func (w *Watch) detachAllLocked() {
 	for _, si := range w.sessions {
-		w.h.attachedClients.add(si.target, -1)
+		w.Browser.attachedClients.add(si.Target, -1)
 	}
 	clear(w.sessions)
 	for session := range w.network {
@@ -484,26 +490,26 @@ func (w *watch) detachAllLocked() {
 // when it was the last client session to have them on the page, the
 // relay reads the page's requests it follows in its own session from now
 // on (fetchHold.clientNetworkOff). Callers hold mu.
-func (w *watch) networkOffLocked(session string) {
+func (w *Watch) networkOffLocked(session string) {
 	target, on := w.network[session]
 	if !on {
 		return
 	}
 	delete(w.network, session)
-	if w.h.clientNetwork.add(target, -1) == 0 {
-		if f := w.h.fetch; f != nil {
-			go f.clientNetworkOff(target)
+	if w.Browser.ClientNetwork.add(target, -1) == 0 {
+		if f := w.Browser.fetch; f != nil {
+			go f.ClientNetworkOff(target)
 		}
 	}
 }
 
 // answered follows the answer to a command; it reports true for the
 // answer to one of the relay's own, which the client never sees.
-func (w *watch) answered(key cmdKey, msg []byte) bool {
+func (w *Watch) answered(key CmdKey, msg []byte) bool {
 	w.mu.Lock()
-	ch, own := w.own[key.id]
-	if own && key.id < 0 {
-		delete(w.own, key.id)
+	ch, own := w.own[key.ID]
+	if own && key.ID < 0 {
+		delete(w.own, key.ID)
 	}
 	done, create := w.creates[key]
 	delete(w.creates, key)
@@ -514,13 +520,13 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 	w.mu.Unlock()
 	if dep != nil {
 		if _, e, _ := cdp.ReadReply(msg); e == nil {
-			dep.followed().Departed(time.Now(), true)
+			dep.Followed().Departed(time.Now(), true)
 		}
 	}
-	if own && key.id < 0 {
+	if own && key.ID < 0 {
 		if ch != nil {
 			result, e, _ := cdp.ReadReply(msg)
-			ch <- reply{result: result, err: e}
+			ch <- Reply{Result: result, Err: e}
 		}
 		return true
 	}
@@ -530,9 +536,9 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 		}
 		result, _, _ := cdp.ReadReply(msg)
 		json.Unmarshal(result, &r)
-		w.h.claims.created(r.TargetID)
+		w.Browser.Claims.created(r.TargetID)
 		if done != nil {
-			w.h.coveredThen(r.TargetID, done)
+			w.Browser.coveredThen(r.TargetID, done)
 		}
 	}
 	if checking {
@@ -544,9 +550,9 @@ func (w *watch) answered(key cmdKey, msg []byte) bool {
 // checkFetch confirms that the relay's own connection saw the document
 // request of a page's Page.navigate: a browser that acknowledges Fetch and
 // never pauses would leave every navigation unheld.
-func (w *watch) checkFetch(c navCheck, msg []byte) {
-	f := w.h.fetch
-	if f == nil || w.h.via() != viaFetch || partOff("pauses") {
+func (w *Watch) checkFetch(c navCheck, msg []byte) {
+	f := w.Browser.fetch
+	if f == nil || w.Browser.via() != viaFetch || PartOff("pauses") {
 		return
 	}
 	result, e, _ := cdp.ReadReply(msg)
@@ -557,33 +563,33 @@ func (w *watch) checkFetch(c navCheck, msg []byte) {
 	if e != nil || json.Unmarshal(result, &r) != nil || r.LoaderID == "" || r.ErrorText != "" {
 		return // no new document: nothing went to the network
 	}
-	if f.pausedSince(c.target, c.at) {
+	if f.PausedSince(c.target, c.at) {
 		return
 	}
-	if !f.upSince(c.at) {
+	if !f.UpSince(c.at) {
 		// The relay's connections went away meanwhile: the browser let
 		// the request go with them, and nothing says Fetch does not work.
-		w.h.unheld(1, "the relay's own connections were lost while a navigation went out")
+		w.Browser.Unheld(1, "the relay's own connections were lost while a navigation went out")
 		return
 	}
-	w.h.unheld(1, "the browser did not pause the document request for the relay's own connection")
-	w.h.fallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
+	w.Browser.Unheld(1, "the browser did not pause the document request for the relay's own connection")
+	w.Browser.FallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
 }
 
-// call sends one of the relay's own commands on this connection and waits
+// Call sends one of the relay's own commands on this connection and waits
 // for its answer, up to ctx. It must not run on the browser's reader.
-func (w *watch) call(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
-	ch := make(chan reply, 1)
-	id, err := w.send(session, method, params, ch)
+func (w *Watch) Call(ctx context.Context, session, method string, params any) (json.RawMessage, error) {
+	ch := make(chan Reply, 1)
+	id, err := w.Send(session, method, params, ch)
 	if err != nil {
 		return nil, err
 	}
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return nil, errors.New("hold: " + method + ": " + r.err.Message)
+		if r.Err != nil {
+			return nil, errors.New("hold: " + method + ": " + r.Err.Message)
 		}
-		return r.result, nil
+		return r.Result, nil
 	case <-ctx.Done():
 		w.mu.Lock()
 		delete(w.own, id)
@@ -592,28 +598,28 @@ func (w *watch) call(ctx context.Context, session, method string, params any) (j
 	}
 }
 
-// send writes one of the relay's own commands; its answer goes to ch, or
+// Send writes one of the relay's own commands; its answer goes to ch, or
 // is dropped when ch is nil.
-func (w *watch) send(session, method string, params any, ch chan reply) (int64, error) {
+func (w *Watch) Send(session, method string, params any, ch chan Reply) (int64, error) {
 	return w.sendOwn(session, method, params, ch, nil)
 }
 
-// sendDeparting is send for a command whose answer tells when the request
+// SendDeparting is send for a command whose answer tells when the request
 // of fl's navigation left (departs); a nil fl follows nothing.
-func (w *watch) sendDeparting(session, method string, params any, fl *flight) {
+func (w *Watch) SendDeparting(session, method string, params any, fl *Flight) {
 	w.sendOwn(session, method, params, nil, fl)
 }
 
-func (w *watch) sendOwn(session, method string, params any, ch chan reply, fl *flight) (int64, error) {
+func (w *Watch) sendOwn(session, method string, params any, ch chan Reply, fl *Flight) (int64, error) {
 	w.mu.Lock()
 	w.nextOwn--
 	id := w.nextOwn
-	if len(w.own) >= maxTracked {
+	if len(w.own) >= MaxTracked {
 		clear(w.own)
 	}
 	w.own[id] = ch
-	if fl != nil && len(w.departs) < maxTracked {
-		w.departs[cmdKey{session, id}] = fl
+	if fl != nil && len(w.departs) < MaxTracked {
+		w.departs[CmdKey{session, id}] = fl
 	}
 	w.mu.Unlock()
 	msg, err := cdp.Command(id, method, session, params)
@@ -623,38 +629,38 @@ func (w *watch) sendOwn(session, method string, params any, ch chan reply, fl *f
 	if err != nil {
 		w.mu.Lock()
 		delete(w.own, id)
-		delete(w.departs, cmdKey{session, id})
+		delete(w.departs, CmdKey{session, id})
 		w.mu.Unlock()
 		return 0, err
 	}
 	return id, nil
 }
 
-// answer writes the relay's own answer to a client command it took.
-func (w *watch) answer(session string, id int64, result string) {
+// Answer writes the relay's own Answer to a client command it took.
+func (w *Watch) Answer(session string, id int64, result string) {
 	msg, _ := cdp.Reply(id, session, json.RawMessage(result), nil)
-	w.toClient(msg)
+	w.ToClient(msg)
 }
 
-// pageOf returns the page target of a session, "" when the session is not
+// PageOf returns the page target of a session, "" when the session is not
 // known to be a page's.
-func (w *watch) pageOf(session string) (target string, known bool) {
+func (w *Watch) PageOf(session string) (target string, known bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	si, ok := w.sessions[session]
 	if !ok {
 		return "", false
 	}
-	if si.typ != "page" {
+	if si.Type != "page" {
 		return "", true
 	}
-	return si.target, true
+	return si.Target, true
 }
 
-// navLog is the log for the debug lines of a navigation in session, naming
+// NavLog is the log for the debug lines of a navigation in session, naming
 // its page and the session as the browser named them when it attached the
 // client (an id a client made up is not repeated).
-func (w *watch) navLog(session string) *zerolog.Logger {
+func (w *Watch) NavLog(session string) *zerolog.Logger {
 	if w.log.GetLevel() > zerolog.DebugLevel {
 		return w.log
 	}
@@ -664,5 +670,68 @@ func (w *watch) navLog(session string) *zerolog.Logger {
 	if !ok {
 		return w.log
 	}
-	return pageLog(w.log, si.target, session)
+	return PageLog(w.log, si.Target, session)
+}
+
+// The ways held in a client connection (session, stream) keep their
+// state under the connection's lock, with the watch's: Lock and Unlock
+// take it (the first of hold.go's lock order), and the methods named
+// …Locked read what the watch follows under it.
+
+// Lock takes the connection's lock.
+func (w *Watch) Lock() { w.mu.Lock() }
+
+// Unlock lets the connection's lock go.
+func (w *Watch) Unlock() { w.mu.Unlock() }
+
+// Context ends when the connection does: every hold of it gives up.
+func (w *Watch) Context() context.Context { return w.ctx }
+
+// Held counts the work of holding on this connection (Client.Held).
+func (w *Watch) Held() *sync.WaitGroup { return w.held }
+
+// Log is the connection's logger.
+func (w *Watch) Log() *zerolog.Logger { return w.log }
+
+// SessionLocked is what the client's session is attached to. Callers
+// hold the lock.
+func (w *Watch) SessionLocked(session string) (SessionInfo, bool) {
+	si, ok := w.sessions[session]
+	return si, ok
+}
+
+// PageSessionsLocked lists the client's page sessions. Callers hold the
+// lock.
+func (w *Watch) PageSessionsLocked() []string {
+	var ids []string
+	for id, si := range w.sessions {
+		if si.Type == "page" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// DepartsLocked follows the answer to a client's Fetch.continueRequest
+// (key) of fl's held document: it tells when the request left. Callers
+// hold the lock.
+func (w *Watch) DepartsLocked(key CmdKey, fl *Flight) {
+	if len(w.departs) < MaxTracked {
+		w.departs[key] = fl
+	}
+}
+
+// FetchingLocked reports whether the client enabled Fetch in session
+// itself, and whether its patterns may pause a document before it
+// leaves. Callers hold the lock.
+func (w *Watch) FetchingLocked(session string) (pauses, on bool) {
+	pauses, on = w.fetching[session]
+	return pauses, on
+}
+
+// NetworkLocked reports whether the client enabled Network events in its
+// page session. Callers hold the lock.
+func (w *Watch) NetworkLocked(session string) bool {
+	_, on := w.network[session]
+	return on
 }

@@ -39,6 +39,9 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
+	"github.com/cdp-throttle/cdp-throttle/hold/session"
+	"github.com/cdp-throttle/cdp-throttle/hold/stream"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
 )
 
@@ -304,6 +307,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	hd := &hold.Holder{
 		Limiter:      p.Limiter,
 		Intercept:    p.Intercept,
+		Ways:         hold.Ways{Fetch: fetch.New, Session: session.New, Stream: stream.New},
 		HoldBackup:   p.HoldBackup,
 		Metrics:      p.Metrics,
 		Timeline:     &p.timeline,

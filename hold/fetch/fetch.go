@@ -1,4 +1,9 @@
-package hold
+// Package fetch holds a Chromium's navigations through two connections of
+// the relay's own to the browser endpoint, pausing every document request
+// of the relay's clients' pages with Fetch, however the navigation
+// started (fetchHold says how). It is one of the ways of package hold
+// (hold.Ways.Fetch).
+package fetch
 
 import (
 	"context"
@@ -9,6 +14,8 @@ import (
 
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/target"
+
+	"github.com/cdp-throttle/cdp-throttle/hold"
 )
 
 // fetchHold holds a Chromium's navigations through two connections of the
@@ -40,7 +47,7 @@ import (
 // hands what pages held to net, and net holds nothing pages does not hold
 // too unless it is wide.
 type fetchHold struct {
-	h     *browserHold
+	h     *hold.BrowserHold
 	pages atomic.Pointer[fetchConn]
 	net   atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
@@ -95,7 +102,7 @@ type heldNav struct {
 	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
-	fl       *flight       // set once: the navigation, whichever connection holds it
+	fl       *hold.Flight  // set once: the navigation, whichever connection holds it
 	refused  bool          // guarded by fetchHold.mu; refused, not let go: whoever holds it fails it
 }
 
@@ -105,7 +112,9 @@ type passedNav struct {
 	at time.Time
 }
 
-func newFetchHold(h *browserHold) *fetchHold {
+// New is the Fetch way of holding the navigations of one Chromium
+// (hold.Ways.Fetch).
+func New(h *hold.BrowserHold) hold.FetchWay {
 	f := &fetchHold{
 		h:      h,
 		held:   make(map[navKey]*heldNav),
@@ -115,17 +124,17 @@ func newFetchHold(h *browserHold) *fetchHold {
 
 		netAcked: make(chan struct{}),
 	}
-	h.claims.onClaim = f.claimed
+	h.Claims.OnClaim = f.claimed
 	f.life, f.endLife = context.WithCancel(context.Background())
 	return f
 }
 
 // newFlight starts following a navigation held by the relay's own
 // connections: it lives until its end is seen, or the browser is lost.
-func (f *fetchHold) newFlight() *flight {
+func (f *fetchHold) newFlight() *hold.Flight {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.h.newFlight(f.life)
+	return f.h.NewFlight(f.life)
 }
 
 // endFlights ends every navigation followed so far: no answer of theirs
@@ -153,11 +162,11 @@ type errRefused struct{ err error }
 func (e errRefused) Error() string { return e.err.Error() }
 func (e errRefused) Unwrap() error { return e.err }
 
-// start opens the connections within ctx, when the browser is up, and then
+// Start opens the connections within ctx, when the browser is up, and then
 // keeps them up until bg ends or stop is called. It returns an errRefused
 // when the browser refuses what the relay needs; any other failure is
 // retried in the background, navigations waiting meanwhile.
-func (f *fetchHold) start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) error {
+func (f *fetchHold) Start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) error {
 	var first [2]*fetchConn
 	if up {
 		for _, role := range []connRole{roleNet, rolePages} {
@@ -172,7 +181,7 @@ func (f *fetchHold) start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) 
 				return err
 			}
 			if err != nil {
-				f.h.holder.log.Warn().Str("upstream", f.h.up.Name()).Str("conn", role.String()).Err(err).
+				f.h.Holder.Logger().Warn().Str("upstream", f.h.Up.Name()).Str("conn", role.String()).Err(err).
 					Msg("the relay's own browser connection is not up: navigations wait until it is")
 				continue
 			}
@@ -216,7 +225,7 @@ func (f *fetchHold) dialDiscovering(ctx context.Context, role connRole) (*fetchC
 	}
 	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, f.h.holder.Intercept)
+		return nil, refusal("browser refused target discovery", r, err, f.h.Holder.Intercept)
 	}
 	return fc, nil
 }
@@ -229,7 +238,7 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.holder.Intercept
+	mode := f.h.Holder.Intercept
 	f.netMu.Lock()
 	f.mu.Lock()
 	patterns, wide := f.patternsLocked()
@@ -296,12 +305,12 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				first, before := f.attach(role, fc)
 				switch {
 				case reconnected && first && before:
-					f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Msg("the relay's browser connection is back: holding navigations again")
+					f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Msg("the relay's browser connection is back: holding navigations again")
 				case reconnected && first:
-					f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Msg("the relay's own browser connection is up: holding navigations")
+					f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Msg("the relay's own browser connection is up: holding navigations")
 				}
 			}
-			fc.keepalive(ctx, f.h.holder.PingInterval, f.h.holder.WriteTimeout)
+			fc.keepalive(ctx, f.h.Holder.PingInterval, f.h.Holder.WriteTimeout)
 			if role == rolePages {
 				f.pages.Store(nil)
 			} else {
@@ -320,25 +329,25 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				return
 			case <-time.After(backoff):
 			}
-			cctx, cancel := context.WithTimeout(ctx, min(f.h.holder.StartTimeout, 10*time.Second))
+			cctx, cancel := context.WithTimeout(ctx, min(f.h.Holder.StartTimeout, 10*time.Second))
 			next, err := f.connect(cctx, role)
 			cancel()
 			var refused errRefused
 			switch {
 			case err == nil:
 				fc = next
-			case errors.As(err, &refused) && f.h.holder.Intercept == InterceptAuto:
-				f.h.fallOver(err.Error())
+			case errors.As(err, &refused) && f.h.Holder.Intercept == hold.InterceptAuto:
+				f.h.FallOver(err.Error())
 				return
-			case errors.Is(err, errSilent) && f.h.holder.Intercept == InterceptAuto:
+			case errors.Is(err, errSilent) && f.h.Holder.Intercept == hold.InterceptAuto:
 				if silent++; silent >= maxSilent {
-					f.h.fallOver(err.Error())
+					f.h.FallOver(err.Error())
 					return
 				}
-				f.h.holder.log.Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
+				f.h.Holder.Logger().Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
 			default:
 				silent = 0
-				f.h.holder.log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
+				f.h.Holder.Logger().Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
 			}
 		}
 		reconnected = true
@@ -357,9 +366,9 @@ func (f *fetchHold) up() int {
 	return n
 }
 
-// upSince reports whether one of the relay's connections has been up since
+// UpSince reports whether one of the relay's connections has been up since
 // before t, and still is.
-func (f *fetchHold) upSince(t time.Time) bool {
+func (f *fetchHold) UpSince(t time.Time) bool {
 	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
 		if fc != nil && fc.since.Before(t) {
 			return true
@@ -398,7 +407,7 @@ func (f *fetchHold) rearm() {
 	f.mu.Lock()
 	ok := f.confirmed && (f.pagesReady() || f.netWideLocked())
 	f.mu.Unlock()
-	f.h.setArmed(ok)
+	f.h.SetArmed(ok)
 }
 
 // uncovered notes n more (or, negative, fewer) client pages that the
@@ -411,9 +420,9 @@ func (f *fetchHold) uncovered(n int) {
 	f.rearm()
 }
 
-// relayAttached reports whether the relay's pages connection is attached
+// RelayAttached reports whether the relay's pages connection is attached
 // to target (to every client page, and to other pages only while deciding).
-func (f *fetchHold) relayAttached(target string) bool {
+func (f *fetchHold) RelayAttached(target string) bool {
 	fc := f.pages.Load()
 	if fc == nil {
 		return false
@@ -433,7 +442,7 @@ func (f *fetchHold) claimed(target string) {
 	f.netCovering()
 }
 
-// cover returns a channel closed once a page a client drives is held
+// Cover returns a channel closed once a page a client drives is held
 // wherever it navigates: the pages connection armed it and net's Fetch is
 // on to take it over, or net pauses every document. Nil means there is
 // nothing to wait for.
@@ -442,13 +451,13 @@ func (f *fetchHold) claimed(target string) {
 // Network events read: from its own session when it enabled them, else
 // the relay's session enables them now, before the navigation starts (a
 // request that started before they were on never shows in them).
-func (f *fetchHold) cover(target string, navigates bool) <-chan struct{} {
+func (f *fetchHold) Cover(target string, navigates bool) <-chan struct{} {
 	var ch <-chan struct{}
 	if fc := f.pages.Load(); fc != nil {
 		ch = fc.cover(target, navigates)
 	}
-	if ch == nil && !f.h.isArmed() {
-		ch = f.h.whenArmed()
+	if ch == nil && !f.h.IsArmed() {
+		ch = f.h.WhenArmed()
 	}
 	return both(ch, f.netCovering())
 }
@@ -465,7 +474,7 @@ func both(a, b <-chan struct{}) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
-		t := time.NewTimer(coverWait)
+		t := time.NewTimer(hold.CoverWait)
 		defer t.Stop()
 		for _, c := range []<-chan struct{}{a, b} {
 			select {
@@ -482,11 +491,11 @@ func both(a, b <-chan struct{}) <-chan struct{} {
 // with a URL was created: its first request is paused by then.
 const creatingLinger = time.Second
 
-// creatingWithURL notes a client creating a page with a URL: its first
+// CreatingWithURL notes a client creating a page with a URL: its first
 // request leaves before any session can attach to it, so net pauses every
 // document until done is called. It returns a channel closed once net
 // does.
-func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
+func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 	f.mu.Lock()
 	f.creating++
 	f.mu.Unlock()
@@ -506,5 +515,22 @@ func (f *fetchHold) creatingWithURL() (covered <-chan struct{}, done func()) {
 		})
 	}
 	// Without net, navigations wait for a connection anyway (armed).
-	return f.whenNet(func() bool { return f.netWideLocked() || f.net.Load() == nil }, claimWait), done
+	return f.whenNet(func() bool { return f.netWideLocked() || f.net.Load() == nil }, hold.ClaimWait), done
+}
+
+// State adds what the relay's connections keep to st (FetchWay.State).
+func (f *fetchHold) State(st *hold.State) {
+	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
+		if fc == nil {
+			continue
+		}
+		fc.mu.Lock()
+		st.Commands += len(fc.calls)
+		st.Followed += len(fc.hops) + len(fc.tracks)
+		fc.mu.Unlock()
+	}
+	st.Pages, st.Net = f.pages.Load() != nil, f.net.Load() != nil
+	f.mu.Lock()
+	st.Unarmed = f.holes
+	f.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -60,7 +61,7 @@ func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.holder.Intercept
+	mode := f.h.Holder.Intercept
 	// Pages announced before the reply are all of them: arm the clients'.
 	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		fc.close()
@@ -83,7 +84,7 @@ func (fc *fetchConn) armClaimed(ctx context.Context) error {
 	}
 	fc.mu.Unlock()
 	for _, ps := range sessions {
-		if !fc.h.claims.claimed(ps.target) {
+		if !fc.h.Claims.Claimed(ps.target) {
 			continue
 		}
 		select {
@@ -110,7 +111,7 @@ func (fc *fetchConn) attached(params []byte) {
 	}
 	ps := &pageSess{id: a.SessionID, target: a.Target.TargetID, armed: make(chan struct{})}
 	fc.mu.Lock()
-	if len(fc.sessions) >= maxClaims {
+	if len(fc.sessions) >= hold.MaxClaims {
 		clear(fc.sessions)
 		clear(fc.byTarget)
 	}
@@ -127,13 +128,13 @@ func (fc *fetchConn) attached(params []byte) {
 	fc.pages[ps.target] = struct{}{}
 	fc.mu.Unlock()
 	fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Bool("waiting", a.Waiting).Str("opener", a.Target.OpenerID).Msg("attached to a page")
-	claims := &fc.h.claims
-	if a.Target.OpenerID != "" && claims.claimed(a.Target.OpenerID) {
-		claims.claim(ps.target) // a popup of a client's page
+	claims := &fc.h.Claims
+	if a.Target.OpenerID != "" && claims.Claimed(a.Target.OpenerID) {
+		claims.Claim(ps.target) // a popup of a client's page
 	}
 	switch {
-	case claims.claimed(ps.target):
-	case !claims.unsure():
+	case claims.Claimed(ps.target):
+	case !claims.Unsure():
 		fc.foreignPage(ps, a.Waiting)
 		return
 	}
@@ -143,11 +144,11 @@ func (fc *fetchConn) attached(params []byte) {
 	// run; never on the reader. A page that turns out not to be a
 	// client's is let go, armed or not.
 	armed := fc.arm(ps)
-	fc.h.holder.limiting.Add(1)
+	fc.h.Holder.Limiting().Add(1)
 	go func() {
-		defer fc.h.holder.limiting.Done()
-		ctx, cancel := context.WithTimeout(fc.held, claimWait)
-		ours := claims.decide(ctx, ps.target)
+		defer fc.h.Holder.Limiting().Done()
+		ctx, cancel := context.WithTimeout(fc.held, hold.ClaimWait)
+		ours := claims.Decide(ctx, ps.target)
 		cancel()
 		if !ours {
 			fc.foreignPage(ps, a.Waiting)
@@ -209,8 +210,8 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 	}
 	ps.arming = true
 	fc.mu.Unlock()
-	done := func(r reply) {
-		bad := r.err != nil || r.result == nil
+	done := func(r hold.Reply) {
+		bad := r.Err != nil || r.Result == nil
 		fc.mu.Lock()
 		// Live, and not a page let go meanwhile as not a client's (armed
 		// on a guess: the browser may refuse a session being detached).
@@ -226,11 +227,11 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 		}
 	}
 	patterns := documentPattern
-	if partOff("pauses") {
+	if hold.PartOff("pauses") {
 		patterns = noMatch
 	}
 	if _, err := fc.send(ps.id, "Fetch.enable", &fetch.EnableParams{Patterns: patterns}, done); err != nil {
-		done(reply{})
+		done(hold.Reply{})
 	}
 	return ps.armed
 }
@@ -245,7 +246,7 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 // with the timing of its send, or Network.loadingFailed), and paused with
 // no network id: it is followed by its page's frame (trackKey).
 func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
-	if fc.h.clientNetwork.count(ps.target) > 0 {
+	if fc.h.ClientNetwork.Count(ps.target) > 0 {
 		return nil
 	}
 	fc.mu.Lock()
@@ -259,7 +260,7 @@ func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
 	ch := make(chan struct{})
 	var once sync.Once
 	done := func() { once.Do(func() { close(ch) }) }
-	if _, err := fc.send(ps.id, "Network.enable", networkParams, func(reply) { done() }); err != nil {
+	if _, err := fc.send(ps.id, "Network.enable", networkParams, func(hold.Reply) { done() }); err != nil {
 		done()
 	}
 	time.AfterFunc(eventsWait, done)
@@ -326,16 +327,16 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 	case attaching != nil:
 		return attaching // another claim of the page is attaching to it
 	}
-	fc.h.holder.limiting.Add(1)
+	fc.h.Holder.Limiting().Add(1)
 	go func() {
-		defer fc.h.holder.limiting.Done()
+		defer fc.h.Holder.Limiting().Done()
 		defer func() {
 			fc.mu.Lock()
 			delete(fc.attaching, target)
 			fc.mu.Unlock()
 			close(done)
 		}()
-		ctx, cancel := context.WithTimeout(fc.held, coverWait)
+		ctx, cancel := context.WithTimeout(fc.held, hold.CoverWait)
 		defer cancel()
 		r, err := fc.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": target, "flatten": true})
 		if err != nil {
@@ -344,7 +345,7 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 		var res struct {
 			SessionID string `json:"sessionId"`
 		}
-		if json.Unmarshal(r.result, &res) != nil || res.SessionID == "" {
+		if json.Unmarshal(r.Result, &res) != nil || res.SessionID == "" {
 			return
 		}
 		fc.mu.Lock()
@@ -431,7 +432,7 @@ func (fc *fetchConn) endAllTracks() {
 		closeOnce(ps.armed)
 	}
 	fc.mu.Unlock()
-	var fls []*flight
+	var fls []*hold.Flight
 	for _, th := range over {
 		th.nav.End()
 		fls = append(fls, th.fl)
@@ -472,20 +473,20 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	fc.mu.Unlock()
 	if ps == nil || ev.FrameID != ps.target {
 		fc.release(session, id)
-		fc.h.holder.Metrics.Navigation(NavUntracked, 0)
+		fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
 		return
 	}
 	fc.f.sawPause(ps.target)
-	if !fc.h.claims.claimed(ps.target) {
+	if !fc.h.Claims.Claimed(ps.target) {
 		fc.release(session, id)
-		fc.h.holder.Metrics.Navigation(NavForeign, 0)
+		fc.h.Holder.Metrics.Navigation(hold.NavForeign, 0)
 		return
 	}
 	host, ok := limiter.Key(ev.Request.URL)
-	exempt := !ok || fc.h.exempt(host)
+	exempt := !ok || fc.h.Exempt(host)
 	if exempt && !fc.following(ev) {
 		fc.release(session, id) // nothing to book, nothing to follow
-		fc.h.notBooked(ok)
+		fc.h.NotBooked(ok)
 		return
 	}
 	th, prev := fc.follow(session, ev)
@@ -496,10 +497,10 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	}
 	if exempt {
 		if prev != nil {
-			prev.fl.end() // a redirect to a host that is not held: its place goes back
+			prev.fl.End() // a redirect to a host that is not held: its place goes back
 		}
 		fc.release(session, id)
-		fc.h.notBooked(ok)
+		fc.h.NotBooked(ok)
 		return
 	}
 	th.host = host
@@ -509,12 +510,12 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		// before it was booked.
 		th.booked = prev.booked
 		fc.fly(th, prev.fl)
-		fc.h.checkThen(fc.held, navRequest{host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+		fc.h.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 			pagesHop{fc: fc, session: session, id: id, th: th, fl: prev.fl, key: navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}})
 		return
 	}
 	if prev != nil {
-		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+		prev.fl.End() // its answer was the redirect; the hop is a navigation of another host
 	}
 	th.booked = true
 	fc.f.holdPage(fc, session, ev, host, th)
@@ -524,17 +525,17 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 // paused in pages: it books nothing, and keeps the place in flight of
 // the hop before it, where its answer is read.
 type pagesHop struct {
-	noHolding
+	hold.NoHolding
 	fc          *fetchConn
 	session, id string
 	th          *trackHop
-	fl          *flight
+	fl          *hold.Flight
 	key         navKey
 }
 
-func (h pagesHop) refused() { h.fc.refuse(h.session, h.id, h.th, h.fl) }
+func (h pagesHop) Refused() { h.fc.refuse(h.session, h.id, h.th, h.fl) }
 
-func (h pagesHop) release() {
+func (h pagesHop) Release() {
 	h.fc.f.pass(h.key, h.fc)
 	h.fc.release(h.session, h.id)
 }

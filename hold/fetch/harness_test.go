@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 // A Holder armed on the fake browser the way relay.Proxy arms it (Start,
 // then Arm with the browser's endpoint), without the relay: for the tests
@@ -19,6 +19,9 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/session"
+	"github.com/cdp-throttle/cdp-throttle/hold/stream"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -30,8 +33,8 @@ func TestMain(m *testing.M) {
 
 // testHolder is a Holder holding on one fake browser.
 type testHolder struct {
-	hd     *Holder
-	b      Browser          // what Arm returned
+	hd     *hold.Holder
+	b      hold.Browser     // what Arm returned
 	lim    *limiter.Limiter // under the Holder's Limiter
 	logs   *fakebrowser.Logs
 	fed    atomic.Int64 // answers fed back to the limiter (Metrics.Feedback)
@@ -44,12 +47,13 @@ type testHolder struct {
 // browser-level backup on (HoldBackup) and every page counting as a
 // client's (EveryPage), as relay's tests of holding run it; opts adjust
 // it before it starts. It is closed when the test ends.
-func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*Holder)) *testHolder {
+func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*hold.Holder)) *testHolder {
 	t.Helper()
 	th := &testHolder{lim: limiter.New(cfg), logs: &fakebrowser.Logs{}}
 	log := zerolog.New(th.logs).Level(zerolog.DebugLevel)
-	th.hd = &Holder{
+	th.hd = &hold.Holder{
 		Limiter:      policy.New(policy.Config{Default: cfg}, th.lim),
+		Ways:         hold.Ways{Fetch: New, Session: session.New, Stream: stream.New},
 		HoldBackup:   true,
 		EveryPage:    true,
 		Log:          &log,
@@ -122,12 +126,12 @@ func (u fakeUpstream) Dial(ctx context.Context) (*websocket.Conn, error) {
 
 // counter counts in th what the tests wait for, and nothing else.
 type counter struct {
-	noMetrics
+	hold.NoMetrics
 	th *testHolder
 }
 
-func (c counter) Navigation(outcome NavOutcome, _ time.Duration) {
-	if outcome == NavBooked {
+func (c counter) Navigation(outcome hold.NavOutcome, _ time.Duration) {
+	if outcome == hold.NavBooked {
 		c.th.booked.Add(1)
 	}
 }

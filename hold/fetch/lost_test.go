@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 // Holding through the relay's own connections (Fetch) when one or both of
 // them are lost, or the relay closes them, while navigations are held.
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -104,7 +105,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargets": true}})
 	th := holdOn(t, fb, fixed(300*time.Millisecond))
 	hc1, hc2 := fb.Holder(t), fb.Pages(t)
-	for st := StateOf(th.b); !st.Pages || !st.Net; st = StateOf(th.b) { // the relay has them both, not only the fake
+	for st := hold.StateOf(th.b); !st.Pages || !st.Net; st = hold.StateOf(th.b) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
 	hc1.Drop()
@@ -167,7 +168,7 @@ func TestFetchHolderHandsOver(t *testing.T) {
 // gatedLimiter books nothing until gate is closed, and says on asked that
 // a booking waits.
 type gatedLimiter struct {
-	Limiter
+	hold.Limiter
 	asked chan struct{}
 	gate  chan struct{}
 }
@@ -192,7 +193,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
-	th := holdOn(t, fb, fixed(time.Hour), func(hd *Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
+	th := holdOn(t, fb, fixed(time.Hour), func(hd *hold.Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	nav := make(chan []fakebrowser.Hops, 1)
@@ -203,7 +204,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Fatal("the navigation was never booked")
 	}
 	pages.Drop()
-	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !StateOf(th.b).Pages })
+	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !hold.StateOf(th.b).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
 	var hops []fakebrowser.Hops
 	select {

@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 // Holding through the relay's own connections (Fetch), played against the
 // fake browser's recorded transcripts with no client: what is held, what
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -366,7 +367,7 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var pol *policy.Policy
-	holdOn(t, fb, limiter.Config{}, func(hd *Holder) {
+	holdOn(t, fb, limiter.Config{}, func(hd *hold.Holder) {
 		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
 		if err != nil {
 			t.Fatal(err)

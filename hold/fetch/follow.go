@@ -1,10 +1,11 @@
-package hold
+package fetch
 
 import (
 	"strings"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
@@ -23,11 +24,11 @@ type track struct {
 // trackHop is one hop of a followed document request.
 type trackHop struct {
 	host   string
-	booked bool      // its answer is fed back to the limiter
-	nav    *pace.Nav // its departure is followed; nil for a hop that booked nothing
-	fl     *flight   // the navigation it is a hop of; nil for one that books nothing
-	sent   bool      // the browser said it is sending it
-	ended  bool      // its answer or failure is in, or it was given up
+	booked bool         // its answer is fed back to the limiter
+	nav    *pace.Nav    // its departure is followed; nil for a hop that booked nothing
+	fl     *hold.Flight // the navigation it is a hop of; nil for one that books nothing
+	sent   bool         // the browser said it is sending it
+	ended  bool         // its answer or failure is in, or it was given up
 }
 
 // endLocked marks every hop of tr ended and adds those it ended to over.
@@ -47,13 +48,13 @@ func (tr *track) endLocked(over []*trackHop) []*trackHop {
 func endHops(over []*trackHop) {
 	for _, th := range over {
 		th.nav.End()
-		th.fl.end()
+		th.fl.End()
 	}
 }
 
 // fly makes fl the navigation th is a hop of, unless th is over already
 // (its page went away): then fl ends, and whatever holds it stops.
-func (fc *fetchConn) fly(th *trackHop, fl *flight) {
+func (fc *fetchConn) fly(th *trackHop, fl *hold.Flight) {
 	fc.mu.Lock()
 	over := th.ended
 	if !over {
@@ -61,7 +62,7 @@ func (fc *fetchConn) fly(th *trackHop, fl *flight) {
 	}
 	fc.mu.Unlock()
 	if over {
-		fl.end()
+		fl.End()
 	}
 }
 
@@ -130,7 +131,7 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 			}
 		}
 		tr = &track{session: session}
-		if ev.FrameID != "" && len(fc.tracks) < maxTracked {
+		if ev.FrameID != "" && len(fc.tracks) < hold.MaxTracked {
 			fc.trackLocked(key, tr)
 		}
 		fc.countTracksLocked()
@@ -238,15 +239,15 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 	fc.mu.Unlock()
 	if departed != nil {
 		departed.nav.Departed(departedAt, exact)
-		departed.fl.leftAt(departedAt) // its answer time counts from here
+		departed.fl.LeftAt(departedAt) // its answer time counts from here
 	}
 	if answered != nil {
 		if answered.booked {
-			fc.h.observe(answered.fl, answered.host, ev.Outcome, pageLog(&fc.log, page, ""))
+			fc.h.Observe(answered.fl, answered.host, ev.Outcome, hold.PageLog(&fc.log, page, ""))
 		}
 		answered.nav.End() // a redirect's navigation goes on with its next hop, in flight
 		if !ev.Redirect {
-			answered.fl.end()
+			answered.fl.End()
 		}
 	}
 	endHops(over)
@@ -256,25 +257,25 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 // for following. Callers hold fc.mu.
 func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.tracks))) }
 
-// following reports whether the pages connection follows a request now:
+// Following reports whether the pages connection follows a request now:
 // only then do the relay's clients' Network events need a look.
-func (f *fetchHold) following() bool { return f.tracked.Load() > 0 }
+func (f *fetchHold) Following() bool { return f.tracked.Load() > 0 }
 
-// clientEvent reads a Network event a client's page session received, as
+// ClientEvent reads a Network event a client's page session received, as
 // the pages connection reads those of its own sessions: of the requests it
 // follows, when each left and how it was answered. Several clients may
 // have the same event: the first one counts. page is the page of the
 // session it came in, when known.
-func (f *fetchHold) clientEvent(method, params []byte, page string, at time.Time) {
+func (f *fetchHold) ClientEvent(method, params []byte, page string, at time.Time) {
 	if fc := f.pages.Load(); fc != nil {
 		fc.network(method, params, page, at)
 	}
 }
 
-// clientNetworkOff is told that no client session has the Network events
+// ClientNetworkOff is told that no client session has the Network events
 // of a page on any more: if the pages connection follows a request of the
 // page, it reads them in its own session from now on.
-func (f *fetchHold) clientNetworkOff(target string) {
+func (f *fetchHold) ClientNetworkOff(target string) {
 	fc := f.pages.Load()
 	if fc == nil {
 		return

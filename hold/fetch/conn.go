@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 )
 
 // connRole is what one of the relay's own connections to a Chromium does.
@@ -33,7 +34,7 @@ func (r connRole) String() string { return [...]string{"pages", "net"}[r] }
 // fetchConn is one of the relay's own connections to the browser endpoint.
 type fetchConn struct {
 	f     *fetchHold
-	h     *browserHold
+	h     *hold.BrowserHold
 	role  connRole
 	c     *websocket.Conn
 	log   zerolog.Logger
@@ -47,12 +48,12 @@ type fetchConn struct {
 	// mu guards the fields below; taken after wmu and fetchHold's,
 	// before the flights' mu.
 	mu       sync.Mutex
-	closed   bool                  // guarded by mu
-	calls    map[int64]func(reply) // guarded by mu; commands whose reply someone waits for
-	pages    map[string]struct{}   // guarded by mu; target ids of pages
-	notPages map[string]struct{}   // guarded by mu; frame ids known not to be pages
-	hops     map[string]hop        // guarded by mu; net: interception id → document request under way
-	readDone chan struct{}         // closed when the reader ends
+	closed   bool                       // guarded by mu
+	calls    map[int64]func(hold.Reply) // guarded by mu; commands whose reply someone waits for
+	pages    map[string]struct{}        // guarded by mu; target ids of pages
+	notPages map[string]struct{}        // guarded by mu; frame ids known not to be pages
+	hops     map[string]hop             // guarded by mu; net: interception id → document request under way
+	readDone chan struct{}              // closed when the reader ends
 	// held ends when the connection is closed or lost: the navigations
 	// it holds are given up (the browser hands their requests on).
 	held    context.Context
@@ -72,14 +73,8 @@ type fetchConn struct {
 type hop struct {
 	host   string
 	frame  string
-	booked bool    // its answer is fed back: this connection booked it
-	fl     *flight // the navigation, when this connection holds it or reads its answer
-}
-
-// reply is the answer to one of the relay's own commands.
-type reply struct {
-	result json.RawMessage
-	err    *cdp.Error
+	booked bool         // its answer is fed back: this connection booked it
+	fl     *hold.Flight // the navigation, when this connection holds it or reads its answer
 }
 
 // documentPattern pauses every document request where it is enabled: on a
@@ -92,7 +87,7 @@ var documentPattern = []*fetch.RequestPattern{
 // dial dials the browser endpoint for one of the relay's connections.
 func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
 	h := f.h
-	c, err := h.up.Dial(ctx)
+	c, err := h.Up.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +97,8 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 		role:     role,
 		c:        c,
 		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
-		log:      h.holder.log.With().Str("conn", "relay-"+role.String()).Str("upstream", h.up.Name()).Logger(),
-		calls:    make(map[int64]func(reply)),
+		log:      h.Holder.Logger().With().Str("conn", "relay-"+role.String()).Str("upstream", h.Up.Name()).Logger(),
+		calls:    make(map[int64]func(hold.Reply)),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
 		hops:     make(map[string]hop),
@@ -121,12 +116,12 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 // refusal says why a command of the relay's own connection failed: an
 // error answer is a refusal; no answer in time is silence (a refusal when
 // Fetch is required: Start then fails with it).
-func refusal(what string, r *reply, err error, mode Intercept) error {
+func refusal(what string, r *hold.Reply, err error, mode hold.Intercept) error {
 	err = fmt.Errorf("hold: %s: %w", what, err)
 	switch {
 	case r != nil:
 		return errRefused{err}
-	case errors.Is(err, context.DeadlineExceeded) && mode == InterceptFetch:
+	case errors.Is(err, context.DeadlineExceeded) && mode == hold.InterceptFetch:
 		return errRefused{err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %w", errSilent, err)
@@ -178,7 +173,7 @@ var errConnClosed = errors.New("hold: browser connection closed")
 // id; its reply goes to answer, or is only logged when answer is nil.
 // answer runs on the connection's reader and must not block; when the
 // connection ends first it gets the zero reply with a nil result.
-func (fc *fetchConn) send(session, method string, params any, answer func(reply)) (int64, error) {
+func (fc *fetchConn) send(session, method string, params any, answer func(hold.Reply)) (int64, error) {
 	fc.wmu.Lock()
 	defer fc.wmu.Unlock()
 	fc.nextID++
@@ -196,7 +191,7 @@ func (fc *fetchConn) send(session, method string, params any, answer func(reply)
 		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
 	}
 	fc.mu.Unlock()
-	fc.c.SetWriteDeadline(time.Now().Add(fc.h.holder.WriteTimeout))
+	fc.c.SetWriteDeadline(time.Now().Add(fc.h.Holder.WriteTimeout))
 	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
 		fc.mu.Lock()
 		delete(fc.calls, id)
@@ -208,19 +203,19 @@ func (fc *fetchConn) send(session, method string, params any, answer func(reply)
 
 // call sends a command on session and waits for its reply. The reply is
 // nil when the browser did not answer; with an error reply, both are set.
-func (fc *fetchConn) call(ctx context.Context, session, method string, params any) (*reply, error) {
-	answer := make(chan reply, 1)
-	id, err := fc.send(session, method, params, func(r reply) { answer <- r })
+func (fc *fetchConn) call(ctx context.Context, session, method string, params any) (*hold.Reply, error) {
+	answer := make(chan hold.Reply, 1)
+	id, err := fc.send(session, method, params, func(r hold.Reply) { answer <- r })
 	if err != nil {
 		return nil, err
 	}
 	select {
 	case r := <-answer:
-		if r.result == nil && r.err == nil {
+		if r.Result == nil && r.Err == nil {
 			return nil, errConnClosed
 		}
-		if r.err != nil {
-			return &r, fmt.Errorf("hold: %s: %s (%d)", method, r.err.Message, r.err.Code)
+		if r.Err != nil {
+			return &r, fmt.Errorf("hold: %s: %s (%d)", method, r.Err.Message, r.Err.Code)
 		}
 		return &r, nil
 	case <-ctx.Done():
@@ -238,7 +233,7 @@ func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, i
 // client blocked (Chromium reports net::ERR_BLOCKED_BY_CLIENT), and ends
 // its navigation fl. th, its hop when the pages connection follows it
 // (nil otherwise), books nothing: its failure is no answer of the site.
-func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *flight) {
+func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight) {
 	if th != nil {
 		fc.mu.Lock()
 		th.booked = false
@@ -248,7 +243,7 @@ func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *flight) {
 	if _, err := fc.send(session, "Fetch.failRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
 		fc.log.Debug().Err(err).Str("request", id).Msg("refusing a request failed")
 	}
-	fl.end()
+	fl.End()
 }
 
 // continueRequest lets a paused request go on, asking for its answer when
@@ -272,10 +267,10 @@ func (fc *fetchConn) read() {
 		fc.mu.Lock()
 		fc.closed = true
 		calls := fc.calls
-		fc.calls = make(map[int64]func(reply))
+		fc.calls = make(map[int64]func(hold.Reply))
 		fc.mu.Unlock()
 		for _, answer := range calls {
-			answer(reply{})
+			answer(hold.Reply{})
 		}
 		if fc.role == rolePages {
 			fc.endAllTracks()
@@ -317,7 +312,7 @@ func (fc *fetchConn) reply(id int64, msg []byte) {
 		if result == nil && e == nil {
 			result = json.RawMessage("{}")
 		}
-		answer(reply{result: result, err: e})
+		answer(hold.Reply{Result: result, Err: e})
 	case e != nil:
 		// A request whose page went away meanwhile; nothing to do.
 		fc.log.Debug().Int64("id", id).Int64("code", e.Code).Msg("browser refused a command of the relay's")
@@ -342,8 +337,8 @@ func (fc *fetchConn) event(method string, params []byte) {
 		fc.mu.Lock()
 		fc.pages[ti.TargetID] = struct{}{}
 		fc.mu.Unlock()
-		if ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
-			fc.h.claims.claim(ti.TargetID) // a popup of a client's page
+		if ti.OpenerID != "" && fc.h.Claims.Claimed(ti.OpenerID) {
+			fc.h.Claims.Claim(ti.TargetID) // a popup of a client's page
 		}
 	case "Target.targetDestroyed":
 		if id, ok := cdp.ReadTargetID(params); ok {
@@ -374,7 +369,7 @@ func (fc *fetchConn) dropFrameHopsLocked(frame string) {
 	for k, hp := range fc.hops {
 		if hp.frame == frame {
 			delete(fc.hops, k)
-			hp.fl.end()
+			hp.fl.End()
 		}
 	}
 }

@@ -1,4 +1,8 @@
-package hold
+// Package session holds navigations through the relay's own interception
+// in each client session: Lightpanda's way, and Chromium's when the
+// relay's own connections cannot hold (sessionHold says how). It is one
+// of the ways of package hold (hold.Ways.Session).
+package session
 
 import (
 	"encoding/json"
@@ -7,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -31,7 +36,7 @@ import (
 // Fetch.disable and Network.disable are answered by the relay, which keeps
 // its own interception on.
 type sessionHold struct {
-	w *watch
+	w *hold.Watch
 	// patterns are the relay's own: only documents for Chromium; every
 	// request for Lightpanda, whose older versions honour no other
 	// pattern.
@@ -46,24 +51,24 @@ type sessionHold struct {
 // document books nothing more, and takes its place in flight.
 type prebooked struct {
 	at time.Time
-	fl *flight
+	fl *hold.Flight
 }
 
 // sessDoc is a top-level document under way in a page session.
 type sessDoc struct {
 	host string
-	fl   *flight
+	fl   *hold.Flight
 }
 
 // sessState is what the relay keeps of one page session.
 type sessState struct {
 	target    string
 	armed     bool
-	client    *clientFetch        // the client's own Fetch here, nil when off
-	network   bool                // the client enabled Network here
-	delivered map[string]*flight  // paused requests handed to the client, not answered by it yet → the held document's flight (nil: not one)
-	docs      map[string]sessDoc  // network id → the top-level document under way
-	children  map[string]struct{} // frames known to have a parent (iframes)
+	client    *clientFetch            // the client's own Fetch here, nil when off
+	network   bool                    // the client enabled Network here
+	delivered map[string]*hold.Flight // paused requests handed to the client, not answered by it yet → the held document's flight (nil: not one)
+	docs      map[string]sessDoc      // network id → the top-level document under way
+	children  map[string]struct{}     // frames known to have a parent (iframes)
 }
 
 // clientFetch is a client's own Fetch.enable.
@@ -84,24 +89,21 @@ var (
 	everyPattern     = []pattern{{URLPattern: "*", RequestStage: "Request"}}
 )
 
-func newSessionHold(w *watch) *sessionHold {
+// New is the session way of holding the navigations of one client
+// connection (hold.Ways.Session).
+func New(w *hold.Watch) hold.ConnWay {
 	s := &sessionHold{w: w, states: make(map[string]*sessState), prebooked: make(map[string]prebooked), patterns: documentsPattern}
-	if w.h.lightpanda {
+	if w.Browser.Lightpanda {
 		s.patterns = everyPattern
 	}
 	return s
 }
 
-// armAll arms every page session the client has.
-func (s *sessionHold) armAll() {
-	s.w.mu.Lock()
-	var sessions []string
-	for id, si := range s.w.sessions {
-		if si.typ == "page" {
-			sessions = append(sessions, id)
-		}
-	}
-	s.w.mu.Unlock()
+// Arm arms every page session the client has.
+func (s *sessionHold) Arm() {
+	s.w.Lock()
+	sessions := s.w.PageSessionsLocked()
+	s.w.Unlock()
 	for _, id := range sessions {
 		s.arm(id)
 	}
@@ -110,36 +112,36 @@ func (s *sessionHold) armAll() {
 // arm enables the relay's interception on a page session, once.
 func (s *sessionHold) arm(session string) {
 	w := s.w
-	w.mu.Lock()
-	si, ok := w.sessions[session]
-	if !ok || si.typ != "page" {
-		w.mu.Unlock()
+	w.Lock()
+	si, ok := w.SessionLocked(session)
+	if !ok || si.Type != "page" {
+		w.Unlock()
 		return
 	}
 	st := s.states[session]
 	if st == nil {
-		if len(s.states) >= maxTracked {
+		if len(s.states) >= hold.MaxTracked {
 			for _, old := range s.states {
 				old.endDocs()
 			}
 			clear(s.states)
 		}
-		st = &sessState{target: si.target, delivered: map[string]*flight{}, docs: map[string]sessDoc{}, children: map[string]struct{}{}}
+		st = &sessState{target: si.Target, delivered: map[string]*hold.Flight{}, docs: map[string]sessDoc{}, children: map[string]struct{}{}}
 		s.states[session] = st
 	}
 	if st.armed {
-		w.mu.Unlock()
+		w.Unlock()
 		return
 	}
 	st.armed = true
 	enable := s.enableParams(st)
 	network := st.network
-	w.mu.Unlock()
-	if _, err := w.send(session, "Fetch.enable", enable, nil); err != nil {
-		w.log.Debug().Err(err).Msg("could not enable the relay's interception")
+	w.Unlock()
+	if _, err := w.Send(session, "Fetch.enable", enable, nil); err != nil {
+		w.Log().Debug().Err(err).Msg("could not enable the relay's interception")
 	}
 	if !network {
-		w.send(session, "Network.enable", struct{}{}, nil)
+		w.Send(session, "Network.enable", struct{}{}, nil)
 	}
 }
 
@@ -172,9 +174,9 @@ func (s *sessionHold) state(session string) *sessState {
 	return st
 }
 
-// fromClient looks at a client's command; it reports true when the relay
+// FromClient looks at a client's command; it reports true when the relay
 // took it (and writes it, rewritten, or answers it itself).
-func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
+func (s *sessionHold) FromClient(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	switch string(hd.Method) {
@@ -195,72 +197,72 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 				return false
 			}
 		}
-		w.mu.Lock()
+		w.Lock()
 		st := s.state(session)
 		if st == nil {
-			w.mu.Unlock()
+			w.Unlock()
 			return false
 		}
 		st.client = c
 		params := s.enableParams(st)
-		w.mu.Unlock()
+		w.Unlock()
 		out, err := cdp.Command(hd.ID, "Fetch.enable", session, params)
 		if err != nil {
 			return false
 		}
-		w.pass(out)
+		w.Pass(out)
 		return true
 	case "Fetch.disable":
-		w.mu.Lock()
+		w.Lock()
 		st := s.state(session)
 		if st == nil {
-			w.mu.Unlock()
+			w.Unlock()
 			return false
 		}
 		st.client = nil
 		waiting := maps.Clone(st.delivered)
 		clear(st.delivered)
 		params := s.enableParams(st)
-		w.mu.Unlock()
+		w.Unlock()
 		// What the client held goes on, as Fetch.disable would have let it.
 		for id, fl := range waiting {
 			s.goOnFollowed(session, id, fl)
 		}
-		w.send(session, "Fetch.enable", params, nil)
-		w.answer(session, hd.ID, "{}")
+		w.Send(session, "Fetch.enable", params, nil)
+		w.Answer(session, hd.ID, "{}")
 		return true
 	case "Fetch.continueRequest", "Fetch.failRequest", "Fetch.fulfillRequest", "Fetch.continueWithAuth", "Fetch.continueResponse":
 		var p struct {
 			RequestID string `json:"requestId"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil {
-			w.mu.Lock()
+			w.Lock()
 			if st := s.state(session); st != nil {
 				fl := st.delivered[p.RequestID]
 				delete(st.delivered, p.RequestID)
-				if fl.followed() != nil && string(hd.Method) == "Fetch.continueRequest" && len(w.departs) < maxTracked {
+				if fl.Followed() != nil && string(hd.Method) == "Fetch.continueRequest" {
 					// A held document the client lets go itself: the
 					// answer says when it left, as goOnFollowed's does.
-					w.departs[cmdKey{session, hd.ID}] = fl
+					w.DepartsLocked(hold.CmdKey{Session: session, ID: hd.ID}, fl)
 				}
 			}
-			w.mu.Unlock()
+			w.Unlock()
 		}
 	case "Network.enable":
-		w.mu.Lock()
+		w.Lock()
 		if st := s.state(session); st != nil {
 			st.network = true
 		}
-		w.mu.Unlock()
+		w.Unlock()
 	case "Network.disable":
-		w.mu.Lock()
+		w.Lock()
 		st := s.state(session)
 		if st != nil {
 			st.network = false
 		}
-		w.mu.Unlock()
+		w.Unlock()
 		if st != nil {
-			w.answer(session, hd.ID, "{}") // the relay reads the answers from Network
+			w.Answer(session, hd.ID, "{}") // the relay reads the answers from Network
 			return true
 		}
 	}
@@ -277,67 +279,67 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	host, ok := limiter.Key(p.URL)
-	if !ok || s.w.h.exempt(host) {
+	if !ok || s.w.Browser.Exempt(host) {
 		return false
 	}
 	w := s.w
-	w.held.Add(1)
-	fl := w.h.newFlight(w.ctx)
-	w.h.hold(w.ctx, navRequest{fl: fl, host: host, url: p.URL, log: w.log, refusable: true},
+	w.Held().Add(1)
+	fl := w.Browser.NewFlight(w.Context())
+	w.Browser.Hold(w.Context(), hold.Request{Flight: fl, Host: host, URL: p.URL, Log: w.Log(), Refusable: true},
 		createHold{s: s, url: p.URL, fl: fl, msg: append([]byte(nil), msg...), session: string(hd.SessionID), id: hd.ID})
 	return true
 }
 
 // createHold is a Target.createTarget with a URL, held for its slot.
 type createHold struct {
-	noHolding
+	hold.NoHolding
 	s       *sessionHold
 	url     string
-	fl      *flight
+	fl      *hold.Flight
 	msg     []byte // the command, written on at the slot
 	session string
 	id      int64
 }
 
-func (c createHold) refused() {
+func (c createHold) Refused() {
 	// Answered as in the stream: its result has no room for an error.
-	c.fl.end()
-	c.s.w.answerError(c.session, c.id, blockedByClient)
+	c.fl.End()
+	c.s.w.AnswerError(c.session, c.id, hold.BlockedByClient)
 }
 
-// release lets the command go, and leaves its place in flight to the
+// Release lets the command go, and leaves its place in flight to the
 // page's document, which books nothing more; if it never shows, the
 // place goes back once it cannot come any more.
-func (c createHold) release() {
+func (c createHold) Release() {
 	s, w, fl := c.s, c.s.w, c.fl
-	w.mu.Lock()
-	if len(s.prebooked) >= maxTracked {
+	w.Lock()
+	if len(s.prebooked) >= hold.MaxTracked {
 		for _, pb := range s.prebooked {
-			pb.fl.end()
+			pb.fl.End()
 		}
 		clear(s.prebooked)
 	}
 	s.prebooked[c.url] = prebooked{at: time.Now(), fl: fl}
-	w.mu.Unlock()
-	time.AfterFunc(claimWait, func() {
-		w.mu.Lock()
+	w.Unlock()
+	time.AfterFunc(hold.ClaimWait, func() {
+		w.Lock()
 		pb, waiting := s.prebooked[c.url]
 		if waiting && pb.fl == fl {
 			delete(s.prebooked, c.url)
 		}
-		w.mu.Unlock()
+		w.Unlock()
 		if waiting && pb.fl == fl {
-			fl.end()
+			fl.End()
 		}
 	})
-	w.pass(c.msg)
+	w.Pass(c.msg)
 }
 
-func (c createHold) done() { c.s.w.held.Done() }
+func (c createHold) Done() { c.s.w.Held().Done() }
 
-// fromBrowser looks at what the browser sends the client; it reports true
+// FromBrowser looks at what the browser sends the client; it reports true
 // for what the client must not see.
-func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
+func (s *sessionHold) FromBrowser(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	method := string(hd.Method)
@@ -349,21 +351,21 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		return false
 	case method == "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
-			w.mu.Lock()
+			w.Lock()
 			if st := s.states[sid]; st != nil {
 				st.endDocs() // the page went, or the client left it
 			}
 			delete(s.states, sid)
-			w.mu.Unlock()
+			w.Unlock()
 		}
 		return false
 	case method == "Fetch.requestPaused":
 		return s.paused(session, hd.Params, msg)
 	case method == "Fetch.authRequired":
-		w.mu.Lock()
+		w.Lock()
 		st := s.state(session)
 		auth := st != nil && st.client != nil && st.client.auth
-		w.mu.Unlock()
+		w.Unlock()
 		if st == nil || auth {
 			return false
 		}
@@ -371,7 +373,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			RequestID string `json:"requestId"`
 		}
 		json.Unmarshal(hd.Params, &p)
-		w.send(session, "Fetch.continueWithAuth", map[string]any{"requestId": p.RequestID,
+		w.Send(session, "Fetch.continueWithAuth", map[string]any{"requestId": p.RequestID,
 			"authChallengeResponse": map[string]string{"response": "Default"}}, nil)
 		return true
 	case method == "Page.frameAttached":
@@ -380,15 +382,15 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			ParentFrameID string `json:"parentFrameId"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil && p.ParentFrameID != "" {
-			w.mu.Lock()
-			if st := s.state(session); st != nil && len(st.children) < maxTracked {
+			w.Lock()
+			if st := s.state(session); st != nil && len(st.children) < hold.MaxTracked {
 				st.children[p.FrameID] = struct{}{}
 			}
-			w.mu.Unlock()
+			w.Unlock()
 		}
 		return false
 	case strings.HasPrefix(method, "Network."):
-		w.mu.Lock()
+		w.Lock()
 		st := s.state(session)
 		var doc sessDoc
 		var answer cdp.Answer
@@ -400,10 +402,10 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			}
 		}
 		drop := st != nil && !st.network
-		w.mu.Unlock()
+		w.Unlock()
 		if doc.host != "" {
-			w.h.observe(doc.fl, doc.host, answer.Outcome, w.navLog(session))
-			doc.fl.end()
+			w.Browser.Observe(doc.fl, doc.host, answer.Outcome, w.NavLog(session))
+			doc.fl.End()
 		}
 		return drop
 	}
@@ -414,10 +416,10 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	w := s.w
 	ev, ok := cdp.ReadRequestPaused(params)
-	w.mu.Lock()
+	w.Lock()
 	st := s.state(session)
 	if !ok || st == nil {
-		w.mu.Unlock()
+		w.Unlock()
 		return false // not the relay's: the client's own
 	}
 	_, answered := ev.Outcome()
@@ -428,21 +430,21 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	wants := st.client.matches(&ev, stage)
 	_, child := st.children[ev.FrameID]
 	top := !answered && ev.ResourceType == "Document" &&
-		(ev.FrameID == st.target || w.h.lightpanda && !child) // Lightpanda opens popups as parentless frames of the page
+		(ev.FrameID == st.target || w.Browser.Lightpanda && !child) // Lightpanda opens popups as parentless frames of the page
 	host, httpURL := limiter.Key(ev.Request.URL)
-	if !top || !httpURL || w.h.exempt(host) {
+	if !top || !httpURL || w.Browser.Exempt(host) {
 		if top {
 			st.endDocs() // a navigation that is not held replaces the page's last one
 			clear(st.docs)
 		}
-		w.mu.Unlock()
+		w.Unlock()
 		if top {
-			w.h.notBooked(httpURL)
+			w.Browser.NotBooked(httpURL)
 		}
 		if wants {
-			w.mu.Lock()
+			w.Lock()
 			st.delivered[ev.RequestID] = nil
-			w.mu.Unlock()
+			w.Unlock()
 			return false // the client's own, now
 		}
 		s.goOn(session, ev.RequestID)
@@ -458,11 +460,11 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		clear(st.docs)
 	}
 	pb, ok := s.prebooked[ev.Request.URL]
-	prebooked := ok && time.Since(pb.at) < claimWait
+	prebooked := ok && time.Since(pb.at) < hold.ClaimWait
 	if prebooked {
 		delete(s.prebooked, ev.Request.URL)
 	}
-	var fl *flight
+	var fl *hold.Flight
 	switch {
 	case hop && prev.host == host:
 		fl = prev.fl // a hop within the host keeps the place of the hop before it
@@ -470,81 +472,81 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		fl = pb.fl // the page of a held createTarget: its place
 	default:
 		if hop {
-			prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+			prev.fl.End() // its answer was the redirect; the hop is a navigation of another host
 		}
-		fl = w.h.newFlight(w.ctx)
+		fl = w.Browser.NewFlight(w.Context())
 	}
 	st.docs[networkOr(&ev)] = sessDoc{host: host, fl: fl}
 	s.held++
-	w.mu.Unlock()
+	w.Unlock()
 
 	d := docHold{s: s, st: st, ev: ev, fl: fl, session: session, wants: wants, msg: append([]byte(nil), msg...)}
-	n := navRequest{fl: fl, host: host, url: ev.Request.URL, log: w.navLog(session), refusable: true}
+	n := hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: w.NavLog(session), Refusable: true}
 	if hop && prev.host == host || prebooked {
 		// A hop within the host, or the page of a held createTarget:
 		// booked already, and asked about only now.
-		w.h.checkThen(w.ctx, n, d)
+		w.Browser.CheckThen(w.Context(), n, d)
 		return true
 	}
-	w.held.Add(1)
+	w.Held().Add(1)
 	// On Lightpanda, the answer to the Fetch.continueRequest that lets the
 	// document go, the relay's or the client's, says when it left
 	// (goOnFollowed): pace follows it, as the Fetch strategy follows
 	// Chromium's own timing.
-	n.depart = w.h.lightpanda
-	w.h.hold(w.ctx, n, d)
+	n.Depart = w.Browser.Lightpanda
+	w.Browser.Hold(w.Context(), n, d)
 	return true
 }
 
 // docHold is a document request paused in a client session, held for
 // its slot.
 type docHold struct {
-	noHolding
+	hold.NoHolding
 	s       *sessionHold
 	st      *sessState
 	ev      cdp.RequestPaused
-	fl      *flight
+	fl      *hold.Flight
 	session string
 	wants   bool   // the client pauses it too: it gets msg at the slot
 	msg     []byte // the pause, as the browser sent it
 }
 
-func (d docHold) booked(_ time.Time, n *pace.Nav) { d.fl.follow(n) }
+func (d docHold) Booked(_ time.Time, n *pace.Nav) { d.fl.Follow(n) }
 
-func (d docHold) release() {
+func (d docHold) Release() {
 	s, w := d.s, d.s.w
-	w.mu.Lock()
+	w.Lock()
 	s.held--
 	if d.wants {
 		d.st.delivered[d.ev.RequestID] = d.fl
 	}
-	w.mu.Unlock()
+	w.Unlock()
 	if d.wants {
-		w.toClient(d.msg)
+		w.ToClient(d.msg)
 	} else {
 		s.goOnFollowed(d.session, d.ev.RequestID, d.fl)
 	}
 }
 
-func (d docHold) refused() {
+func (d docHold) Refused() {
 	s, w := d.s, d.s.w
-	w.mu.Lock()
+	w.Lock()
 	s.held--
 	if doc, ok := d.st.docs[networkOr(&d.ev)]; ok && doc.fl == d.fl {
 		delete(d.st.docs, networkOr(&d.ev)) // its failure is no answer of the site
 	}
-	w.mu.Unlock()
+	w.Unlock()
 	s.fail(d.session, d.ev.RequestID)
-	d.fl.end()
+	d.fl.End()
 }
 
-func (d docHold) done() { d.s.w.held.Done() }
+func (d docHold) Done() { d.s.w.Held().Done() }
 
 // endDocs ends the navigations of the documents under way. Callers hold
 // w.mu.
 func (st *sessState) endDocs() {
 	for _, d := range st.docs {
-		d.fl.end()
+		d.fl.End()
 	}
 }
 
@@ -563,7 +565,7 @@ func (st *sessState) awaits(params []byte) bool {
 
 // goOn lets a request paused in a client session go on.
 func (s *sessionHold) goOn(session, requestID string) {
-	s.w.send(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), nil)
+	s.w.Send(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), nil)
 }
 
 // goOnFollowed lets a paused request go on and, when fl follows the
@@ -572,18 +574,18 @@ func (s *sessionHold) goOn(session, requestID string) {
 // handed the request to its HTTP client, which sends it before it answers
 // when one of its connections is free. (A request queued behind busy ones
 // leaves later than its answer says, and pace cannot see that.)
-func (s *sessionHold) goOnFollowed(session, requestID string, fl *flight) {
-	if fl.followed() == nil {
+func (s *sessionHold) goOnFollowed(session, requestID string, fl *hold.Flight) {
+	if fl.Followed() == nil {
 		fl = nil
 	}
-	s.w.sendDeparting(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), fl)
+	s.w.SendDeparting(session, "Fetch.continueRequest", cdp.StringParam("requestId", requestID), fl)
 }
 
 // fail fails a paused request the Limiter refused, as one the client
 // blocked: Chromium reports net::ERR_BLOCKED_BY_CLIENT; Lightpanda, which
 // takes the reason, aborts the request.
 func (s *sessionHold) fail(session, requestID string) {
-	s.w.send(session, "Fetch.failRequest", map[string]string{"requestId": requestID, "errorReason": "BlockedByClient"}, nil)
+	s.w.Send(session, "Fetch.failRequest", map[string]string{"requestId": requestID, "errorReason": "BlockedByClient"}, nil)
 }
 
 // networkOr names a paused request by what its Network events will call it.
@@ -594,16 +596,16 @@ func networkOr(ev *cdp.RequestPaused) string {
 	return ev.RequestID
 }
 
-// ended counts what the relay still held when the client's connection
+// Ended counts what the relay still held when the client's connection
 // closed: Chromium lets a detached session's paused requests go on to the
 // network (Lightpanda drops them).
-func (s *sessionHold) ended() {
-	s.w.mu.Lock()
+func (s *sessionHold) Ended() {
+	s.w.Lock()
 	n := s.held
 	s.held = 0
-	s.w.mu.Unlock()
-	if n > 0 && !s.w.h.lightpanda {
-		s.w.h.unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
+	s.w.Unlock()
+	if n > 0 && !s.w.Browser.Lightpanda {
+		s.w.Browser.Unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
 	}
 }
 

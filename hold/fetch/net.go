@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -60,15 +61,15 @@ func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 // clients: they have a page, or had one within Holder.NetLinger, after which it
 // looks again. Callers hold mu.
 func (f *fetchHold) clientsLocked() bool {
-	if !f.h.holder.HoldBackup {
+	if !f.h.Holder.HoldBackup {
 		return false
 	}
 	now := time.Now()
-	if f.h.claims.any() {
+	if f.h.Claims.Any() {
 		f.clientsAt = now
 		return true
 	}
-	left := f.h.holder.NetLinger - now.Sub(f.clientsAt)
+	left := f.h.Holder.NetLinger - now.Sub(f.clientsAt)
 	if left <= 0 {
 		return false
 	}
@@ -143,8 +144,8 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 	if !on {
 		method, params = "Fetch.disable", struct{}{}
 	}
-	_, err := nc.send("", method, params, func(r reply) {
-		if r.err == nil && r.result != nil {
+	_, err := nc.send("", method, params, func(r hold.Reply) {
+		if r.Err == nil && r.Result != nil {
 			f.acked(seq, wide)
 		}
 		f.netMu.Lock()
@@ -197,7 +198,7 @@ func (f *fetchHold) netOnLocked() bool {
 // channel closed once it is on, or net is down (pages holds alone then),
 // within coverWait. Nil means it is on already.
 func (f *fetchHold) netCovering() <-chan struct{} {
-	if !f.h.holder.HoldBackup {
+	if !f.h.Holder.HoldBackup {
 		return nil
 	}
 	f.mu.Lock()
@@ -207,16 +208,16 @@ func (f *fetchHold) netCovering() <-chan struct{} {
 		return nil
 	}
 	f.updateNet()
-	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOnLocked() }, coverWait)
+	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOnLocked() }, hold.CoverWait)
 }
 
 // whenNet returns a channel closed once ok, asked under mu, holds (asked
 // again each time net takes an update), or within is over.
 func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
-	f.h.holder.limiting.Add(1)
+	f.h.Holder.Limiting().Add(1)
 	go func() {
-		defer f.h.holder.limiting.Done()
+		defer f.h.Holder.Limiting().Done()
 		defer close(ch)
 		t := time.NewTimer(within)
 		defer t.Stop()
@@ -292,14 +293,14 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 	host, _ := limiter.Key(ev.Request.URL)
 	fc.hopFor(ev)
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
-	f.h.holder.limiting.Add(1)
+	f.h.Holder.Limiting().Add(1)
 	go func() {
-		defer f.h.holder.limiting.Done()
+		defer f.h.Holder.Limiting().Done()
 		select {
 		case <-hn.booked:
 		case <-fc.held.Done():
 			return
-		case <-hn.fl.ctx.Done(): // its page went while it waited, or it was refused
+		case <-hn.fl.Context().Done(): // its page went while it waited, or it was refused
 			f.mu.Lock()
 			refused := hn.refused
 			f.mu.Unlock()
@@ -312,12 +313,12 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// Its slot went by while the browser handed it over: going now
 			// would come too close to the navigation after it. It takes
 			// the next slot instead.
-			log := pageLog(&fc.log, ev.FrameID, "")
+			log := hold.PageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.hold(fc.held, navRequest{fl: hn.fl, host: host, url: ev.Request.URL, log: log}, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
+			f.h.Hold(fc.held, hold.Request{Flight: hn.fl, Host: host, URL: ev.Request.URL, Log: log}, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 			return
 		}
-		f.h.holdUntil(fc.held, hn.fl, hn.start, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
+		f.h.HoldUntil(fc.held, hn.fl, hn.start, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 	}()
 	return true
 }
@@ -336,13 +337,13 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		f.h.checkThen(fc.held, navRequest{host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+		f.h.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 			netHold{netLet: netLet{fc: fc, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl}})
 		return
 	}
 	f.mu.Unlock()
 	if redirected {
-		prev.fl.end() // its answer was the redirect; the hop is a navigation of another host
+		prev.fl.End() // its answer was the redirect; the hop is a navigation of another host
 	}
 	fl := f.newFlight()
 	f.mu.Lock()
@@ -353,15 +354,15 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	f.held[key] = hn
 	f.addURLLocked(hn.url)
 	f.mu.Unlock()
-	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
+	context.AfterFunc(fl.Context(), func() { f.forget(key, hn) })
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
-	f.h.hold(fc.held, navRequest{fl: fl, host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), refusable: true},
+	f.h.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 		netHold{netLet: netLet{f: f, fc: fc, key: key, hn: hn, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: true, fl: fl}})
 }
 
 // netLet lets go a document request net holds, once its slot came.
 type netLet struct {
-	noHolding
+	hold.NoHolding
 	f   *fetchHold
 	fc  *fetchConn
 	key navKey
@@ -369,7 +370,7 @@ type netLet struct {
 	id  string
 }
 
-func (l netLet) release() { l.f.let(l.fc, l.key, l.hn, "", l.id) }
+func (l netLet) Release() { l.f.let(l.fc, l.key, l.hn, "", l.id) }
 
 // netHold is a document request net holds: booked on hn (when it has
 // one: a redirect hop within its host books nothing, and is continued
@@ -379,22 +380,22 @@ type netHold struct {
 	hop hop // the request's hop, as fc follows it
 }
 
-func (n netHold) booked(start time.Time, _ *pace.Nav) {
+func (n netHold) Booked(start time.Time, _ *pace.Nav) {
 	n.hn.start = start
 	close(n.hn.booked)
 }
 
-func (n netHold) refused() {
+func (n netHold) Refused() {
 	n.fc.setHop(n.id, hop{host: n.hop.host, frame: n.hop.frame, fl: n.hop.fl})
 	n.fc.refuse("", n.id, nil, n.hop.fl)
 }
 
-func (n netHold) release() {
+func (n netHold) Release() {
 	if n.hn == nil {
 		n.fc.continueRequest("", n.id, n.hop.booked) // a hop: its answer is read where the hop before was booked
 		return
 	}
-	n.netLet.release()
+	n.netLet.Release()
 }
 
 // hopFor returns the document request a redirect hop follows, and forgets

@@ -1,4 +1,8 @@
-package hold
+// Package stream holds the commands that navigate in each client's
+// stream: the last resort, when no interception can hold (streamHold
+// says what it sees and what it does not). It is one of the ways of
+// package hold (hold.Ways.Stream).
+package stream
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -34,13 +39,13 @@ import (
 // go (Fetch.continueRequest), or, where it did not pause this one after
 // all (its URL pattern did not match), unknown until its answer.
 type streamHold struct {
-	w *watch
+	w *hold.Watch
 
-	queues map[string][]*heldCmd // guarded by w.mu; session → its navigation commands, the first one booked
-	docs   map[string]streamDoc  // guarded by w.mu; session+" "+requestId → a main-frame document under way
-	let    map[string][]letNav   // guarded by w.mu; host → held navigations to it let go, not seen yet
-	urls   map[string]string     // guarded by w.mu; session → URL its main frame last committed
-	last   map[string]*flight    // guarded by w.mu; session → its last navigation let go
+	queues map[string][]*heldCmd   // guarded by w.mu; session → its navigation commands, the first one booked
+	docs   map[string]streamDoc    // guarded by w.mu; session+" "+requestId → a main-frame document under way
+	let    map[string][]letNav     // guarded by w.mu; host → held navigations to it let go, not seen yet
+	urls   map[string]string       // guarded by w.mu; session → URL its main frame last committed
+	last   map[string]*hold.Flight // guarded by w.mu; session → its last navigation let go
 	// paused are the main-frame documents the client's own interception
 	// paused before they left: session+" "+its Fetch requestId → the
 	// document's (session+" "+its network requestId, a key of docs).
@@ -52,13 +57,13 @@ type streamHold struct {
 // Network events.
 type streamDoc struct {
 	host string
-	fl   *flight // nil for a redirect to another host, which is booked but not held
+	fl   *hold.Flight // nil for a redirect to another host, which is booked but not held
 }
 
 // letNav is a held navigation let go, whose document is expected.
 type letNav struct {
 	at time.Time
-	fl *flight
+	fl *hold.Flight
 }
 
 // heldCmd is a navigation command waiting for its slot.
@@ -71,18 +76,20 @@ type heldCmd struct {
 	entry   int64  // the history entry, -1 for none
 	ctx     context.Context
 	cancel  context.CancelFunc
-	fl      *flight // the navigation, from its hold to its answer
-	waiting bool    // guarded by w.mu; booked, for a slot still to come
+	fl      *hold.Flight // the navigation, from its hold to its answer
+	waiting bool         // guarded by w.mu; booked, for a slot still to come
 }
 
-func newStreamHold(w *watch) *streamHold {
+// New is the in-stream way of holding the navigations of one client
+// connection (hold.Ways.Stream).
+func New(w *hold.Watch) hold.ConnWay {
 	return &streamHold{
 		w:      w,
 		queues: make(map[string][]*heldCmd),
 		docs:   make(map[string]streamDoc),
 		let:    make(map[string][]letNav),
 		urls:   make(map[string]string),
-		last:   make(map[string]*flight),
+		last:   make(map[string]*hold.Flight),
 		paused: make(map[string]string),
 	}
 }
@@ -95,9 +102,16 @@ const letWindow = 30 * time.Second
 // entry goes to.
 const lookupWait = 5 * time.Second
 
-// fromClient holds a navigation command until its slot; it reports true
+// Arm does nothing: commands are held as they come (hold.ConnWay).
+func (s *streamHold) Arm() {}
+
+// Ended does nothing: the connection's end ends every command it holds
+// (hold.ConnWay).
+func (s *streamHold) Ended() {}
+
+// FromClient holds a navigation command until its slot; it reports true
 // when it took the command.
-func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
+func (s *streamHold) FromClient(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	method := string(hd.Method)
@@ -109,23 +123,23 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		if !ok {
 			return false
 		}
-		target, known := w.pageOf(session)
+		target, known := w.PageOf(session)
 		if known && target == "" || p.FrameID != "" && known && p.FrameID != target {
 			return false // not a page's main frame: an iframe, a worker
 		}
 		rawURL = p.URL
-		w.mu.Lock()
+		w.Lock()
 		s.setURL(session, p.URL)
-		w.mu.Unlock()
+		w.Unlock()
 	case "Page.reload":
-		if target, known := w.pageOf(session); known && target == "" {
+		if target, known := w.PageOf(session); known && target == "" {
 			return false
 		}
-		w.mu.Lock()
+		w.Lock()
 		rawURL = s.urls[session] // where its main frame is, as last seen; asked for when unknown
-		w.mu.Unlock()
+		w.Unlock()
 	case "Page.navigateToHistoryEntry":
-		if target, known := w.pageOf(session); known && target == "" {
+		if target, known := w.PageOf(session); known && target == "" {
 			return false
 		}
 		var p struct {
@@ -148,23 +162,23 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	if rawURL != "" {
-		w.mu.Lock()
+		w.Lock()
 		queued := len(s.queues[session]) > 0
-		w.mu.Unlock()
+		w.Unlock()
 		host, ok := limiter.Key(rawURL)
-		if (!ok || s.w.h.exempt(host)) && (!queued || method == "Target.createTarget") {
-			s.w.h.notBooked(ok)
+		if (!ok || s.w.Browser.Exempt(host)) && (!queued || method == "Target.createTarget") {
+			s.w.Browser.NotBooked(ok)
 			return false // nothing to hold, nothing to keep in order with
 		}
 	}
 	cmd := &heldCmd{id: hd.ID, method: method, session: session, msg: append([]byte(nil), msg...), url: rawURL, entry: entry}
-	cmd.ctx, cmd.cancel = context.WithCancel(w.ctx)
-	cmd.fl = w.h.newFlight(w.ctx)
+	cmd.ctx, cmd.cancel = context.WithCancel(w.Context())
+	cmd.fl = w.Browser.NewFlight(w.Context())
 	if method == "Target.createTarget" {
 		s.start(cmd) // opens a page of its own: nothing to keep in order with
 		return true
 	}
-	w.mu.Lock()
+	w.Lock()
 	q := s.queues[session]
 	q = append(q, cmd)
 	var overtaken []*heldCmd
@@ -177,7 +191,7 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 	}
 	s.queues[session] = q
 	head := len(q) == 1
-	w.mu.Unlock()
+	w.Unlock()
 	for _, old := range overtaken {
 		s.supersede(old)
 	}
@@ -191,9 +205,9 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 // history navigation goes) and lets it go when the slot comes.
 func (s *streamHold) start(cmd *heldCmd) {
 	w := s.w
-	w.held.Add(1)
+	w.Held().Add(1)
 	go func() {
-		defer w.held.Done()
+		defer w.Held().Done()
 		defer cmd.cancel()
 		u := cmd.url
 		if u == "" {
@@ -202,8 +216,8 @@ func (s *streamHold) start(cmd *heldCmd) {
 			}
 		}
 		host, ok := limiter.Key(u)
-		if !ok || s.w.h.exempt(host) {
-			s.w.h.notBooked(ok)
+		if !ok || s.w.Browser.Exempt(host) {
+			s.w.Browser.NotBooked(ok)
 			s.release(cmd, "")
 			return
 		}
@@ -212,11 +226,11 @@ func (s *streamHold) start(cmd *heldCmd) {
 		// command's request when it gets to it, tens or hundreds of
 		// milliseconds after the command when busy, and the next one is
 		// let go no sooner than that moves it.
-		w.mu.Lock()
-		_, events := w.network[cmd.session]
-		w.mu.Unlock()
+		w.Lock()
+		events := w.NetworkLocked(cmd.session)
+		w.Unlock()
 		done := make(chan struct{})
-		w.h.hold(cmd.ctx, navRequest{fl: cmd.fl, host: host, url: u, log: w.navLog(cmd.session), depart: events, refusable: true},
+		w.Browser.Hold(cmd.ctx, hold.Request{Flight: cmd.fl, Host: host, URL: u, Log: w.NavLog(cmd.session), Depart: events, Refusable: true},
 			cmdHold{s: s, cmd: cmd, host: host, over: done})
 		<-done
 	}()
@@ -224,53 +238,53 @@ func (s *streamHold) start(cmd *heldCmd) {
 
 // cmdHold is a navigation command held in the client's stream.
 type cmdHold struct {
-	noHolding
+	hold.NoHolding
 	s    *streamHold
 	cmd  *heldCmd
 	host string
 	over chan struct{} // closed when the hold is over
 }
 
-// booked follows the command's departure (without the client's Network
+// Booked follows the command's departure (without the client's Network
 // events, nav is nil), counting the browser's whole lag as late: it
 // starts the navigation when it gets to the command. A command that
 // waits makes the ones queued before it in its session pointless.
-func (c cmdHold) booked(start time.Time, n *pace.Nav) {
+func (c cmdHold) Booked(start time.Time, n *pace.Nav) {
 	if n != nil {
 		n.WholeLag()
-		c.cmd.fl.follow(n)
+		c.cmd.fl.Follow(n)
 	}
 	if time.Until(start) <= 0 {
 		return
 	}
 	w := c.s.w
-	w.mu.Lock()
+	w.Lock()
 	c.cmd.waiting = true
 	q := c.s.queues[c.cmd.session]
 	behind := len(q) > 1 && q[0] == c.cmd
-	w.mu.Unlock()
+	w.Unlock()
 	if behind {
 		c.s.overtake(c.cmd.session) // a later navigation arrived while this one was booked
 	}
 }
 
-func (c cmdHold) refused() { c.s.refuse(c.cmd) }
-func (c cmdHold) release() { c.s.release(c.cmd, c.host) }
-func (c cmdHold) done()    { close(c.over) }
+func (c cmdHold) Refused() { c.s.refuse(c.cmd) }
+func (c cmdHold) Release() { c.s.release(c.cmd, c.host) }
+func (c cmdHold) Done()    { close(c.over) }
 
 // overtake answers every queued command of a session but the last, which
 // it starts.
 func (s *streamHold) overtake(session string) {
 	w := s.w
-	w.mu.Lock()
+	w.Lock()
 	q := s.queues[session]
 	if len(q) < 2 {
-		w.mu.Unlock()
+		w.Unlock()
 		return
 	}
 	overtaken, last := q[:len(q)-1], q[len(q)-1]
 	s.queues[session] = []*heldCmd{last}
-	w.mu.Unlock()
+	w.Unlock()
 	for _, old := range overtaken {
 		s.supersede(old)
 	}
@@ -282,31 +296,31 @@ func (s *streamHold) overtake(session string) {
 // interrupts, and drops it.
 func (s *streamHold) supersede(old *heldCmd) {
 	old.cancel()
-	old.fl.end()
+	old.fl.End()
 	result := "{}"
 	if old.method == "Page.navigate" {
-		target, _ := s.w.pageOf(old.session)
+		target, _ := s.w.PageOf(old.session)
 		f, _ := json.Marshal(target)
 		result = `{"frameId":` + string(f) + `,"errorText":"net::ERR_ABORTED"}`
 	}
-	s.w.answer(old.session, old.id, result)
+	s.w.Answer(old.session, old.id, result)
 }
 
 // release writes a held command to the browser, unless a later one
 // overtook it, expects its document, and starts the session's next one.
 func (s *streamHold) release(cmd *heldCmd, host string) {
 	w := s.w
-	w.mu.Lock()
+	w.Lock()
 	next, ok := s.dequeueLocked(cmd)
 	if !ok {
-		w.mu.Unlock()
+		w.Unlock()
 		return // overtaken, and answered already
 	}
-	var ended []*flight
+	var ended []*hold.Flight
 	if host == "" {
 		ended = append(ended, cmd.fl) // nothing held, nothing to follow
 	} else {
-		if len(s.let) >= maxTracked {
+		if len(s.let) >= hold.MaxTracked {
 			for _, ls := range s.let {
 				for _, l := range ls {
 					ended = append(ended, l.fl)
@@ -326,17 +340,17 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 			if prev := s.last[cmd.session]; prev != nil {
 				ended = append(ended, prev)
 			}
-			if len(s.last) >= maxTracked {
+			if len(s.last) >= hold.MaxTracked {
 				clear(s.last)
 			}
 			s.last[cmd.session] = cmd.fl
 		}
 	}
-	w.mu.Unlock()
+	w.Unlock()
 	for _, fl := range ended {
-		fl.end()
+		fl.End()
 	}
-	w.pass(cmd.msg)
+	w.Pass(cmd.msg)
 	if next != nil {
 		s.start(next)
 	}
@@ -370,19 +384,19 @@ func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 // whose results carry no error, get a CDP error with that message.
 func (s *streamHold) refuse(cmd *heldCmd) {
 	w := s.w
-	w.mu.Lock()
+	w.Lock()
 	next, ok := s.dequeueLocked(cmd)
-	w.mu.Unlock()
+	w.Unlock()
 	if !ok {
 		return
 	}
-	cmd.fl.end()
+	cmd.fl.End()
 	if cmd.method == "Page.navigate" {
-		target, _ := w.pageOf(cmd.session)
+		target, _ := w.PageOf(cmd.session)
 		f, _ := json.Marshal(target)
-		w.answer(cmd.session, cmd.id, `{"frameId":`+string(f)+`,"errorText":"`+blockedByClient+`"}`)
+		w.Answer(cmd.session, cmd.id, `{"frameId":`+string(f)+`,"errorText":"`+hold.BlockedByClient+`"}`)
 	} else {
-		w.answerError(cmd.session, cmd.id, blockedByClient)
+		w.AnswerError(cmd.session, cmd.id, hold.BlockedByClient)
 	}
 	if next != nil {
 		s.start(next)
@@ -394,7 +408,7 @@ func (s *streamHold) refuse(cmd *heldCmd) {
 func (s *streamHold) lookup(ctx context.Context, session string, entry int64) string {
 	ctx, cancel := context.WithTimeout(ctx, lookupWait)
 	defer cancel()
-	result, err := s.w.call(ctx, session, "Page.getNavigationHistory", struct{}{})
+	result, err := s.w.Call(ctx, session, "Page.getNavigationHistory", struct{}{})
 	var h struct {
 		CurrentIndex int `json:"currentIndex"`
 		Entries      []struct {
@@ -412,9 +426,9 @@ func (s *streamHold) lookup(ctx context.Context, session string, entry int64) st
 	return ""
 }
 
-// fromBrowser follows where main frames navigate and how their documents
+// FromBrowser follows where main frames navigate and how their documents
 // end; it never drops anything.
-func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
+func (s *streamHold) FromBrowser(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	switch string(hd.Method) {
@@ -427,9 +441,9 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			} `json:"frame"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil && p.Frame.ParentID == "" && s.mainFrame(session, p.Frame.ID) {
-			w.mu.Lock()
+			w.Lock()
 			s.setURL(session, p.Frame.URL)
-			w.mu.Unlock()
+			w.Unlock()
 		}
 	case "Network.requestWillBeSent":
 		ev, ok := cdp.RequestWillBeSent(hd.Params)
@@ -437,18 +451,18 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			return false
 		}
 		key := session + " " + ev.RequestID
-		w.mu.Lock()
+		w.Lock()
 		prev, had := s.docs[key]
-		w.mu.Unlock()
+		w.Unlock()
 		if ev.Redirect != nil && had {
-			w.h.observe(prev.fl, prev.host, *ev.Redirect, w.navLog(session))
+			w.Browser.Observe(prev.fl, prev.host, *ev.Redirect, w.NavLog(session))
 		}
 		host, ok := limiter.Key(ev.URL)
-		if !ok || s.w.h.exempt(host) {
-			w.mu.Lock()
+		if !ok || s.w.Browser.Exempt(host) {
+			w.Lock()
 			delete(s.docs, key)
-			w.mu.Unlock()
-			prev.fl.end()
+			w.Unlock()
+			prev.fl.End()
 			return false
 		}
 		doc := streamDoc{host: host}
@@ -457,67 +471,67 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			// The browser follows redirects by itself: book the new host so
 			// its schedule counts the request, though it cannot be held (nor
 			// take a place in flight).
-			prev.fl.end()
-			go w.h.book(w.ctx, host, ev.URL, w.navLog(session))
+			prev.fl.End()
+			go w.Browser.Book(w.Context(), host, ev.URL, w.NavLog(session))
 		case ev.Redirect != nil:
 			doc.fl = prev.fl
 		default:
 			var expected bool
 			if doc.fl, expected = s.expected(host); !expected {
-				w.h.unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
+				w.Browser.Unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
 			// The browser tells of the request as it starts it, unless
 			// the client's own interception may pause it: then it
 			// leaves when the client lets it go (clientLets).
-			w.mu.Lock()
-			pauses := w.fetching[session]
-			w.mu.Unlock()
+			w.Lock()
+			pauses, _ := w.FetchingLocked(session)
+			w.Unlock()
 			if !pauses {
-				doc.fl.followed().Departed(time.Now(), true)
+				doc.fl.Followed().Departed(time.Now(), true)
 			}
 		}
-		w.mu.Lock()
-		if len(s.docs) >= maxTracked {
+		w.Lock()
+		if len(s.docs) >= hold.MaxTracked {
 			for _, d := range s.docs {
-				d.fl.end()
+				d.fl.End()
 			}
 			clear(s.docs)
 		}
 		s.docs[key] = doc
-		w.mu.Unlock()
+		w.Unlock()
 	case "Fetch.requestPaused":
 		ev, ok := cdp.ReadRequestPaused(hd.Params)
 		if !ok || ev.ResourceType != "Document" || ev.NetworkID == "" || ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
 			return false // not a document the client holds before it leaves
 		}
-		w.mu.Lock()
-		if len(s.paused) >= maxTracked {
+		w.Lock()
+		if len(s.paused) >= hold.MaxTracked {
 			clear(s.paused)
 		}
 		s.paused[session+" "+ev.RequestID] = session + " " + ev.NetworkID
-		w.mu.Unlock()
+		w.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
 		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
 		if !ok {
 			return false
 		}
 		key := session + " " + ev.RequestID
-		w.mu.Lock()
+		w.Lock()
 		doc, tracked := s.docs[key]
 		delete(s.docs, key)
-		w.mu.Unlock()
+		w.Unlock()
 		if tracked {
-			w.h.observe(doc.fl, doc.host, ev.Outcome, w.navLog(session))
-			doc.fl.end()
+			w.Browser.Observe(doc.fl, doc.host, ev.Outcome, w.NavLog(session))
+			doc.fl.End()
 		}
 	case "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
-			w.mu.Lock()
+			w.Lock()
 			delete(s.urls, sid)
 			last := s.last[sid]
 			delete(s.last, sid)
-			w.mu.Unlock()
-			last.end() // the page went, or the client left it
+			w.Unlock()
+			last.End() // the page went, or the client left it
 		}
 	}
 	return false
@@ -536,19 +550,19 @@ func (s *streamHold) clientLets(session, method string, params []byte) {
 	}
 	w := s.w
 	key := session + " " + p.RequestID
-	w.mu.Lock()
+	w.Lock()
 	doc, ok := s.paused[key]
 	delete(s.paused, key)
 	fl := s.docs[doc].fl
-	w.mu.Unlock()
+	w.Unlock()
 	if ok && method == "Fetch.continueRequest" {
-		fl.followed().Departed(time.Now(), true)
+		fl.Followed().Departed(time.Now(), true)
 	}
 }
 
 // setURL notes where a session's page is. Callers hold w.mu.
 func (s *streamHold) setURL(session, u string) {
-	if len(s.urls) >= maxTracked {
+	if len(s.urls) >= hold.MaxTracked {
 		clear(s.urls)
 	}
 	s.urls[session] = u
@@ -557,15 +571,15 @@ func (s *streamHold) setURL(session, u string) {
 // expected reports whether a document request to host is one of a
 // navigation the relay held and let go, marks it seen and returns that
 // navigation's flight.
-func (s *streamHold) expected(host string) (*flight, bool) {
-	s.w.mu.Lock()
+func (s *streamHold) expected(host string) (*hold.Flight, bool) {
+	s.w.Lock()
 	lets := s.let[host]
-	var aged []*flight
+	var aged []*hold.Flight
 	for len(lets) > 0 && time.Since(lets[0].at) > letWindow {
 		aged = append(aged, lets[0].fl)
 		lets = lets[1:]
 	}
-	var fl *flight
+	var fl *hold.Flight
 	ok := len(lets) > 0
 	if ok {
 		fl, lets = lets[0].fl, lets[1:]
@@ -575,9 +589,9 @@ func (s *streamHold) expected(host string) (*flight, bool) {
 	} else {
 		s.let[host] = lets
 	}
-	s.w.mu.Unlock()
+	s.w.Unlock()
 	for _, a := range aged {
-		a.end()
+		a.End()
 	}
 	return fl, ok
 }
@@ -585,6 +599,6 @@ func (s *streamHold) expected(host string) (*flight, bool) {
 // mainFrame reports whether frame is the main frame of session's page;
 // when the session is unknown it gives the frame the benefit of the doubt.
 func (s *streamHold) mainFrame(session, frame string) bool {
-	target, known := s.w.pageOf(session)
+	target, known := s.w.PageOf(session)
 	return !known || target == frame
 }

@@ -1,8 +1,10 @@
-package hold
+package fetch
 
 import (
 	"context"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/hold"
 )
 
 // orphanWait is how long a request held by a connection that dropped has
@@ -14,7 +16,7 @@ const orphanWait = 2 * time.Second
 // hands to net; what net does not get within orphanWait went to the
 // network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	if f.h.via() != viaFetch || f.h.holder.closing.Load() {
+	if !f.h.InFetch() || f.h.Holder.Closing() {
 		f.endFlights() // no answer of a navigation followed here will come
 		return         // stopped on purpose: navigations are held another way now, or not at all
 	}
@@ -23,7 +25,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	f.mu.Lock()
 	f.confirmed = false
 	f.mu.Unlock()
-	f.h.setArmed(false)
+	f.h.SetArmed(false)
 	if fc.role == rolePages {
 		f.updateNet() // net holds everything while pages is away
 	}
@@ -65,7 +67,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	if others == 0 {
 		if gone {
-			f.h.holder.log.Warn().Str("upstream", f.h.up.Name()).Int("held", len(lost)).
+			f.h.Holder.Logger().Warn().Str("upstream", f.h.Up.Name()).Int("held", len(lost)).
 				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
 		}
 		if len(lost) > 0 {
@@ -77,8 +79,8 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	// later, and says so: this one is lost alone only if the other
 	// still answers.
 	go func() {
-		if f.confirm() && !f.h.holder.closing.Load() {
-			f.h.holder.log.Info().Str("upstream", f.h.up.Name()).Str("conn", fc.role.String()).Int("held", held).
+		if f.confirm() && !f.h.Holder.Closing() {
+			f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Str("conn", fc.role.String()).Int("held", held).
 				Msg("lost one of the relay's browser connections: the other one holds on")
 		}
 	}()
@@ -95,7 +97,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 					f.dropURLLocked(hn.url)
 				}
 				lost = append(lost, k.frame)
-				hn.fl.end()
+				hn.fl.End()
 			}
 		}
 		f.mu.Unlock()
@@ -109,7 +111,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 // connection. (The pages connection's are ended as it ends: endAllTracks.)
 func (fc *fetchConn) endReleased() {
 	fc.mu.Lock()
-	var fls []*flight
+	var fls []*hold.Flight
 	for _, hp := range fc.hops {
 		fls = append(fls, hp.fl)
 	}
@@ -121,16 +123,16 @@ func (fc *fetchConn) endReleased() {
 // connection is gone, and with it what it was to read of them. Those it
 // held go on to the relay's other connection, and so do those the browser
 // handed over before the relay saw it go (held by the other one already).
-func (f *fetchHold) endUnheld(fls []*flight) {
+func (f *fetchHold) endUnheld(fls []*hold.Flight) {
 	f.mu.Lock()
-	held := make(map[*flight]bool)
+	held := make(map[*hold.Flight]bool)
 	for _, hn := range f.held {
 		held[hn.fl] = true
 	}
 	f.mu.Unlock()
 	for _, fl := range fls {
 		if !held[fl] {
-			fl.end()
+			fl.End()
 		}
 	}
 }
@@ -145,7 +147,7 @@ func (f *fetchHold) countLost(frames []string) {
 			n++
 		}
 	}
-	f.h.unheld(n, "the browser released what the relay's lost connections held")
+	f.h.Unheld(n, "the browser released what the relay's lost connections held")
 }
 
 // pageAlive reports whether the browser still has a page, as far as the
@@ -184,10 +186,10 @@ func (f *fetchHold) confirm() bool {
 	return false
 }
 
-// stopAll ends both connections for good: the browser releases what they
+// StopAll ends both connections for good: the browser releases what they
 // held (nothing, when the relay falls over from a Fetch that never
 // pauses).
-func (f *fetchHold) stopAll() {
+func (f *fetchHold) StopAll() {
 	if f.stop != nil {
 		f.stop()
 	}

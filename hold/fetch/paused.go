@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -26,8 +27,8 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	}
 	f.held[key] = hn
 	f.mu.Unlock()
-	context.AfterFunc(fl.ctx, func() { f.forget(key, hn) })
-	f.h.hold(fc.held, navRequest{fl: fl, host: host, url: ev.Request.URL, log: pageLog(&fc.log, ev.FrameID, ""), depart: true, refusable: true},
+	context.AfterFunc(fl.Context(), func() { f.forget(key, hn) })
+	f.h.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Depart: true, Refusable: true},
 		pagedHold{f: f, fc: fc, key: key, hn: hn, session: session, id: id, th: th})
 }
 
@@ -36,7 +37,7 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 // slot as long as this connection: when it drops, net gets the request
 // and holds it on hn.
 type pagedHold struct {
-	noHolding
+	hold.NoHolding
 	f           *fetchHold
 	fc          *fetchConn
 	key         navKey
@@ -45,19 +46,19 @@ type pagedHold struct {
 	th          *trackHop
 }
 
-func (p pagedHold) booked(start time.Time, nav *pace.Nav) {
+func (p pagedHold) Booked(start time.Time, nav *pace.Nav) {
 	p.hn.start = start
 	close(p.hn.booked)
 	p.fc.booked(p.th, nav)
 }
 
-// waits names the request in net's patterns while it waits, so that
+// Waits names the request in net's patterns while it Waits, so that
 // losing pages hands it to net. (One that goes at once is let go before
 // an update could reach the browser: pages lost while it is being booked
 // lets it out, counted unheld.)
-func (p pagedHold) waits() {
+func (p pagedHold) Waits() {
 	f := p.f
-	if !f.h.holder.HoldBackup {
+	if !f.h.Holder.HoldBackup {
 		return // net is off: losing pages lets it go (counted)
 	}
 	f.mu.Lock()
@@ -69,14 +70,14 @@ func (p pagedHold) waits() {
 	f.updateNet()
 }
 
-func (p pagedHold) refused() {
+func (p pagedHold) Refused() {
 	p.f.mu.Lock()
 	p.hn.refused = true // handed to net meanwhile: net fails it (handedOver)
 	p.f.mu.Unlock()
 	p.fc.refuse(p.session, p.id, p.th, p.hn.fl)
 }
 
-func (p pagedHold) release() { p.f.let(p.fc, p.key, p.hn, p.session, p.id) }
+func (p pagedHold) Release() { p.f.let(p.fc, p.key, p.hn, p.session, p.id) }
 
 // forget drops a held request whose navigation ended before its release
 // (its page went, a later navigation replaced it, the browser was lost
@@ -165,16 +166,16 @@ func (f *fetchHold) passLocked(key navKey, fc *fetchConn, now time.Time) {
 // sawPause notes that a page's document request paused at the relay.
 func (f *fetchHold) sawPause(frame string) {
 	f.mu.Lock()
-	if len(f.paused) >= maxClaims {
+	if len(f.paused) >= hold.MaxClaims {
 		clear(f.paused)
 	}
 	f.paused[frame] = time.Now()
 	f.mu.Unlock()
 }
 
-// pausedSince reports whether a document request of the page paused at the
+// PausedSince reports whether a document request of the page paused at the
 // relay at or after t.
-func (f *fetchHold) pausedSince(frame string, t time.Time) bool {
+func (f *fetchHold) PausedSince(frame string, t time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	at, ok := f.paused[frame]
@@ -186,7 +187,7 @@ func (f *fetchHold) forgetPage(frame string) {
 	f.mu.Lock()
 	delete(f.paused, frame)
 	f.mu.Unlock()
-	f.h.claims.forget(frame)
+	f.h.Claims.Forget(frame)
 	f.updateNet() // the clients' last page may have gone: net's Fetch goes off after NetLinger
 }
 
@@ -203,10 +204,10 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.observe(hp.fl, hp.host, o, pageLog(&fc.log, hp.frame, ""))
+			fc.h.Observe(hp.fl, hp.host, o, hold.PageLog(&fc.log, hp.frame, ""))
 		}
 		if tracked && !isRedirect(o.Status) {
-			hp.fl.end() // answered or failed; a redirect's place goes on with its hop
+			hp.fl.End() // answered or failed; a redirect's place goes on with its hop
 		}
 		fc.release("", id)
 		return
@@ -221,7 +222,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		fc.decide(ev)
 	case notPage:
 		fc.release("", id)
-		fc.h.holder.Metrics.Navigation(NavUntracked, 0)
+		fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
 		// announcement has not arrived. Ask, without stopping the reader.
@@ -240,7 +241,7 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 	var ti cdp.TargetInfo
 	if err == nil {
 		var ok bool
-		ti, ok = cdp.ReadTargetInfo(r.result)
+		ti, ok = cdp.ReadTargetInfo(r.Result)
 		isPage = ok && ti.Type == "page"
 	}
 	fc.mu.Lock()
@@ -253,20 +254,16 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 		fc.notPages[frame] = struct{}{}
 	}
 	fc.mu.Unlock()
-	if isPage && ti.OpenerID != "" && fc.h.claims.claimed(ti.OpenerID) {
-		fc.h.claims.claim(frame)
+	if isPage && ti.OpenerID != "" && fc.h.Claims.Claimed(ti.OpenerID) {
+		fc.h.Claims.Claim(frame)
 	}
 	if isPage {
 		fc.decide(ev)
 		return
 	}
 	fc.release("", ev.RequestID)
-	fc.h.holder.Metrics.Navigation(NavUntracked, 0)
+	fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
 }
-
-// claimWait bounds how long a page's first request waits to learn whether
-// a client is creating that page.
-const claimWait = 3 * time.Second
 
 // decide holds a page's document request when the page is a client's, and
 // lets it go at once otherwise.
@@ -278,18 +275,18 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 	if fc.f.handedOver(fc, ev) || fc.f.echo(fc, ev) {
 		return
 	}
-	if fc.h.claims.claimed(ev.FrameID) {
+	if fc.h.Claims.Claimed(ev.FrameID) {
 		fc.ours(ev)
 		return
 	}
-	if !fc.h.claims.unsure() {
+	if !fc.h.Claims.Unsure() {
 		fc.foreign(ev)
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(fc.held, claimWait)
+		ctx, cancel := context.WithTimeout(fc.held, hold.ClaimWait)
 		defer cancel()
-		if fc.h.claims.decide(ctx, ev.FrameID) {
+		if fc.h.Claims.Decide(ctx, ev.FrameID) {
 			fc.ours(ev)
 		} else {
 			fc.foreign(ev)
@@ -300,18 +297,18 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 // foreign lets a document request of a page that is not a client's go.
 func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 	fc.release("", ev.RequestID)
-	fc.h.holder.Metrics.Navigation(NavForeign, 0)
+	fc.h.Holder.Metrics.Navigation(hold.NavForeign, 0)
 }
 
 // ours holds a document request of a client's page for its slot.
 func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 	host, ok := limiter.Key(ev.Request.URL)
-	if !ok || fc.h.exempt(host) {
+	if !ok || fc.h.Exempt(host) {
 		if prev, redirected := fc.hopFor(ev); redirected {
-			prev.fl.end() // a redirect to a host that is not held: its place goes back
+			prev.fl.End() // a redirect to a host that is not held: its place goes back
 		}
 		fc.release("", ev.RequestID)
-		fc.h.notBooked(ok)
+		fc.h.NotBooked(ok)
 		return
 	}
 	fc.f.holdNet(fc, ev, host)

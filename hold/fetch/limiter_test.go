@@ -1,4 +1,4 @@
-package hold
+package fetch
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -40,13 +41,15 @@ func TestPlainLimiter(t *testing.T) {
 	cfg := fixed(300 * time.Millisecond)
 	lim := limiter.New(cfg)
 	var reserves atomic.Int64
-	th := holdOn(t, fb, cfg, func(hd *Holder) { hd.Limiter = plainLimiter{policy.New(policy.Config{Default: cfg}, lim), &reserves} })
+	th := holdOn(t, fb, cfg, func(hd *hold.Holder) {
+		hd.Limiter = plainLimiter{policy.New(policy.Config{Default: cfg}, lim), &reserves}
+	})
 	th.lim = lim
-	var l Limiter = plainLimiter{}
-	if _, ok := l.(Exempter); ok {
+	var l hold.Limiter = plainLimiter{}
+	if _, ok := l.(hold.Exempter); ok {
 		t.Fatal("plainLimiter is an Exempter: the test shows nothing")
 	}
-	if _, ok := l.(Pusher); ok {
+	if _, ok := l.(hold.Pusher); ok {
 		t.Fatal("plainLimiter is a Pusher: the test shows nothing")
 	}
 	fakebrowser.RelayConns(t, fb, false)

@@ -1,0 +1,101 @@
+package hold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+)
+
+// Ways are the three ways of holding, each a package of its own
+// (hold/fetch, hold/session, hold/stream) that this package does not
+// import: the relay hands them to the Holder (Holder.Ways). A way left
+// nil is never chosen: a browser falls over to the next one (Fetch, then
+// Session, then Stream), and Arm refuses a browser none can hold.
+type Ways struct {
+	// Fetch holds a Chromium's navigations through the relay's own
+	// connections to the browser endpoint.
+	Fetch func(h *BrowserHold) FetchWay
+	// Session holds documents through the relay's own interception in
+	// each client session (Lightpanda's way).
+	Session func(w *Watch) ConnWay
+	// Stream holds navigation commands in each client's stream.
+	Stream func(w *Watch) ConnWay
+}
+
+// FetchWay is the way of holding through the relay's own connections to
+// a browser, as watch.go and browser.go call it.
+type FetchWay interface {
+	// Start opens the relay's connections, within ctx, and keeps them
+	// until bg ends, on goroutines counted in done; up says whether the
+	// browser answered at start. An error means Fetch cannot hold.
+	Start(ctx, bg context.Context, up bool, done *sync.WaitGroup) error
+	// StopAll closes the relay's connections: another way holds now.
+	StopAll()
+	// Cover returns a channel closed once the relay's interception
+	// covers a client's page (nil when it does already); navigates says
+	// the client's command navigates it.
+	Cover(target string, navigates bool) <-chan struct{}
+	// CreatingWithURL pauses every document of the browser while a
+	// client creates a page with a URL: covered is closed once that is
+	// so, done ends it.
+	CreatingWithURL() (covered <-chan struct{}, done func())
+	// RelayAttached reports whether the relay's own connection is
+	// attached to a target.
+	RelayAttached(target string) bool
+	// UpSince reports whether the relay's connections have been up since t.
+	UpSince(t time.Time) bool
+	// PausedSince reports whether a document request of a page paused
+	// at the relay since t.
+	PausedSince(page string, t time.Time) bool
+	// Following reports whether the relay follows document requests now,
+	// whose Network events a client may read for it.
+	Following() bool
+	// ClientEvent reads a Network event a client session received (page
+	// names its page for the events that name no frame).
+	ClientEvent(method, params []byte, page string, at time.Time)
+	// ClientNetworkOff tells that no client session has Network events
+	// on a page any more.
+	ClientNetworkOff(page string)
+	// State adds what the relay's connections keep to st.
+	State(st *State)
+}
+
+// ConnWay is a way of holding in one client connection (Session,
+// Stream), as the connection's Watch hands it the client's messages.
+// Its state is guarded by the connection's lock (Watch.Lock).
+type ConnWay interface {
+	// Arm arms the way on what the connection has already: it holds the
+	// connection's navigations from now on.
+	Arm()
+	// FromClient looks at a client's command (Conn.FromClient).
+	FromClient(hd *cdp.Header, msg []byte) bool
+	// FromBrowser looks at a message for the client (Conn.FromBrowser).
+	FromBrowser(hd *cdp.Header, msg []byte) bool
+	// Ended lets go of what the connection left (Conn.Ended).
+	Ended()
+}
+
+// choose is the mode a browser is armed in, given the one asked for: a
+// way that is nil is skipped in auto mode, and an error when asked for.
+func (ws Ways) choose(mode Intercept) (Intercept, error) {
+	has := map[Intercept]bool{InterceptFetch: ws.Fetch != nil, InterceptSession: ws.Session != nil, InterceptNavigate: ws.Stream != nil}
+	if mode != InterceptAuto {
+		if !has[mode] {
+			return mode, fmt.Errorf("hold: intercept %s: the relay has no such way of holding", mode)
+		}
+		return mode, nil
+	}
+	for _, m := range []Intercept{InterceptFetch, InterceptSession, InterceptNavigate} {
+		if has[m] {
+			if m == InterceptFetch {
+				return InterceptAuto, nil // Fetch, falling over to the others
+			}
+			return m, nil
+		}
+	}
+	return mode, errors.New("hold: the relay has no way of holding navigations (Holder.Ways)")
+}
