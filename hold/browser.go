@@ -290,3 +290,12 @@ func (h *BrowserHold) coveredThen(target string, done func()) {
 // InFetch reports whether navigations are held through the relay's own
 // connections (Fetch) now.
 func (h *BrowserHold) InFetch() bool { return h.via() == viaFetch }
+
+// ClientsOn is how many sessions the relay's clients have on a target.
+func (h *BrowserHold) ClientsOn(target string) int { return h.attachedClients.Count(target) }
+
+// Waiting is how many navigations wait for their slot now.
+func (h *BrowserHold) Waiting() int { return int(h.waiting.Load()) }
+
+// Fetch is the browser's Fetch way, nil unless Fetch was chosen.
+func (h *BrowserHold) Fetch() FetchWay { return h.fetch }

@@ -49,7 +49,6 @@ type Watch struct {
 	gated    []gatedCmd             // guarded by mu; navigation commands waiting for Fetch to be back
 	stream   ConnWay                // the in-stream strategy's state, nil until used
 	sess     ConnWay                // the session strategy's state, nil until used
-	misses   int                    // guarded by mu; navigations Fetch should have seen and did not
 }
 
 // Reply is the answer to one of the relay's own commands.
@@ -345,7 +344,7 @@ func (w *Watch) interesting(msg []byte) bool {
 	case bytes.HasPrefix(msg, []byte(`{"method":"Target.`)):
 		return !w.clientAttachedChange(msg)
 	case bytes.HasPrefix(msg, []byte(`{"method":"Network.`)):
-		return w.Browser.fetch != nil && w.Browser.fetch.Following() && followedEvent(msg[len(`{"method":"`):])
+		return w.Browser.fetch != nil && w.Browser.fetch.WantsEvent(msg)
 	case bytes.HasPrefix(msg, []byte(`{"method":"`)):
 		return false
 	case bytes.HasPrefix(msg, []byte(`{"id":`)):
@@ -362,18 +361,6 @@ func (w *Watch) interesting(msg []byte) bool {
 func (w *Watch) clientAttachedChange(msg []byte) bool {
 	id, ok := cdp.ChangedTargetID(msg)
 	return ok && w.Browser.attachedClients.countOf(id) > 0
-}
-
-// followedEvent reports, from its first bytes, whether a Network event
-// (its method and what follows, msg past `{"method":"`) is one the Fetch
-// strategy reads of the document requests it follows.
-func followedEvent(msg []byte) bool {
-	for _, m := range [...]string{`Network.requestWillBeSentExtraInfo"`, `Network.requestWillBeSent"`, `Network.responseReceived"`, `Network.loadingFailed"`} {
-		if bytes.HasPrefix(msg, []byte(m)) {
-			return true
-		}
-	}
-	return false
 }
 
 // Wants reports, from its first bytes, whether FromBrowser needs to see
@@ -431,9 +418,11 @@ func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 			w.mu.Unlock()
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
-		if out, ok := w.unattached(&hd, msg); ok {
-			w.ToClient(out)
-			return true
+		if f := w.Browser.fetch; f != nil {
+			if out, ok := f.Unattached(&hd, msg); ok {
+				w.ToClient(out)
+				return true
+			}
 		}
 	}
 	switch w.via() {
@@ -443,35 +432,6 @@ func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 		return w.sess.FromBrowser(&hd, msg)
 	}
 	return false
-}
-
-// unattached rewrites a target's info that says it is attached only
-// because the relay's own connection is (Fetch mode attaches the relay to
-// its clients' pages): a client sees it attached as it would without the
-// relay, by none of the relay's clients; chromedp, for one, takes only an
-// unattached target for a new one. It reports false when msg is as it
-// should be.
-func (w *Watch) unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
-	f := w.Browser.fetch
-	attached := []byte(`"attached":true`)
-	if f == nil || !bytes.Contains(msg, attached) {
-		return nil, false
-	}
-	// The id alone tells most: the relay attaches to pages only, so a
-	// target it is attached to is a page.
-	id, ok := cdp.LeadingTargetID(hd.Params)
-	target := string(id)
-	if !ok {
-		ti, ok := cdp.ReadTargetInfo(hd.Params)
-		if !ok || ti.Type != "page" {
-			return nil, false
-		}
-		target = ti.TargetID
-	}
-	if !f.RelayAttached(target) || w.Browser.attachedClients.Count(target) > 0 {
-		return nil, false
-	}
-	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true
 }
 
 // detachAllLocked forgets every session of the connection. Callers hold mu.
@@ -541,39 +501,10 @@ func (w *Watch) answered(key CmdKey, msg []byte) bool {
 			w.Browser.coveredThen(r.TargetID, done)
 		}
 	}
-	if checking {
-		w.checkFetch(check, msg)
+	if f := w.Browser.fetch; checking && f != nil {
+		f.CheckNavigate(check.target, check.at, msg)
 	}
 	return false
-}
-
-// checkFetch confirms that the relay's own connection saw the document
-// request of a page's Page.navigate: a browser that acknowledges Fetch and
-// never pauses would leave every navigation unheld.
-func (w *Watch) checkFetch(c navCheck, msg []byte) {
-	f := w.Browser.fetch
-	if f == nil || w.Browser.via() != viaFetch || PartOff("pauses") {
-		return
-	}
-	result, e, _ := cdp.ReadReply(msg)
-	var r struct {
-		LoaderID  string `json:"loaderId"`
-		ErrorText string `json:"errorText"`
-	}
-	if e != nil || json.Unmarshal(result, &r) != nil || r.LoaderID == "" || r.ErrorText != "" {
-		return // no new document: nothing went to the network
-	}
-	if f.PausedSince(c.target, c.at) {
-		return
-	}
-	if !f.UpSince(c.at) {
-		// The relay's connections went away meanwhile: the browser let
-		// the request go with them, and nothing says Fetch does not work.
-		w.Browser.Unheld(1, "the relay's own connections were lost while a navigation went out")
-		return
-	}
-	w.Browser.Unheld(1, "the browser did not pause the document request for the relay's own connection")
-	w.Browser.FallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
 }
 
 // Call sends one of the relay's own commands on this connection and waits

@@ -43,25 +43,23 @@ type FetchWay interface {
 	// client creates a page with a URL: covered is closed once that is
 	// so, done ends it.
 	CreatingWithURL() (covered <-chan struct{}, done func())
-	// RelayAttached reports whether the relay's own connection is
-	// attached to a target.
-	RelayAttached(target string) bool
-	// UpSince reports whether the relay's connections have been up since t.
-	UpSince(t time.Time) bool
-	// PausedSince reports whether a document request of a page paused
-	// at the relay since t.
-	PausedSince(page string, t time.Time) bool
-	// Following reports whether the relay follows document requests now,
-	// whose Network events a client may read for it.
-	Following() bool
+	// Unattached rewrites a Target.targetCreated or targetInfoChanged
+	// that says a page is attached only because the relay's own
+	// connection is; false when msg is as it should be.
+	Unattached(hd *cdp.Header, msg []byte) ([]byte, bool)
+	// CheckNavigate confirms that the relay's connection saw the document
+	// request of a client page's Page.navigate sent at, whose answer is
+	// msg; a browser that never pauses it is left (BrowserHold.FallOver).
+	CheckNavigate(page string, at time.Time, msg []byte)
+	// WantsEvent reports, from its first bytes, whether a client's
+	// Network event is one Fetch reads now (ClientEvent).
+	WantsEvent(msg []byte) bool
 	// ClientEvent reads a Network event a client session received (page
 	// names its page for the events that name no frame).
 	ClientEvent(method, params []byte, page string, at time.Time)
 	// ClientNetworkOff tells that no client session has Network events
 	// on a page any more.
 	ClientNetworkOff(page string)
-	// State adds what the relay's connections keep to st.
-	State(st *State)
 }
 
 // ConnWay is a way of holding in one client connection (Session,

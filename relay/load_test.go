@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -404,7 +405,7 @@ func testLoad(t *testing.T, mode string) {
 		t.Errorf("%d navigations answered, want %d (all but those of clients that vanished)", n, want)
 	}
 	// The relay holds nothing any more.
-	if st := hold.StateOf(tp.p.ups[0].holds); mode == "fetch" && st.Commands+st.Followed+st.Waiting != 0 {
+	if st := fetch.StateOf(tp.p.ups[0].holds); mode == "fetch" && st.Commands+st.Followed+st.Waiting != 0 {
 		t.Errorf("relay's own connections keep %d calls, %d hops, %d timers, want none", st.Commands, st.Followed, st.Waiting)
 	}
 

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -304,7 +305,7 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	}
 	// What the browser answers (net's pattern updates) may still be on its
 	// way; what it never answers must not be kept.
-	fakebrowser.Eventually(t, "the relay's own connections keeping no command", func() bool { return hold.StateOf(tp.p.ups[0].holds).Commands == 0 })
+	fakebrowser.Eventually(t, "the relay's own connections keeping no command", func() bool { return fetch.StateOf(tp.p.ups[0].holds).Commands == 0 })
 	if n := len(fakebrowser.Commands(pc, "Fetch.continueRequest")); n != 25*2 {
 		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
 	}

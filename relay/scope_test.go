@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -449,7 +450,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	if got := <-fb.NavigateTo(t, "OTHERS", "http://a.test/"); got[0].Pauses != 0 {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].Pauses)
 	}
-	if holes := hold.StateOf(tp.p.ups[0].holds).Unarmed; holes != 0 {
+	if holes := fetch.StateOf(tp.p.ups[0].holds).Unarmed; holes != 0 {
 		t.Errorf("%d pages counted as client pages the relay could not arm, want 0", holes)
 	}
 }

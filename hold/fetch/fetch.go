@@ -6,7 +6,9 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/target"
 
+	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 )
 
@@ -366,9 +369,9 @@ func (f *fetchHold) up() int {
 	return n
 }
 
-// UpSince reports whether one of the relay's connections has been up since
+// upSince reports whether one of the relay's connections has been up since
 // before t, and still is.
-func (f *fetchHold) UpSince(t time.Time) bool {
+func (f *fetchHold) upSince(t time.Time) bool {
 	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
 		if fc != nil && fc.since.Before(t) {
 			return true
@@ -420,9 +423,9 @@ func (f *fetchHold) uncovered(n int) {
 	f.rearm()
 }
 
-// RelayAttached reports whether the relay's pages connection is attached
+// relayAttached reports whether the relay's pages connection is attached
 // to target (to every client page, and to other pages only while deciding).
-func (f *fetchHold) RelayAttached(target string) bool {
+func (f *fetchHold) relayAttached(target string) bool {
 	fc := f.pages.Load()
 	if fc == nil {
 		return false
@@ -518,19 +521,59 @@ func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 	return f.whenNet(func() bool { return f.netWideLocked() || f.net.Load() == nil }, hold.ClaimWait), done
 }
 
-// State adds what the relay's connections keep to st (FetchWay.State).
-func (f *fetchHold) State(st *hold.State) {
-	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
-		if fc == nil {
-			continue
-		}
-		fc.mu.Lock()
-		st.Commands += len(fc.calls)
-		st.Followed += len(fc.hops) + len(fc.tracks)
-		fc.mu.Unlock()
+// Unattached rewrites a target's info that says it is attached only
+// because the relay's own connection is (Fetch mode attaches the relay to
+// its clients' pages): a client sees it attached as it would without the
+// relay, by none of the relay's clients; chromedp, for one, takes only an
+// unattached target for a new one. It reports false when msg is as it
+// should be (hold.FetchWay).
+func (f *fetchHold) Unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
+	attached := []byte(`"attached":true`)
+	if !bytes.Contains(msg, attached) {
+		return nil, false
 	}
-	st.Pages, st.Net = f.pages.Load() != nil, f.net.Load() != nil
-	f.mu.Lock()
-	st.Unarmed = f.holes
-	f.mu.Unlock()
+	// The id alone tells most: the relay attaches to pages only, so a
+	// target it is attached to is a page.
+	id, ok := cdp.LeadingTargetID(hd.Params)
+	target := string(id)
+	if !ok {
+		ti, ok := cdp.ReadTargetInfo(hd.Params)
+		if !ok || ti.Type != "page" {
+			return nil, false
+		}
+		target = ti.TargetID
+	}
+	if !f.relayAttached(target) || f.h.ClientsOn(target) > 0 {
+		return nil, false
+	}
+	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true
+}
+
+// CheckNavigate confirms that the relay's own connection saw the document
+// request of a page's Page.navigate: a browser that acknowledges Fetch and
+// never pauses would leave every navigation unheld. msg is the answer to
+// the Page.navigate of a client's page, sent at (hold.FetchWay).
+func (f *fetchHold) CheckNavigate(page string, at time.Time, msg []byte) {
+	if !f.h.InFetch() || hold.PartOff("pauses") {
+		return
+	}
+	result, e, _ := cdp.ReadReply(msg)
+	var r struct {
+		LoaderID  string `json:"loaderId"`
+		ErrorText string `json:"errorText"`
+	}
+	if e != nil || json.Unmarshal(result, &r) != nil || r.LoaderID == "" || r.ErrorText != "" {
+		return // no new document: nothing went to the network
+	}
+	if f.pausedSince(page, at) {
+		return
+	}
+	if !f.upSince(at) {
+		// The relay's connections went away meanwhile: the browser let
+		// the request go with them, and nothing says Fetch does not work.
+		f.h.Unheld(1, "the relay's own connections were lost while a navigation went out")
+		return
+	}
+	f.h.Unheld(1, "the browser did not pause the document request for the relay's own connection")
+	f.h.FallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
 }

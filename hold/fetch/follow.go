@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"bytes"
 	"strings"
 	"time"
 
@@ -259,7 +260,7 @@ func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.track
 
 // Following reports whether the pages connection follows a request now:
 // only then do the relay's clients' Network events need a look.
-func (f *fetchHold) Following() bool { return f.tracked.Load() > 0 }
+func (f *fetchHold) following() bool { return f.tracked.Load() > 0 }
 
 // ClientEvent reads a Network event a client's page session received, as
 // the pages connection reads those of its own sessions: of the requests it
@@ -295,4 +296,23 @@ func (f *fetchHold) ClientNetworkOff(target string) {
 	if following {
 		fc.events(ps)
 	}
+}
+
+// WantsEvent reports, from its first bytes, whether a client's Network
+// event is one the relay reads of the document requests it follows now
+// (hold.FetchWay).
+func (f *fetchHold) WantsEvent(msg []byte) bool {
+	return f.following() && followedEvent(msg[len(`{"method":"`):])
+}
+
+// followedEvent reports, from its first bytes, whether a Network event
+// (its method and what follows, msg past `{"method":"`) is one the Fetch
+// strategy reads of the document requests it follows.
+func followedEvent(msg []byte) bool {
+	for _, m := range [...]string{`Network.requestWillBeSentExtraInfo"`, `Network.requestWillBeSent"`, `Network.responseReceived"`, `Network.loadingFailed"`} {
+		if bytes.HasPrefix(msg, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }

@@ -105,7 +105,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargets": true}})
 	th := holdOn(t, fb, fixed(300*time.Millisecond))
 	hc1, hc2 := fb.Holder(t), fb.Pages(t)
-	for st := hold.StateOf(th.b); !st.Pages || !st.Net; st = hold.StateOf(th.b) { // the relay has them both, not only the fake
+	for st := StateOf(th.b); !st.Pages || !st.Net; st = StateOf(th.b) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
 	hc1.Drop()
@@ -204,7 +204,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Fatal("the navigation was never booked")
 	}
 	pages.Drop()
-	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !hold.StateOf(th.b).Pages })
+	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !StateOf(th.b).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
 	var hops []fakebrowser.Hops
 	select {

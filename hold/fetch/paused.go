@@ -173,9 +173,9 @@ func (f *fetchHold) sawPause(frame string) {
 	f.mu.Unlock()
 }
 
-// PausedSince reports whether a document request of the page paused at the
+// pausedSince reports whether a document request of the page paused at the
 // relay at or after t.
-func (f *fetchHold) PausedSince(frame string, t time.Time) bool {
+func (f *fetchHold) pausedSince(frame string, t time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	at, ok := f.paused[frame]

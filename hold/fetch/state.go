@@ -1,4 +1,6 @@
-package hold
+package fetch
+
+import "github.com/cdp-throttle/cdp-throttle/hold"
 
 // State is what the holding of one browser keeps at a moment: for tests,
 // and for a reader chasing what a crawl left behind.
@@ -19,14 +21,28 @@ type State struct {
 }
 
 // StateOf reports the state of b, a Browser that Holder.Arm returned.
-func StateOf(b Browser) State {
-	h, ok := b.(*BrowserHold)
+func StateOf(b hold.Browser) State {
+	h, ok := b.(*hold.BrowserHold)
 	if !ok {
 		return State{}
 	}
-	st := State{Waiting: int(h.waiting.Load())}
-	if h.fetch != nil {
-		h.fetch.State(&st)
+	st := State{Waiting: h.Waiting()}
+	f, ok := h.Fetch().(*fetchHold)
+	if !ok {
+		return st
 	}
+	for _, fc := range []*fetchConn{f.pages.Load(), f.net.Load()} {
+		if fc == nil {
+			continue
+		}
+		fc.mu.Lock()
+		st.Commands += len(fc.calls)
+		st.Followed += len(fc.hops) + len(fc.tracks)
+		fc.mu.Unlock()
+	}
+	st.Pages, st.Net = f.pages.Load() != nil, f.net.Load() != nil
+	f.mu.Lock()
+	st.Unarmed = f.holes
+	f.mu.Unlock()
 	return st
 }
