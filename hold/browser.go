@@ -112,7 +112,6 @@ func newBrowserHold(hd *Holder, up Upstream, browser string) *BrowserHold {
 	h := &BrowserHold{Holder: hd, Up: up, browser: browser, armed: make(chan struct{}), answering: make(map[string]*answering), conns: make(map[*Watch]struct{})}
 	h.Lightpanda = strings.HasPrefix(strings.ToLower(browser), "lightpanda")
 	h.Claims.init()
-	h.Claims.all = hd.EveryPage
 	return h
 }
 

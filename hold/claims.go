@@ -11,7 +11,7 @@ import (
 // relay's connections see every page's requests, and hold only these.
 // Methods are safe for concurrent use.
 type Claims struct {
-	all bool // set once: every page counts as a client's (tests of the holding itself)
+	all bool // set once, by ClaimAll
 	// OnClaim, set once before use, is told of each page claimed, outside
 	// the lock: the Fetch strategy arms it.
 	OnClaim func(target string)
@@ -36,6 +36,12 @@ func (c *Claims) broadcast() {
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
+
+// ClaimAll makes every page of the browser count as a client's, for a
+// browser no one but the relay's clients drives (the tests of holding
+// play pauses of pages no client drives). Call it before the browser's
+// way of holding starts: in a Ways.Fetch, before the way it returns.
+func (c *Claims) ClaimAll() { c.all = true }
 
 // Claim marks a page as a client's.
 func (c *Claims) Claim(target string) {

@@ -185,10 +185,6 @@ type Holder struct {
 	// StartTimeout bounds setting up one of the relay's own connections
 	// (10 s at most).
 	StartTimeout time.Duration
-	// EveryPage makes every page count as one of the relay's clients',
-	// for tests of the holding itself, which play pauses of pages no
-	// client drives.
-	EveryPage bool
 
 	log           zerolog.Logger // set once by Start
 	capper        Capper         // set once by Start: the Limiter, when it caps navigations in flight

@@ -152,14 +152,6 @@ type Proxy struct {
 	// answered 503. Zero means admission.DefaultTimeout.
 	QueueTimeout time.Duration
 
-	// everyPage makes every page count as one of the relay's clients',
-	// for tests of the holding itself, which play pauses of pages no
-	// client drives.
-	everyPage bool
-	// netLinger, when set, is Holder.NetLinger, for tests that see the
-	// browser-level interception go off.
-	netLinger time.Duration
-
 	log    zerolog.Logger     // set once by Start
 	ups    []*upstream        // set once by Start
 	holder *hold.Holder       // set once by Start; nil when nothing is held
@@ -315,8 +307,6 @@ func (p *Proxy) Start(ctx context.Context) error {
 		WriteTimeout: p.WriteTimeout,
 		PingInterval: p.PingInterval,
 		StartTimeout: p.StartTimeout,
-		EveryPage:    p.everyPage,
-		NetLinger:    p.netLinger,
 	}
 	if !hd.Start() {
 		p.log.Info().Msg("limiter off: relaying without holding navigations")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -33,14 +34,14 @@ func TestFetchHolderReplaysChromium(t *testing.T) {
 	// a.test: six navigations, the last answered 429 with Retry-After 3;
 	// b.test: a redirect hop and a new page; c.test: refused. The iframes
 	// booked nothing.
-	if got := th.lim.Len(); got != 3 {
+	if got := th.Lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
 	}
 	now := time.Now()
-	if r := th.lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
+	if r := th.Lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
 		t.Errorf("next a.test slot at %v after the 429, want at least its Retry-After 3s", r.Start.Sub(busyAnswered))
 	}
-	if r := th.lim.Reserve("c.test", now); r.Pressure < 5 {
+	if r := th.Lim.Reserve("c.test", now); r.Pressure < 5 {
 		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
 	}
 }
@@ -56,17 +57,17 @@ func TestFetchHolder(t *testing.T) {
 		// prime prepares the limiter before the navigations play.
 		prime  func(*limiter.Limiter)
 		chains []string // recorded navigations played in turn, by URL
-		check  func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time)
+		check  func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time)
 	}{
 		{
-			name: "top-level request waits for its slot, in the page's session", cfg: fixed(300 * time.Millisecond),
+			name: "top-level request waits for its slot, in the page's session", cfg: holdtest.Fixed(300 * time.Millisecond),
 			chains: []string{"/page?first", "/page?first"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				// The limiter booked the first at its pause at the earliest.
 				if waited := hops[1][0].Continued.Sub(hops[0][0].Paused); waited < 300*time.Millisecond {
 					t.Errorf("second navigation released %v after the first was paused, want at least 300ms", waited)
 				}
-				warned := th.logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
+				warned := th.Logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
 				if len(warned) != 1 || !strings.Contains(warned[0], `"level":"debug"`) {
 					t.Errorf("got %q, want one debug line naming a.test and the tip (fixed mode)", warned)
 				}
@@ -82,7 +83,7 @@ func TestFetchHolder(t *testing.T) {
 				if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n > 2 {
 					t.Errorf("net connection let %d requests go, want none (or the echo of a release)", n)
 				}
-				if n := len(th.logs.Lines(`"message":"navigation held"`)); n != 1 {
+				if n := len(th.Logs.Lines(`"message":"navigation held"`)); n != 1 {
 					t.Errorf("%d navigations held, want 1", n)
 				}
 				named := false
@@ -116,47 +117,47 @@ func TestFetchHolder(t *testing.T) {
 				}
 			},
 			chains: []string{"/page?first", "/page?first", "/page?first"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				if waited := hops[2][0].Continued.Sub(hops[1][0].Paused); waited <= 0 {
 					t.Errorf("third navigation not held")
 				}
-				warned := th.logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
+				warned := th.Logs.Lines("spacing out navigations to this host", `"host":"a.test"`, "use --http-nav-delay 0 to disable")
 				if len(warned) != 1 || !strings.Contains(warned[0], `"level":"warn"`) {
 					t.Errorf("got %q, want one warn line naming a.test and the tip", warned)
 				}
-				if held := th.logs.Lines(`"message":"navigation held"`, `"host":"a.test"`); len(held) != 2 {
+				if held := th.Logs.Lines(`"message":"navigation held"`, `"host":"a.test"`); len(held) != 2 {
 					t.Errorf("got %d debug lines for held navigations, want 2", len(held))
 				}
 			},
 		},
 		{
-			name: "iframes are released at once and book nothing", cfg: fixed(hour),
+			name: "iframes are released at once and book nothing", cfg: holdtest.Fixed(hour),
 			chains: []string{"/child?same", "/child?cross", "/child?same"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				if n := th.lim.Len(); n != 0 {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				if n := th.Lim.Len(); n != 0 {
 					t.Errorf("limiter knows %d hosts, want none", n)
 				}
 			},
 		},
 		{
-			name: "redirect to another host books that host", cfg: fixed(hour),
+			name: "redirect to another host books that host", cfg: holdtest.Fixed(hour),
 			chains: []string{"/r"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
 				if len(hops[0]) != 2 {
 					t.Fatalf("got %d pauses, want 2 (two hops, each once)", len(hops[0]))
 				}
 				for _, host := range []string{"a.test", "b.test"} {
-					if r := th.lim.Reserve(host, time.Now()); time.Until(r.Start) < hour/2 {
+					if r := th.Lim.Reserve(host, time.Now()); time.Until(r.Start) < hour/2 {
 						t.Errorf("%s not booked: next slot in %v", host, time.Until(r.Start))
 					}
 				}
 			},
 		},
 		{
-			name: "redirect within the host books once", cfg: fixed(hour),
+			name: "redirect within the host books once", cfg: holdtest.Fixed(hour),
 			chains: []string{"/r2"}, // a second booking would hold the hop for an hour
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				if r := th.lim.Reserve("a.test", time.Now()); time.Until(r.Start) > hour+hour/2 {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				if r := th.Lim.Reserve("a.test", time.Now()); time.Until(r.Start) > hour+hour/2 {
 					t.Errorf("a.test booked twice: next slot in %v", time.Until(r.Start))
 				}
 			},
@@ -164,9 +165,9 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "429 with Retry-After pushes the next slot", cfg: limiter.Config{},
 			chains: []string{"/busy"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				waitFeedback(t, th, 1)
-				r := th.lim.Reserve("a.test", time.Now())
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				th.WaitFeedback(t, 1)
+				r := th.Lim.Reserve("a.test", time.Now())
 				if r.Start.Sub(began[0]) < 3*time.Second {
 					t.Errorf("next slot %v after the 429, want at least Retry-After 3s", r.Start.Sub(began[0]))
 				}
@@ -178,9 +179,9 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "refused connection adds pressure", cfg: limiter.Config{},
 			chains: []string{"http://c.test"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				waitFeedback(t, th, 1)
-				if r := th.lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				th.WaitFeedback(t, 1)
+				if r := th.Lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
 					t.Errorf("pressure %d after a refused connection, want it raised by 10", r.Pressure)
 				}
 			},
@@ -188,21 +189,21 @@ func TestFetchHolder(t *testing.T) {
 		{
 			name: "200 adds nothing", cfg: limiter.Config{},
 			chains: []string{"/page?first"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				waitFeedback(t, th, 1)
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				th.WaitFeedback(t, 1)
 				now := time.Now()
-				if r := th.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
+				if r := th.Lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
 					t.Errorf("after a 200: pressure %d, start in %v; want 2 at most, now", r.Pressure, r.Start.Sub(now))
 				}
 			},
 		},
 		{
-			name: "fixed mode ignores the 429", cfg: fixed(time.Millisecond),
+			name: "fixed mode ignores the 429", cfg: holdtest.Fixed(time.Millisecond),
 			chains: []string{"/busy"},
-			check: func(t *testing.T, th *testHolder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
-				waitFeedback(t, th, 1)
+			check: func(t *testing.T, th *holdtest.Holder, net, pages *fakebrowser.Conn, hops [][]fakebrowser.Hops, began []time.Time) {
+				th.WaitFeedback(t, 1)
 				now := time.Now()
-				if r := th.lim.Reserve("a.test", now); r.Start.Sub(now) > time.Second {
+				if r := th.Lim.Reserve("a.test", now); r.Start.Sub(now) > time.Second {
 					t.Errorf("next slot in %v, want Retry-After ignored", r.Start.Sub(now))
 				}
 			},
@@ -214,7 +215,7 @@ func TestFetchHolder(t *testing.T) {
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			th := holdOn(t, fb, tt.cfg)
 			if tt.prime != nil {
-				tt.prime(th.lim)
+				tt.prime(th.Lim)
 			}
 			net, pages := fakebrowser.RelayConns(t, fb, false)
 			var hops [][]fakebrowser.Hops
@@ -233,7 +234,7 @@ func TestFetchHolder(t *testing.T) {
 func TestFetchHolderExemptHost(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(time.Hour))
+	th := holdOn(t, fb, holdtest.Fixed(time.Hour))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	for _, host := range []string{"localhost", "127.0.0.1", "LocalHost"} {
@@ -244,7 +245,7 @@ func TestFetchHolderExemptHost(t *testing.T) {
 		fb.Navigate(t, local)
 		fb.Navigate(t, local)
 	}
-	if n := th.lim.Len(); n != 0 {
+	if n := th.Lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts, want none", n)
 	}
 	if got := len(fakebrowser.Commands(pages, "Fetch.continueRequest")); got != 6 {
@@ -261,7 +262,7 @@ func TestFetchHolderConcurrent(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	const interval = 50 * time.Millisecond
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(interval))
+	th := holdOn(t, fb, holdtest.Fixed(interval))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test
 	p, _ := fakebrowser.ReadPause(chain[0])
@@ -300,7 +301,7 @@ func TestFetchHolderConcurrent(t *testing.T) {
 			t.Errorf("host %d: %d navigations released within %v, want at least %v", h, navs, spread, (navs-1)*interval)
 		}
 	}
-	if got, want := th.lim.Len(), 2*hosts; got != want {
+	if got, want := th.Lim.Len(), 2*hosts; got != want {
 		t.Errorf("limiter knows %d hosts, want %d", got, want)
 	}
 	if got, want := len(fakebrowser.Commands(pages, "Fetch.continueRequest")), hosts*navs*2; got != want {
@@ -326,15 +327,15 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 	// relay enables it as it holds the page's first request (no client
 	// here has it on): the recorded events come either way.
 	busyAnswered := fakebrowser.ReplayTranscript(t, fb.PagesRec, auto, pc, func(m fakebrowser.Msg) bool { return m.Wire.Method == "Network.enable" })
-	waitFeedback(t, th, 8)
-	if got := th.lim.Len(); got != 3 {
+	th.WaitFeedback(t, 8)
+	if got := th.Lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
 	}
 	now := time.Now()
-	if r := th.lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second-100*time.Millisecond {
+	if r := th.Lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second-100*time.Millisecond {
 		t.Errorf("next a.test slot at %v after the 429, want its Retry-After 3s", r.Start.Sub(busyAnswered))
 	}
-	if r := th.lim.Reserve("c.test", now); r.Pressure < 5 {
+	if r := th.Lim.Reserve("c.test", now); r.Pressure < 5 {
 		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
 	}
 }
@@ -345,7 +346,7 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 func TestNavigationLinesNameThePage(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(300*time.Millisecond))
+	th := holdOn(t, fb, holdtest.Fixed(300*time.Millisecond))
 	hc := fb.Holder(t)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fakebrowser.AnnouncePages(t, fb, hc, false)
@@ -353,7 +354,7 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 	fb.PlayAll(t, chain) // held
 	p, _ := fakebrowser.ReadPause(chain[0])
 	for _, msg := range []string{"navigation goes at once", "navigation held"} {
-		lines := th.logs.Lines(`"message":"` + msg + `"`)
+		lines := th.Logs.Lines(`"message":"` + msg + `"`)
 		if len(lines) != 1 || !strings.Contains(lines[0], `"page":"`+p.FrameID+`"`) {
 			t.Errorf("%q: got %q, want one line naming page %s", msg, lines, p.FrameID)
 		}
@@ -404,16 +405,16 @@ func TestFetchHolderFollowsByFrame(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	const interval = 300 * time.Millisecond
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(interval))
+	th := holdOn(t, fb, holdtest.Fixed(interval))
 	_, pages := fakebrowser.RelayConns(t, fb, false)
 	first := fb.Navigate(t, fb.FetchRec.Chain(t, "/r")) // a.test → b.test, no session with Network on
 	next := fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
 	if gap := next[0].Continued.Sub(first[0].Continued); gap > interval+500*time.Millisecond {
 		t.Errorf("a.test's next navigation let go %v after the first, want it at its slot, %v", gap, interval)
 	}
-	waitFeedback(t, th, 3) // the redirect, b.test's answer, a.test's
+	th.WaitFeedback(t, 3) // the redirect, b.test's answer, a.test's
 	for _, host := range []string{"a.test", "b.test"} {
-		if lines := th.logs.Lines(`"message":"a navigation left the browser"`, `"bucket":"`+host+`"`); len(lines) == 0 {
+		if lines := th.Logs.Lines(`"message":"a navigation left the browser"`, `"bucket":"`+host+`"`); len(lines) == 0 {
 			t.Errorf("no departure of %s seen", host)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -38,13 +39,13 @@ func (l plainLimiter) Observe(host string, o limiter.Outcome, now time.Time) lim
 func TestPlainLimiter(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	cfg := fixed(300 * time.Millisecond)
+	cfg := holdtest.Fixed(300 * time.Millisecond)
 	lim := limiter.New(cfg)
 	var reserves atomic.Int64
 	th := holdOn(t, fb, cfg, func(hd *hold.Holder) {
 		hd.Limiter = plainLimiter{policy.New(policy.Config{Default: cfg}, lim), &reserves}
 	})
-	th.lim = lim
+	th.Lim = lim
 	var l hold.Limiter = plainLimiter{}
 	if _, ok := l.(hold.Exempter); ok {
 		t.Fatal("plainLimiter is an Exempter: the test shows nothing")
@@ -58,7 +59,7 @@ func TestPlainLimiter(t *testing.T) {
 	if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {
 		t.Errorf("second navigation released %v after the first was paused, want at least 300ms", waited)
 	}
-	waitFeedback(t, th, 2)
+	th.WaitFeedback(t, 2)
 	booked := reserves.Load()
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	var local [][]byte
@@ -66,7 +67,7 @@ func TestPlainLimiter(t *testing.T) {
 		local = append(local, bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://127.0.0.1:")))
 	}
 	fb.Navigate(t, local)
-	th.hd.Wait()
+	th.Holder.Wait()
 	if n := reserves.Load() - booked; n != 0 {
 		t.Errorf("a loopback navigation asked the Limiter %d times, want never", n)
 	}

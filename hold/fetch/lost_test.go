@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -25,7 +26,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
-			th := holdOn(t, fb, fixed(300*time.Millisecond))
+			th := holdOn(t, fb, holdtest.Fixed(300*time.Millisecond))
 			lose := func(hc *fakebrowser.Conn) {
 				if how == "dropped" {
 					hc.Drop()
@@ -46,10 +47,10 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
-			for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.Logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(th.logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
+			if n := len(th.Logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
 			again := fb.Pages(t) // the relay reconnected
@@ -70,16 +71,16 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(again)
 			fb.Holder(t)
 			deadline := time.Now().Add(fakebrowser.WaitFor)
-			for len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
+			for len(th.Logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if n := len(th.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+			if n := len(th.Logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
-			if n := len(th.logs.Lines("browser connection is back")); n != 1 {
+			if n := len(th.Logs.Lines("browser connection is back")); n != 1 {
 				t.Errorf("got %d notes that the connection is back, want 1", n)
 			}
-			if n := th.unheld.Load(); n != 0 {
+			if n := th.Counts.Unheld.Load(); n != 0 {
 				t.Errorf("unheld navigations: %d, want 0", n)
 			}
 		})
@@ -87,9 +88,9 @@ func TestFetchHolderReconnects(t *testing.T) {
 }
 
 // awaitArmed waits until the relay can hold navigations again.
-func awaitArmed(t *testing.T, th *testHolder) {
+func awaitArmed(t *testing.T, th *holdtest.Holder) {
 	t.Helper()
-	fakebrowser.Eventually(t, "the relay holding navigations again", func() bool { return th.b.Holding() != "waiting" })
+	fakebrowser.Eventually(t, "the relay holding navigations again", func() bool { return th.Browser.Holding() != "waiting" })
 }
 
 // TestFetchHolderBrowserGone: when the browser goes away (stopped, or
@@ -103,9 +104,9 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	// drop; dropped one after the other here, the second must not answer
 	// the relay's question in between, as a live browser would.
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargets": true}})
-	th := holdOn(t, fb, fixed(300*time.Millisecond))
+	th := holdOn(t, fb, holdtest.Fixed(300*time.Millisecond))
 	hc1, hc2 := fb.Holder(t), fb.Pages(t)
-	for st := StateOf(th.b); !st.Pages || !st.Net; st = StateOf(th.b) { // the relay has them both, not only the fake
+	for st := StateOf(th.Browser); !st.Pages || !st.Net; st = StateOf(th.Browser) { // the relay has them both, not only the fake
 		time.Sleep(time.Millisecond)
 	}
 	hc1.Drop()
@@ -113,19 +114,19 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	hc1.Ended(t)
 	hc2.Ended(t)
 	fb.Holder(t)
-	for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.Logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
-	if n := len(th.logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
+	if n := len(th.Logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 		t.Errorf("got %d warnings that the browser closed the relay's connections, want 1", n)
 	}
-	if n := len(th.logs.Lines("lost one of")); n != 0 {
+	if n := len(th.Logs.Lines("lost one of")); n != 0 {
 		t.Errorf("got %d notes about one lost connection, want none: the browser went away", n)
 	}
-	th.close()
+	th.Close()
 	for _, m := range []string{"lost one of", "closed the relay's connections"} {
-		if n := len(th.logs.Lines(m)); n > 1 || m == "lost one of" && n > 0 {
+		if n := len(th.Logs.Lines(m)); n > 1 || m == "lost one of" && n > 0 {
 			t.Errorf("after Close: %d lines with %q", n, m)
 		}
 	}
@@ -138,13 +139,13 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 func TestFetchHolderHandsOver(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(500*time.Millisecond))
+	th := holdOn(t, fb, holdtest.Fixed(500*time.Millisecond))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	first := fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
-	fakebrowser.Eventually(t, "the second navigation booked", func() bool { return int(th.booked.Load()) == 2 })
+	fakebrowser.Eventually(t, "the second navigation booked", func() bool { return int(th.Counts.Booked.Load()) == 2 })
 	fb.Await(t, "net's patterns naming the held request", func() bool {
 		return slices.ContainsFunc(net.Patterns, func(p string) bool { return strings.Contains(p, "/page\\?first") })
 	})
@@ -156,11 +157,11 @@ func TestFetchHolderHandsOver(t *testing.T) {
 	if n := len(fakebrowser.Commands(net, "Fetch.continueRequest")); n == 0 {
 		t.Errorf("net never let the handed-over request go")
 	}
-	if n := int(th.booked.Load()); n != 2 {
+	if n := int(th.Counts.Booked.Load()); n != 2 {
 		t.Errorf("%d bookings, want 2: the handed-over navigation books nothing more", n)
 	}
 	time.Sleep(orphanWait + 200*time.Millisecond)
-	if n := th.unheld.Load(); n != 0 {
+	if n := th.Counts.Unheld.Load(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0", n)
 	}
 }
@@ -193,7 +194,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
-	th := holdOn(t, fb, fixed(time.Hour), func(hd *hold.Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
+	th := holdOn(t, fb, holdtest.Fixed(time.Hour), func(hd *hold.Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	nav := make(chan []fakebrowser.Hops, 1)
@@ -204,7 +205,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Fatal("the navigation was never booked")
 	}
 	pages.Drop()
-	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !StateOf(th.b).Pages })
+	fakebrowser.Eventually(t, "the relay seeing its pages connection gone", func() bool { return !StateOf(th.Browser).Pages })
 	open.Do(func() { close(g.gate) }) // the booking is in once the relay knows
 	var hops []fakebrowser.Hops
 	select {
@@ -214,8 +215,8 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 	}
 	if hops[0].Pauses == 0 {
 		// The browser let it go: counted.
-		fakebrowser.Eventually(t, "the request counted unheld", func() bool { return th.unheld.Load() == 1 })
-		if n := len(th.logs.Lines("the browser released what the relay's lost connections held")); n != 1 {
+		fakebrowser.Eventually(t, "the request counted unheld", func() bool { return th.Counts.Unheld.Load() == 1 })
+		if n := len(th.Logs.Lines("the browser released what the relay's lost connections held")); n != 1 {
 			t.Errorf("logged %d times that the browser released what the relay held, want once", n)
 		}
 		return
@@ -224,7 +225,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 		t.Error("net never let the handed-over request go")
 	}
 	time.Sleep(orphanWait + 200*time.Millisecond)
-	if n := th.unheld.Load(); n != 0 {
+	if n := th.Counts.Unheld.Load(); n != 0 {
 		t.Errorf("unheld navigations: %d, want 0: net held it", n)
 	}
 }
@@ -235,20 +236,20 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 func TestFetchHolderCloseReleases(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, fixed(time.Hour))
+	th := holdOn(t, fb, holdtest.Fixed(time.Hour))
 	net, pages := fakebrowser.RelayConns(t, fb, false)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
 	deadline := time.Now().Add(fakebrowser.WaitFor)
-	for len(th.logs.Lines(`"message":"navigation held"`)) == 0 {
+	for len(th.Logs.Lines(`"message":"navigation held"`)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("navigation not held")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	th.close()
+	th.Close()
 	<-held
 	pages.Ended(t)
 	net.Ended(t)
