@@ -37,15 +37,17 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
-// Lock order. The package's mutexes are taken in this order, never the
-// other way round (a mutex not named takes no other while held):
+// Lock order. The mutexes of holding, this package's and its ways', are
+// taken in this order, never the other way round (a mutex not named takes
+// no other while held):
 //
-//	watch.mu → fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → flight.mu
+//	Watch.mu (Watch.Lock) → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
 //
-// and, after any of the first three, the leaves browserHold.mu,
-// claims.mu and counts.mu. browserHold.connsMu, browserHold.ansMu,
+// and, after any of them, the leaves BrowserHold.mu, Claims.mu, Counts.mu
+// and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
 // warnOnce.mu and the Holder's own are leaves taken under none of them.
-// Each struct says where its mutex stands.
+// The session and stream ways keep their state under Watch.mu. Each
+// struct says where its mutex stands.
 
 // Intercept chooses how the relay catches navigations.
 type Intercept int

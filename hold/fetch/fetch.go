@@ -60,14 +60,20 @@ type fetchHold struct {
 	// now (its tracks).
 	tracked atomic.Int64
 
-	// netMu serialises the net connection's pattern updates, each written
-	// in order. It is taken before mu (hold.go's lock order: after
-	// watch.mu, before mu and the connections' wmu and mu).
-	netMu sync.Mutex
+	// Three mutexes, in hold.go's lock order: netMu, then mu, then the
+	// connections' wmu and mu and the flights'; ackMu is a leaf (taken
+	// under any of them, takes none).
 
-	// mu guards the fields below and heldNav's; taken after netMu (when
-	// both are), before a connection's wmu and mu, the flights' and the
-	// leaves (claims, browserHold.mu).
+	// netMu serialises the net connection's pattern updates, each written
+	// in order, and guards the fields below.
+	netMu     sync.Mutex
+	netSeq    int64       // guarded by netMu; pattern updates written to net
+	netBusy   *fetchConn  // guarded by netMu; the connection an update is under way on
+	netDirty  bool        // guarded by netMu; what net should pause changed since that update
+	clientsAt time.Time   // guarded by netMu; when net last saw the clients with a page
+	recheck   *time.Timer // guarded by netMu; turns net's Fetch off once NetLinger is over
+
+	// mu guards the fields below and heldNav's.
 	mu        sync.Mutex
 	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
@@ -75,22 +81,21 @@ type fetchHold struct {
 	urls      map[string]int       // guarded by mu; net's patterns: held URLs → how many held
 	creating  int                  // guarded by mu; clients' page creations with a URL under way
 	holes     int                  // guarded by mu; client pages pages could not arm
-	wideAsked bool                 // guarded by mu; the last patterns written to net were wide
-	wideSince int64                // guarded by mu; the pattern update that made net wide
-	wideAcked int64                // guarded by mu; the last pattern update net answered (named for the wide one it may be)
-	onAsked   bool                 // guarded by mu; the last update written to net enabled its Fetch
-	onSince   int64                // guarded by mu; the update that enabled net's Fetch, 0 while off
-	clientsAt time.Time            // guarded by mu; when net last saw the clients with a page
-	recheck   *time.Timer          // guarded by mu; turns net's Fetch off once NetLinger is over
-	netSeq    int64                // guarded by mu; pattern updates written to net
-	netAcked  chan struct{}        // guarded by mu; closed and replaced when net takes an update
-	netBusy   *fetchConn           // guarded by mu; the connection an update is under way on
-	netDirty  bool                 // guarded by mu; what net should pause changed since that update
 	confirmed bool                 // guarded by mu; no connection dropped since the others last answered
 	// life ends every navigation followed (flight) when the browser is
 	// lost: then none of their answers can come. Guarded by mu.
 	life    context.Context
 	endLife context.CancelFunc
+
+	// ackMu guards what was asked of net and what it took: the fields
+	// below.
+	ackMu     sync.Mutex
+	wideAsked bool          // guarded by ackMu; the last patterns written to net were wide
+	wideSince int64         // guarded by ackMu; the pattern update that made net wide
+	wideAcked int64         // guarded by ackMu; the last pattern update net answered (named for the wide one it may be)
+	onAsked   bool          // guarded by ackMu; the last update written to net enabled its Fetch
+	onSince   int64         // guarded by ackMu; the update that enabled net's Fetch, 0 while off
+	netAcked  chan struct{} // guarded by ackMu; closed and replaced when net takes an update
 }
 
 // navKey is what two pauses of one document request have in common.
@@ -252,7 +257,9 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	}
 	f.netSeq++
 	seq := f.netSeq
+	f.ackMu.Lock()
 	f.onAsked, f.onSince = true, seq
+	f.ackMu.Unlock()
 	f.mu.Unlock()
 	r, err := fc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: patterns})
 	if err == nil {
@@ -408,7 +415,7 @@ func (f *fetchHold) wideLocked() bool {
 // other one last answered.
 func (f *fetchHold) rearm() {
 	f.mu.Lock()
-	ok := f.confirmed && (f.pagesReady() || f.netWideLocked())
+	ok := f.confirmed && (f.pagesReady() || f.netWide())
 	f.mu.Unlock()
 	f.h.SetArmed(ok)
 }
@@ -518,7 +525,7 @@ func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 		})
 	}
 	// Without net, navigations wait for a connection anyway (armed).
-	return f.whenNet(func() bool { return f.netWideLocked() || f.net.Load() == nil }, hold.ClaimWait), done
+	return f.whenNet(func() bool { return f.netWide() || f.net.Load() == nil }, hold.ClaimWait), done
 }
 
 // Unattached rewrites a target's info that says it is attached only

@@ -39,7 +39,7 @@ const maxPatternURL = 512
 var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
 
 // patternsLocked returns net's patterns: every document, the URLs held, or
-// none (nil: Fetch off) while no client has a page. Callers hold mu.
+// none (nil: Fetch off) while no client has a page. Callers hold netMu and mu.
 func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 	if f.wideLocked() {
 		return documentPattern, true
@@ -59,7 +59,7 @@ func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 
 // clientsLocked reports whether net's Fetch must be on for the relay's
 // clients: they have a page, or had one within Holder.NetLinger, after which it
-// looks again. Callers hold mu.
+// looks again. Callers hold netMu.
 func (f *fetchHold) clientsLocked() bool {
 	if !f.h.Holder.HoldBackup {
 		return false
@@ -75,9 +75,9 @@ func (f *fetchHold) clientsLocked() bool {
 	}
 	if f.recheck == nil {
 		f.recheck = time.AfterFunc(left, func() {
-			f.mu.Lock()
+			f.netMu.Lock()
 			f.recheck = nil
-			f.mu.Unlock()
+			f.netMu.Unlock()
 			f.updateNet()
 		})
 	}
@@ -120,7 +120,9 @@ func (f *fetchHold) updateNet() {
 func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 	patterns, wide := f.patternsLocked()
 	on := patterns != nil
+	f.ackMu.Lock()
 	if !on && !f.onAsked {
+		f.ackMu.Unlock()
 		return // off, and net knows
 	}
 	f.wideAsked = wide
@@ -139,6 +141,7 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 		f.onSince = 0
 	}
 	f.onAsked = on
+	f.ackMu.Unlock()
 	f.netBusy, f.netDirty = nc, false
 	method, params := "Fetch.enable", any(&fetch.EnableParams{Patterns: patterns})
 	if !on {
@@ -169,14 +172,14 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 
 // acked notes that net took pattern update seq.
 func (f *fetchHold) acked(seq int64, wide bool) {
-	f.mu.Lock()
+	f.ackMu.Lock()
 	f.wideAcked = max(f.wideAcked, seq)
 	if wide && f.wideSince == 0 {
 		f.wideSince = seq
 	}
 	close(f.netAcked)
 	f.netAcked = make(chan struct{})
-	f.mu.Unlock()
+	f.ackMu.Unlock()
 	if wide {
 		f.rearm()
 	}
@@ -184,14 +187,25 @@ func (f *fetchHold) acked(seq int64, wide bool) {
 
 // netWide reports whether net pauses every document now: it took the
 // update that made it wide, and no narrower one was written since.
-func (f *fetchHold) netWideLocked() bool {
+func (f *fetchHold) netWide() bool {
+	f.ackMu.Lock()
+	defer f.ackMu.Unlock()
 	return f.net.Load() != nil && f.wideAsked && f.wideSince > 0 && f.wideAcked >= f.wideSince
 }
 
-// netOnLocked reports whether net's Fetch is on: net took the update that
-// enabled it, and none turned it off since. Callers hold mu.
-func (f *fetchHold) netOnLocked() bool {
+// netOn reports whether net's Fetch is on: net took the update that
+// enabled it, and none turned it off since.
+func (f *fetchHold) netOn() bool {
+	f.ackMu.Lock()
+	defer f.ackMu.Unlock()
 	return f.net.Load() != nil && f.onAsked && f.onSince > 0 && f.wideAcked >= f.onSince
+}
+
+// netAckedChan is a channel closed when net takes its next update.
+func (f *fetchHold) netAckedChan() <-chan struct{} {
+	f.ackMu.Lock()
+	defer f.ackMu.Unlock()
+	return f.netAcked
 }
 
 // netCovering turns net's Fetch on for a client's page, and returns a
@@ -201,18 +215,15 @@ func (f *fetchHold) netCovering() <-chan struct{} {
 	if !f.h.Holder.HoldBackup {
 		return nil
 	}
-	f.mu.Lock()
-	ok := f.net.Load() == nil || f.netOnLocked()
-	f.mu.Unlock()
-	if ok {
+	if f.net.Load() == nil || f.netOn() {
 		return nil
 	}
 	f.updateNet()
-	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOnLocked() }, hold.CoverWait)
+	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOn() }, hold.CoverWait)
 }
 
-// whenNet returns a channel closed once ok, asked under mu, holds (asked
-// again each time net takes an update), or within is over.
+// whenNet returns a channel closed once ok holds (asked again each time
+// net takes an update), or within is over.
 func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
 	f.h.Holder.Limiting().Add(1)
@@ -222,10 +233,8 @@ func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{
 		t := time.NewTimer(within)
 		defer t.Stop()
 		for {
-			f.mu.Lock()
-			done, changed := ok(), f.netAcked
-			f.mu.Unlock()
-			if done {
+			changed := f.netAckedChan() // before ok: an update taken meanwhile closes it
+			if ok() {
 				return
 			}
 			select {
