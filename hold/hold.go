@@ -45,7 +45,7 @@ import (
 //
 // and, after any of them, the leaves BrowserHold.mu, Claims.mu, Counts.mu
 // and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
-// warnOnce.mu and the Holder's own are leaves taken under none of them.
+// and warnOnce.mu are leaves taken under none of them.
 // The session and stream ways keep their state under Watch.mu. Each
 // struct says where its mutex stands.
 

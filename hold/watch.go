@@ -33,9 +33,10 @@ type Watch struct {
 	held    *sync.WaitGroup // c's: what the connection waits for before it ends
 	log     *zerolog.Logger // c's
 
-	// mu guards the fields below; the first of hold.go's lock order: it
-	// may be held while fetchHold's, the connections', the flights' and
-	// the leaves' are taken, never taken under any of them.
+	// mu guards the fields below, and the state of the way held in the
+	// connection (session, stream: Lock); the first of hold.go's lock
+	// order: it may be held while fetch's, the flights' and the leaves'
+	// are taken, never taken under any of them.
 	mu       sync.Mutex
 	way      via                    // guarded by mu; how navigations are held in this connection
 	sessions map[string]SessionInfo // guarded by mu; "" is the connection's own session

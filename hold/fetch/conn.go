@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
@@ -65,8 +66,8 @@ type fetchConn struct {
 	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
 	tracks    map[string]*track        // guarded by mu; document requests it follows, by trackKey
 	byFrame   int                      // guarded by mu; how many of tracks are keyed by their frame
-	ready     bool                     // guarded by mu; it knows every page and has armed the clients'
-	clock     monoClock                // guarded by mu; the browser's monotonic clock on the relay's
+	ready     atomic.Bool              // set once: it knows every page and has armed the clients'
+	clock     monoClock                // the browser's monotonic clock on the relay's
 }
 
 // hop is a document request of a page under way, at the net connection.
@@ -375,11 +376,16 @@ func (fc *fetchConn) dropFrameHopsLocked(frame string) {
 }
 
 // monoClock maps the browser's monotonic clock (the timestamps of its
-// Network events, in seconds) onto the relay's.
+// Network events, in seconds) onto the relay's. Its methods are safe for
+// concurrent use.
 type monoClock struct {
-	ref time.Time     // a reading of the relay's clock
-	off time.Duration // relay time − ref − browser time, at least; the least seen
-	set bool
+	ref time.Time // set once: a reading of the relay's clock
+
+	// mu guards off and set; a leaf (taken under fetchConn.mu, takes
+	// none).
+	mu  sync.Mutex
+	off time.Duration // guarded by mu; relay time − ref − browser time, at least; the least seen
+	set bool          // guarded by mu
 }
 
 // saw notes an event of browser time mono received at at: the event
@@ -389,6 +395,8 @@ func (c *monoClock) saw(mono float64, at time.Time) {
 		return
 	}
 	off := at.Sub(c.ref) - time.Duration(mono*float64(time.Second))
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.set || off < c.off {
 		c.off, c.set = off, true
 	}
@@ -397,6 +405,8 @@ func (c *monoClock) saw(mono float64, at time.Time) {
 // at is browser time mono on the relay's clock: never earlier than it
 // happened, later at most by the quickest delivery of an event seen.
 func (c *monoClock) at(mono float64) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.set || mono <= 0 {
 		return time.Time{}, false
 	}

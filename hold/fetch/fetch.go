@@ -291,9 +291,7 @@ func (f *fetchHold) attach(role connRole, fc *fetchConn) (first, before bool) {
 		// Pages claimed while it was connecting were not armed by their
 		// claim: arm them now, then it holds every client page.
 		fc.armClaimed(fc.held)
-		fc.mu.Lock()
-		fc.ready = true
-		fc.mu.Unlock()
+		fc.ready.Store(true)
 	}
 	f.mu.Lock()
 	f.confirmed = true
@@ -401,7 +399,7 @@ func (f *fetchHold) pagesReady() bool {
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	return fc.ready && !fc.closed
+	return fc.ready.Load() && !fc.closed
 }
 
 // wideLocked reports whether net must pause every document. Callers hold

@@ -14,8 +14,8 @@ import (
 // makes.
 type Recorder struct {
 	hold.Limiter
-	mu     sync.Mutex
-	booked []Booking // guarded by mu
+	mu     sync.Mutex // guards booked; takes no other
+	booked []Booking  // guarded by mu
 }
 
 // Booking is one Reserve call and the slot it got.

@@ -35,7 +35,7 @@ type Relay struct {
 
 	fb    *fakebrowser.Browser
 	log   zerolog.Logger
-	mu    sync.Mutex
+	mu    sync.Mutex                   // guards conns; takes no other
 	conns map[*websocket.Conn]struct{} // the sockets open, closed at the end
 	pairs sync.WaitGroup
 }

@@ -42,9 +42,11 @@ type sessionHold struct {
 	// pattern.
 	patterns []pattern
 
-	states    map[string]*sessState // guarded by w.mu; page sessions
-	prebooked map[string]prebooked  // guarded by w.mu; URL of a held Target.createTarget → when it was let go
-	held      int                   // guarded by w.mu; top-level documents waiting for their slot
+	// The fields below are guarded by w's lock (w.Lock: the connection's,
+	// the first of hold.go's lock order).
+	states    map[string]*sessState // guarded by w's lock; page sessions
+	prebooked map[string]prebooked  // guarded by w's lock; URL of a held Target.createTarget → when it was let go
+	held      int                   // guarded by w's lock; top-level documents waiting for their slot
 }
 
 // prebooked is a Target.createTarget held and let go: its page's first
@@ -146,7 +148,7 @@ func (s *sessionHold) arm(session string) {
 }
 
 // enableParams is the Fetch.enable the session needs: the client's
-// patterns and the relay's. Callers hold w.mu.
+// patterns and the relay's. Callers hold the connection's lock (hold.Watch.Lock).
 func (s *sessionHold) enableParams(st *sessState) any {
 	type params struct {
 		Patterns           []pattern `json:"patterns"`
@@ -543,7 +545,7 @@ func (d docHold) Refused() {
 func (d docHold) Done() { d.s.w.Held().Done() }
 
 // endDocs ends the navigations of the documents under way. Callers hold
-// w.mu.
+// the connection's lock (hold.Watch.Lock).
 func (st *sessState) endDocs() {
 	for _, d := range st.docs {
 		d.fl.End()
@@ -553,7 +555,7 @@ func (st *sessState) endDocs() {
 // awaits reports whether a Network event's params (one the browser sends
 // for every request of the page) may be of a document under way: its
 // requestId, read without decoding the rest when the browser wrote it
-// first (Chromium and Lightpanda do), is one of docs. Callers hold w.mu.
+// first (Chromium and Lightpanda do), is one of docs. Callers hold the connection's lock (hold.Watch.Lock).
 func (st *sessState) awaits(params []byte) bool {
 	id, ok := cdp.NetworkRequestID(params)
 	if !ok {

@@ -41,15 +41,17 @@ import (
 type streamHold struct {
 	w *hold.Watch
 
-	queues map[string][]*heldCmd   // guarded by w.mu; session → its navigation commands, the first one booked
-	docs   map[string]streamDoc    // guarded by w.mu; session+" "+requestId → a main-frame document under way
-	let    map[string][]letNav     // guarded by w.mu; host → held navigations to it let go, not seen yet
-	urls   map[string]string       // guarded by w.mu; session → URL its main frame last committed
-	last   map[string]*hold.Flight // guarded by w.mu; session → its last navigation let go
+	// The fields below are guarded by w's lock (w.Lock: the connection's,
+	// the first of hold.go's lock order).
+	queues map[string][]*heldCmd   // guarded by w's lock; session → its navigation commands, the first one booked
+	docs   map[string]streamDoc    // guarded by w's lock; session+" "+requestId → a main-frame document under way
+	let    map[string][]letNav     // guarded by w's lock; host → held navigations to it let go, not seen yet
+	urls   map[string]string       // guarded by w's lock; session → URL its main frame last committed
+	last   map[string]*hold.Flight // guarded by w's lock; session → its last navigation let go
 	// paused are the main-frame documents the client's own interception
 	// paused before they left: session+" "+its Fetch requestId → the
 	// document's (session+" "+its network requestId, a key of docs).
-	// Guarded by w.mu.
+	// Guarded by the connection's lock (hold.Watch.Lock).
 	paused map[string]string
 }
 
@@ -77,7 +79,7 @@ type heldCmd struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	fl      *hold.Flight // the navigation, from its hold to its answer
-	waiting bool         // guarded by w.mu; booked, for a slot still to come
+	waiting bool         // guarded by w's lock; booked, for a slot still to come
 }
 
 // New is the in-stream way of holding the navigations of one client
@@ -358,7 +360,7 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 
 // dequeueLocked takes cmd off its session's queue and returns the
 // command after it; false when cmd is not at its head (overtaken, and
-// answered already). Callers hold w.mu.
+// answered already). Callers hold the connection's lock (hold.Watch.Lock).
 func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 	if cmd.method == "Target.createTarget" {
 		return nil, true // in no queue
@@ -560,7 +562,7 @@ func (s *streamHold) clientLets(session, method string, params []byte) {
 	}
 }
 
-// setURL notes where a session's page is. Callers hold w.mu.
+// setURL notes where a session's page is. Callers hold the connection's lock (hold.Watch.Lock).
 func (s *streamHold) setURL(session, u string) {
 	if len(s.urls) >= hold.MaxTracked {
 		clear(s.urls)
