@@ -17,13 +17,13 @@ const (
 	// in Fetch mode); navigations wait until something holds them.
 	viaNone via = iota
 	// viaFetch: the relay's own browser connections pause document
-	// requests (fetch.go).
+	// requests (hold/fetch).
 	viaFetch
 	// viaSession: the relay's own interception in each client session
-	// (session.go).
+	// (hold/session).
 	viaSession
 	// viaStream: navigation commands held in each client stream
-	// (stream.go).
+	// (hold/stream).
 	viaStream
 )
 
@@ -50,7 +50,7 @@ type BrowserHold struct {
 	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
 
 	// mu guards armed; a leaf (hold.go's lock order: taken under
-	// watch.mu and fetchHold.netMu, takes none).
+	// Watch.mu and fetch's mutexes, takes none).
 	mu    sync.Mutex
 	armed chan struct{} // guarded by mu; closed while navigations can be held
 

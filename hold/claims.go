@@ -16,7 +16,7 @@ type Claims struct {
 	// the lock: the Fetch strategy arms it.
 	OnClaim func(target string)
 	// mu guards pages, pending and changed; a leaf: taken under
-	// watch.mu and fetchHold's, takes none.
+	// Watch.mu and fetch's mutexes, takes none.
 	mu      sync.Mutex
 	pages   map[string]struct{} // guarded by mu; target ids
 	pending int                 // guarded by mu; pages being created by clients, ids not known yet

@@ -77,7 +77,7 @@ func (fl *Flight) giveBack() {
 }
 
 // Follow hands the flight the navigation whose departure is followed
-// (holdNav's): it ends with the flight, at once if the flight is over.
+// (with Request.Depart): it ends with the flight, at once if the flight is over.
 func (fl *Flight) Follow(n *pace.Nav) {
 	if fl == nil || n == nil {
 		return
@@ -155,7 +155,7 @@ func (fl *Flight) took(now time.Time) time.Duration {
 type Request struct {
 	Flight    *Flight
 	Host, URL string
-	Log       *zerolog.Logger
+	Log       *zerolog.Logger // nil: the Holder's
 	// Depart: the way tells when the request left the browser. The core
 	// then books the slot a pace.Nav, hands it to booked, and lets the
 	// navigation go no sooner than the late departures before it in its
@@ -203,10 +203,13 @@ func (NoHolding) Done()                       {}
 // bucket's navigations in flight, when the bucket has a cap and n's
 // flight has none yet (for as long as the flight lives, whatever ctx
 // does), then it books, booking again while a shared store asks to
-// retry, and lets the navigation go (w.release) when its slot comes, at
+// retry, and lets the navigation go (w.Release) when its slot comes, at
 // once when it has come. When ctx ends first, nothing is let go. All of
 // it runs on a goroutine of its own.
 func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
+	if n.Log == nil {
+		n.Log = h.Holder.Logger()
+	}
 	h.waiting.Add(1)
 	h.Holder.limiting.Add(1)
 	go func() {
@@ -519,7 +522,7 @@ func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *
 
 // answering counts the answers of a host on their way to the limiter.
 type answering struct {
-	n    int           // guarded by browserHold.ansMu
+	n    int           // guarded by BrowserHold.ansMu
 	done chan struct{} // closed when n is back to 0
 }
 

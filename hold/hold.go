@@ -5,19 +5,22 @@
 // connection gone); this package knows no websocket but the relay's own
 // connections to the browsers.
 //
-// Navigations are held in one of three ways, each in files of its own,
-// and all go through the same book → wait → release → observe steps of
-// flight.go (a place among its host's navigations in flight first, when
-// the Limiter is a Capper that caps it, given back when the navigation
-// ends: a flight). With a Chromium browser (fetch*.go) the relay opens
-// its own connections to the browser endpoint and pauses every document
-// request of its clients' pages there, however the navigation started,
-// never touching a client's sessions. Lightpanda gives each connection a
-// browser of its own: there the relay pauses documents in each client
-// session (session.go). Where neither works, the relay holds Page.navigate,
-// Page.reload and Target.createTarget commands in the client's own stream
-// (stream.go). watch.go follows each client connection and hands its
-// messages to the way in use.
+// Navigations are held in one of three ways, each a package of its own
+// that this one does not import (the relay hands them over: Ways), and
+// all go through the same book → wait → release → observe steps of
+// flight.go: the way hands the core a Request and its Holding, whose
+// methods the core calls at each moment of the hold (a place among its
+// host's navigations in flight first, when the Limiter is a Capper that
+// caps it, given back when the navigation ends: a Flight). With a
+// Chromium browser (hold/fetch) the relay opens its own connections to
+// the browser endpoint and pauses every document request of its clients'
+// pages there, however the navigation started, never touching a client's
+// sessions. Lightpanda gives each connection a browser of its own: there
+// the relay pauses documents in each client session (hold/session).
+// Where neither works, the relay holds Page.navigate, Page.reload and
+// Target.createTarget commands in the client's own stream (hold/stream).
+// watch.go follows each client connection and hands its messages to the
+// way in use.
 package hold
 
 import (
@@ -251,7 +254,7 @@ func (hd *Holder) pushed(bucket string, by time.Duration) {
 func (hd *Holder) Arm(ctx, bg context.Context, up Upstream, browser string, notUp error, done *sync.WaitGroup) (Browser, error) {
 	h := newBrowserHold(hd, up, browser)
 	mode := hd.Intercept
-	if mode == InterceptAuto && h.Lightpanda {
+	if mode == InterceptAuto && h.Lightpanda && hd.Ways.Session != nil {
 		mode = InterceptSession // each of its connections is a browser of its own
 	}
 	mode, err := hd.Ways.choose(mode)

@@ -64,16 +64,19 @@ func (h *BrowserHold) refused(ctx context.Context, host, rawURL string, log *zer
 	return true
 }
 
-// CheckThen lets a navigation that books nothing more go (w.release: a
+// CheckThen lets a navigation that books nothing more go (w.Release: a
 // redirect hop within its host, the page of a held Target.createTarget)
-// unless the Limiter refuses it (w.refused). Asking may block, so it is
+// unless the Limiter refuses it (w.Refused). Asking may block, so it is
 // done on a goroutine of its own when the Limiter refuses anything; at
 // once otherwise, and at once for n not refusable. Neither is called
-// when ctx ends first, and done never: nothing was held.
+// when ctx ends first, and Done never: nothing was held.
 func (h *BrowserHold) CheckThen(ctx context.Context, n Request, w Holding) {
 	if !n.Refusable || h.Holder.refuser() == nil {
 		w.Release()
 		return
+	}
+	if n.Log == nil {
+		n.Log = h.Holder.Logger()
 	}
 	h.Holder.limiting.Add(1)
 	go func() {

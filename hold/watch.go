@@ -22,7 +22,7 @@ import (
 // messages on to the way navigations are held now: in-stream (stream) or
 // in the client's sessions (sess); in Fetch mode it holds navigation
 // commands only while the relay's own connections are down. It is the
-// Conn that browserHold.Conn returns.
+// Conn that BrowserHold.Conn returns.
 //
 // FromClient runs on the client's reader, Wants and FromBrowser on the
 // browser's; state is guarded by mu.
@@ -450,7 +450,7 @@ func (w *Watch) detachAllLocked() {
 // session stopped (Network.disable, the session or the connection gone):
 // when it was the last client session to have them on the page, the
 // relay reads the page's requests it follows in its own session from now
-// on (fetchHold.clientNetworkOff). Callers hold mu.
+// on (FetchWay.ClientNetworkOff). Callers hold mu.
 func (w *Watch) networkOffLocked(session string) {
 	target, on := w.network[session]
 	if !on {
