@@ -323,6 +323,7 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				f.pages.Store(nil)
 			} else {
 				f.net.Store(nil)
+				f.wakeNetWaiters() // those waiting for net to take an update: it never will
 			}
 			f.dropped(fc)
 			if ctx.Err() != nil {

@@ -201,6 +201,15 @@ func (f *fetchHold) netOn() bool {
 	return f.net.Load() != nil && f.onAsked && f.onSince > 0 && f.wideAcked >= f.onSince
 }
 
+// wakeNetWaiters has those waiting for net (whenNet) ask again, as when
+// it takes an update: net is gone.
+func (f *fetchHold) wakeNetWaiters() {
+	f.ackMu.Lock()
+	defer f.ackMu.Unlock()
+	close(f.netAcked)
+	f.netAcked = make(chan struct{})
+}
+
 // netAckedChan is a channel closed when net takes its next update.
 func (f *fetchHold) netAckedChan() <-chan struct{} {
 	f.ackMu.Lock()
