@@ -183,6 +183,7 @@ func TestLogHygiene(t *testing.T) {
 				hc := fb.Holder(t)
 				fakebrowser.AnnouncePages(t, fb, hc, false)
 				page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
+				drive(t, c, fc, 10, "S-PAGE", page.TargetID) // the client's page: its request is held
 				ev, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
 					"requestId": "interception-job-1.0", "frameId": page.TargetID, "resourceType": "Document",
 					"request": map[string]any{"url": "http://user:" + password + "@d.test/" + body, "method": "GET", "headers": map[string]string{}},

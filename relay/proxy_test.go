@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,7 +44,6 @@ func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Lim
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
 		Metrics:      NewMetrics(lim),
-		everyPage:    true, // the scope tests clear it
 	}, lim, logs
 }
 
@@ -69,8 +69,7 @@ func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *fakebrowser.
 
 // relayTo starts a relay for fb with limiter cfg; opts adjust the Proxy
 // before it starts. Its Fetch holding has the browser-level backup on
-// (HoldBackup), which most tests of the Fetch strategy play against;
-// noBackup turns it off, as it is by default.
+// (HoldBackup), which most tests of the Fetch strategy play against.
 func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
 	p, lim, logs := newProxy(fb, cfg)
@@ -80,10 +79,6 @@ func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...
 	}
 	return startProxy(t, p, lim, logs)
 }
-
-// noBackup runs the relay's Fetch holding without the browser-level
-// backup, as the relay runs by default.
-func noBackup(p *Proxy) { p.HoldBackup = false }
 
 // dial connects a client to the relay's path; it is closed when the test ends.
 func (tp *testProxy) dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {
@@ -117,6 +112,59 @@ func writeClient(t *testing.T, c *websocket.Conn, typ int, data []byte) {
 	if err := c.WriteMessage(typ, data); err != nil {
 		t.Fatalf("client: writing: %v", err)
 	}
+}
+
+// drive makes page target the client's, as a real client does: the
+// browser tells client c (relayed to it as fc) it is attached to the page
+// in session, and c sends a command there (Runtime.evaluate, id), which
+// the relay passes on once its Fetch holding covers the page; the browser
+// answers it. The relay's Fetch holding holds only such pages. What fc
+// got before the command is skipped.
+func drive(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, id int, session, target string) {
+	t.Helper()
+	fc.Send(fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":{"targetId":%q,"type":"page","title":"","url":"about:blank","attached":true},"waitingForDebugger":false}}`, session, target))
+	readClient(t, c)
+	writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":%q,"method":"Runtime.evaluate","params":{"expression":"1"}}`, id, session))
+	for {
+		if m := fc.Next(t); m.Wire.Method == "Runtime.evaluate" && m.Wire.SessionID == session {
+			break
+		}
+	}
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"result":{"type":"number","value":1}},"sessionId":%q}`, id, session))
+	readClient(t, c)
+}
+
+// driveRecorded has client c drive every page of the recording the fake
+// plays on the relay's own connections (fb.FetchRec), as drive does, in
+// a session each ("S-" and the page's id), with ids from 1001 on.
+func driveRecorded(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, fb *fakebrowser.Browser) {
+	t.Helper()
+	for i, page := range recordedPages(fb) {
+		drive(t, c, fc, 1001+i, "S-"+page, page)
+	}
+}
+
+// recordedPages returns the pages of the recording the fake plays on the
+// relay's own connections, in the order they appear.
+func recordedPages(fb *fakebrowser.Browser) []string {
+	var pages []string
+	for _, rm := range fb.FetchRec.Msgs {
+		if info, _, ok := fakebrowser.ReadTargetInfo(rm.Msg); ok && rm.Wire.Method == "Target.targetCreated" && info.Type == "page" {
+			pages = append(pages, info.TargetID)
+		}
+	}
+	return pages
+}
+
+// replayChromium is fakebrowser.ReplayChromium for a relay whose client
+// drives the recorded pages (driveRecorded): net's Fetch, off while no
+// client has a page, goes on when one does; Fetch.disable is a pattern
+// update as Fetch.enable is, which the replay sets aside.
+func replayChromium(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.ReplayTranscript(t, fb.FetchRec, fb.FetchRec.ReplyIndex(t, "Fetch.enable"), hc, func(m fakebrowser.Msg) bool {
+		return m.Wire.Method == "Fetch.enable" || m.Wire.Method == "Fetch.disable"
+	})
 }
 
 // fixed is a fixed-mode limiter config: interval, burst 1.

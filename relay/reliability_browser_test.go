@@ -20,7 +20,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
-	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -273,13 +272,15 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 // TestBrowserNeverAnswersTargetInfo checks that a document request of a
 // frame the relay asks the browser about is released when the browser does
 // not answer within the relay's bound, and that the relay asks again about
-// that frame next time rather than remembering a guess.
+// that frame next time rather than remembering a guess: its client drives
+// the page, which the relay would hold had it guessed it a page.
 func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 	t.Parallel() // waits out the relay's 5 s bound twice
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargetInfo": true}})
 	tp := relayTo(t, fb, fixed(time.Hour))
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
+	driveRecorded(t, tp.dial(t, "/", nil), fb.Accept(t), fb)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	for range 2 {
 		hc.MustPlay(t, chain)
@@ -289,113 +290,6 @@ func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 	}
 	if n := tp.lim.Len(); n != 0 {
 		t.Errorf("limiter knows %d hosts, want none: a frame of unknown kind is not held", n)
-	}
-}
-
-// TestBrowserNeverAnswersReleases checks that the relay keeps nothing for
-// Fetch.continueRequest commands the browser never answers.
-func TestBrowserNeverAnswersReleases(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Fetch.continueRequest": true}})
-	tp := relayTo(t, fb, limiter.Config{})
-	_, pc := fakebrowser.RelayConns(t, fb, false)
-	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test: two hops
-	for range 25 {
-		fb.Navigate(t, chain)
-	}
-	// What the browser answers (net's pattern updates) may still be on its
-	// way; what it never answers must not be kept.
-	fakebrowser.Eventually(t, "the relay's own connections keeping no command", func() bool { return fetch.StateOf(tp.p.ups[0].holds).Commands == 0 })
-	if n := len(fakebrowser.Commands(pc, "Fetch.continueRequest")); n != 25*2 {
-		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
-	}
-}
-
-// TestBrowserDiesMidNavigation kills the browser while a navigation is
-// held, in both interception modes, and checks that the client is closed
-// with 1011 and a reason, that the held navigation is let go (never
-// written, nothing left waiting), that the relay reconnects to the
-// restarted browser and serves new clients there, and that the hosts'
-// schedules outlive the browser.
-func TestBrowserDiesMidNavigation(t *testing.T) {
-	for _, mode := range []string{"fetch", "navigate"} {
-		t.Run(mode, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			var rec *recorder
-			opts := []func(*Proxy){recordBookings(&rec)}
-			if mode == "navigate" {
-				opts = append(opts, navigateInStream)
-			}
-			tp := relayTo(t, fb, fixed(time.Hour), opts...)
-			c := tp.dial(t, "/", nil)
-			fc := fb.Accept(t)
-			var hc *fakebrowser.Conn
-			held := make(chan error, 1)
-			if mode == "fetch" {
-				hc = fb.Holder(t)
-				fakebrowser.AnnouncePages(t, fb, hc, false)
-				chain := fb.FetchRec.Chain(t, "/page?first")
-				hc.MustPlay(t, chain)
-				go func() {
-					_, err := hc.Play(chain)
-					held <- err
-				}()
-			} else {
-				writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
-				fc.Next(t)
-				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
-			}
-			deadline := time.Now().Add(waitFor)
-			for len(tp.logs.Lines(`"message":"navigation held"`)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("navigation not held")
-				}
-				time.Sleep(time.Millisecond)
-			}
-			fb.Restart("0f0f0f0f-0000-4000-8000-00000000dead")
-			if ce := closeOf(t, c); ce.Code != ended {
-				t.Errorf("client got close %d %q, want its connection ended, as the browser's death ends it", ce.Code, ce.Text)
-			}
-			waitConns(t, tp, 0)
-			if mode == "fetch" {
-				if err := <-held; err == nil {
-					t.Error("held request was continued on a dead connection")
-				}
-			} else if n := len(fc.Received()); n != 1 {
-				t.Errorf("dead browser connection got %d messages, want only the first navigation", n)
-			}
-			// The relay serves the restarted browser, and a.test keeps its schedule.
-			before := len(rec.bookings())
-			c2 := tp.dial(t, "/", nil)
-			fc2 := fb.Accept(t)
-			if want := "/devtools/browser/0f0f0f0f-0000-4000-8000-00000000dead"; fc2.Path != want {
-				t.Errorf("new client reached %q, want %q", fc2.Path, want)
-			}
-			if mode == "fetch" {
-				hc2 := fb.Holder(t)
-				fakebrowser.AnnouncePages(t, fb, hc2, false)
-				go hc2.Play(fb.FetchRec.Chain(t, "/page?first")) // ends when the relay closes
-			} else {
-				writeClient(t, c2, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
-			}
-			deadline = time.Now().Add(waitFor)
-			for len(rec.bookings()) == before {
-				if time.Now().After(deadline) {
-					t.Fatal("navigation to the restarted browser not booked")
-				}
-				time.Sleep(time.Millisecond)
-			}
-			b := rec.bookings()
-			if got, first := b[len(b)-1].start, b[0].start; got.Sub(first) < 2*time.Hour-time.Minute {
-				t.Errorf("navigation after the restart booked %v after the first, want the third hourly slot", got.Sub(first))
-			}
-			if mode == "fetch" {
-				if n := len(tp.logs.Lines("browser connection is back")); n != 1 {
-					t.Errorf("got %d notes that the relay's browser connection is back, want 1", n)
-				}
-			}
-		})
 	}
 }
 

@@ -63,7 +63,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		hc := fb.Holder(t)
 		fakebrowser.AnnouncePages(t, fb, hc, false)
 		c := tp.dial(t, "/", nil)
-		fb.Accept(t)
+		driveRecorded(t, c, fb.Accept(t), fb) // the client's pages
 		chain := fb.FetchRec.Chain(t, "/page?first")
 		hc.MustPlay(t, chain)
 		held := make(chan []fakebrowser.Hops, 1)

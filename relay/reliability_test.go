@@ -70,6 +70,9 @@ func recordBookings(rec **recorder) func(*Proxy) {
 	}
 }
 
+// navigateInStream makes a relay hold navigations in the client streams.
+func navigateInStream(p *Proxy) { p.Intercept = hold.InterceptNavigate }
+
 // chromiumAnswer is what Chromium 156 answers a message on a page's
 // websocket, as observed (e2e's TestBadInputAsChromium checks the relay
 // passes the real browser's answers on the same way): a parse error has no
@@ -331,7 +334,8 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 // TestBadBrowserInputOwnConnection sends garbage, and document requests
 // with odd URLs, on the relay's own browser connection (Fetch) and checks
 // that the relay logs what it cannot read by size only, keys each request
-// as the browser would, and keeps holding navigations.
+// of its client's pages as the browser would, and keeps holding
+// navigations.
 func TestBadBrowserInputOwnConnection(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -339,6 +343,8 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, false)
+	c := tp.dial(t, "/", nil)
+	driveRecorded(t, c, fb.Accept(t), fb)
 	page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 	const marker = "BODY-MARKER-d41d8cd9"
 	garbage := []struct {

@@ -58,6 +58,7 @@ func TestStoreHoldsUntilBack(t *testing.T) {
 			if mode == hold.InterceptFetch {
 				hc := fb.Holder(t)
 				fakebrowser.AnnouncePages(t, fb, hc, false)
+				driveRecorded(t, tp.dial(t, "/", nil), fb.Accept(t), fb)
 				hops := hc.MustPlay(t, fb.FetchRec.Chain(t, "/page?first"))
 				paused, released = hops[0].Paused, hops[0].Continued
 			} else {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,14 @@ func call(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, id int, method,
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":%s}`, id, result))
 	_, got := readClient(t, c)
 	return got
+}
+
+// metricsBody returns what /metrics serves.
+func metricsBody(t *testing.T, tp *testProxy) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	tp.p.Metrics.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	return w.Body.String()
 }
 
 // cleanup returns the commands of the next connection the relay opens to
@@ -69,7 +78,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, mode.cfg, ownPagesOnly)
+			tp := relayTo(t, fb, mode.cfg)
 			if mode.cfg.Mode != limiter.Off {
 				fb.Holder(t)
 				fb.Pages(t)

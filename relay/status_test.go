@@ -11,16 +11,18 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// TestPage replays Chromium's recorded navigations through a relay, then
-// reads its page at / and the /status the page polls: the browser and how
-// it holds, the navigations of each host with their answers, the counts
-// of /metrics.
+// TestPage replays Chromium's recorded navigations through a relay, of
+// pages its client drives, then reads its page at / and the /status the
+// page polls: the browser and how it holds, the navigations of each host
+// with their answers, the counts of /metrics.
 func TestPage(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{})
 	hc := fb.Holder(t)
-	fakebrowser.ReplayChromium(t, fb, hc)
+	c := tp.dial(t, "/", nil)
+	driveRecorded(t, c, fb.Accept(t), fb)
+	replayChromium(t, fb, hc)
 
 	code, page := getBody(t, "http://"+tp.addr+"/")
 	if code != 200 || !strings.HasPrefix(page, "<!doctype html>") {

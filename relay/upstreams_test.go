@@ -2,6 +2,7 @@ package relay
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -115,7 +116,8 @@ func TestDeadBrowserSkipped(t *testing.T) {
 }
 
 // TestMetricsAndHosts replays Chromium's recorded navigations through a
-// relay with metrics, then reads /metrics and /hosts.
+// relay with metrics, of pages its client drives, then reads /metrics and
+// /hosts.
 func TestMetricsAndHosts(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -124,8 +126,17 @@ func TestMetricsAndHosts(t *testing.T) {
 	p.HoldBackup = true         // the recording is of the backup net connection
 	tp := startProxy(t, p, lim, logs)
 	hc := fb.Holder(t)
-	fakebrowser.ReplayChromium(t, fb, hc)
 	c := tp.dial(t, "/", nil)
+	fc := fb.Accept(t)
+	driveRecorded(t, c, fc, fb)
+	// What the client sent driving them: a command a page.
+	driven, drove := 0, 0
+	for _, m := range fc.Received() {
+		if m.Wire.Method == "Runtime.evaluate" {
+			driven, drove = driven+1, drove+len(m.Data)
+		}
+	}
+	replayChromium(t, fb, hc)
 	for i := range 3 {
 		if err := c.WriteMessage(1, []byte(`{"id":`+strconv.Itoa(i+1)+`,"method":"Browser.getVersion"}`)); err != nil {
 			t.Fatal(err)
@@ -133,7 +144,7 @@ func TestMetricsAndHosts(t *testing.T) {
 	}
 	fakebrowser.Eventually(t, "the client's messages", func() bool {
 		_, body := getBody(t, "http://"+tp.addr+"/metrics")
-		return strings.Contains(body, `cdp_throttle_messages_total{direction="to_browser"} 3`)
+		return strings.Contains(body, fmt.Sprintf(`cdp_throttle_messages_total{direction="to_browser"} %d`, driven+3))
 	})
 	_, body := getBody(t, "http://"+tp.addr+"/metrics")
 	for _, want := range []string{
@@ -141,7 +152,7 @@ func TestMetricsAndHosts(t *testing.T) {
 		`cdp_throttle_hosts_tracked 3`,
 		`cdp_throttle_feedback_total{class="overload"} 1`,
 		`cdp_throttle_feedback_total{class="failure"} 1`,
-		`cdp_throttle_bytes_total{direction="to_browser"} 114`,
+		fmt.Sprintf(`cdp_throttle_bytes_total{direction="to_browser"} %d`, drove+114),
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %q", want)

@@ -1,10 +1,13 @@
-package relay
+package fetch
+
+// Which pages the Fetch way holds, through a relay of clients: the pages
+// the relay's clients drive, create or open, and no other; when the
+// browser-level interception is on for them; what the clients see of it.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -14,38 +17,10 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
-	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
-
-// ownPagesOnly makes a test relay hold only the pages its clients drive,
-// as a real one does.
-func ownPagesOnly(p *Proxy) { p.everyPage = false }
-
-// attachedTo is a Target.attachedToTarget a client gets for a page.
-func attachedTo(session, target, typ string) []byte {
-	b, _ := json.Marshal(map[string]any{"method": "Target.attachedToTarget", "params": map[string]any{
-		"sessionId": session, "waitingForDebugger": false,
-		"targetInfo": map[string]any{"targetId": target, "type": typ, "title": "", "url": "about:blank", "attached": true},
-	}})
-	return b
-}
-
-// continuedWithin reports whether hc continued requestID within d.
-func continuedWithin(hc *fakebrowser.Conn, requestID string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		hc.Mu.Lock()
-		_, ok := hc.Continued[requestID]
-		hc.Mu.Unlock()
-		if ok {
-			return true
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return false
-}
 
 // TestScope checks that in Fetch mode the relay holds the navigations of
 // the pages its clients drive, create or open as popups, and that every
@@ -54,13 +29,13 @@ func continuedWithin(hc *fakebrowser.Conn, requestID string, d time.Duration) bo
 func TestScope(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var rec *recorder
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
+	var rec *holdtest.Recorder
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, holdtest.RecordBookings(&rec))
 	for _, host := range []string{"a.test", "b.test", "c.test", "d.test", "e.test"} {
-		tp.lim.Reserve(host, time.Now()) // each host's next slot is an hour away
+		th.Lim.Reserve(host, time.Now()) // each host's next slot is an hour away
 	}
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
 	for _, page := range []string{"MINE", "OTHERS"} {
 		net.Send(fakebrowser.PageCreated(page, ""))
@@ -75,12 +50,12 @@ func TestScope(t *testing.T) {
 	// The client is attached to both pages, as Puppeteer and Playwright
 	// are to every page there is, and drives one of them: the relay arms
 	// that page before the client's command goes on.
-	fc.Send(attachedTo("S-MINE", "MINE", "page"))
-	fc.Send(attachedTo("S-OTHERS", "OTHERS", "page"))
-	readClient(t, c)
-	readClient(t, c)
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-OTHERS","method":"Page.enable"}`))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"document.querySelector('a').click()"}}`))
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	fc.Send(holdtest.AttachedTo("S-OTHERS", "OTHERS", "page"))
+	holdtest.ReadClient(t, c)
+	holdtest.ReadClient(t, c)
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-OTHERS","method":"Page.enable"}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"document.querySelector('a').click()"}}`))
 	fc.Next(t)
 	fc.Next(t)
 	if ss := pages.Session("MINE"); ss == nil || !ss.Fetch {
@@ -112,7 +87,7 @@ func TestScope(t *testing.T) {
 	// learns its id, and before the relay can attach to it: the relay
 	// pauses every document at the browser level from before the command
 	// goes on, waits for the answer, then holds the request.
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Target.createTarget","params":{"url":"http://d.test/"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Target.createTarget","params":{"url":"http://d.test/"}}`))
 	create := fc.Next(t)
 	if !slices.Contains(net.Patterns, "*") {
 		t.Errorf("net's patterns %q when the creation went on, want every document", net.Patterns)
@@ -125,7 +100,7 @@ func TestScope(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.Wire.ID))
-	readClient(t, c)
+	holdtest.ReadClient(t, c)
 	fb.Armed(t, pages, "NEW")
 	fb.Await(t, "net pausing only what is held once the new page is armed", func() bool { return !slices.Contains(net.Patterns, "*") })
 	select {
@@ -134,8 +109,8 @@ func TestScope(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	var hosts []string
-	for _, b := range rec.bookings() {
-		hosts = append(hosts, b.host)
+	for _, b := range rec.Bookings() {
+		hosts = append(hosts, b.Host)
 	}
 	if got, want := strings.Join(hosts, " "), "b.test c.test d.test"; got != want {
 		t.Errorf("booked %s, want %s", got, want)
@@ -149,14 +124,14 @@ func TestScope(t *testing.T) {
 func TestScopeAttached(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("S-MINE", "MINE", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
 	net.Send(fakebrowser.PageCreated("POPUP", "MINE"))
@@ -172,21 +147,21 @@ func TestScopeAttached(t *testing.T) {
 	}
 	for _, msg := range [][]byte{info("POPUP"), chromium("POPUP")} {
 		fc.Send(msg)
-		if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":false`) {
+		if _, got := holdtest.ReadClient(t, c); !strings.Contains(string(got), `"attached":false`) {
 			t.Errorf("the client got %s, want the popup not attached: only the relay is", got)
 		}
 	}
-	fc.Send(attachedTo("S-POPUP", "POPUP", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("S-POPUP", "POPUP", "page"))
+	holdtest.ReadClient(t, c)
 	for _, msg := range [][]byte{info("POPUP"), chromium("POPUP")} {
 		fc.Send(msg)
-		if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
+		if _, got := holdtest.ReadClient(t, c); !strings.Contains(string(got), `"attached":true`) {
 			t.Errorf("the client got %s, want the popup attached: the client is", got)
 		}
 	}
 	// A page the relay is not attached to is as the browser says.
 	fc.Send(info("ELSEWHERE"))
-	if _, got := readClient(t, c); !strings.Contains(string(got), `"attached":true`) {
+	if _, got := holdtest.ReadClient(t, c); !strings.Contains(string(got), `"attached":true`) {
 		t.Errorf("the client got %s, want it as the browser sent it", got)
 	}
 }
@@ -198,28 +173,28 @@ func TestScopeAttached(t *testing.T) {
 func TestFetchNeverPauses(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	fb.Holder(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("S1", "PAGE", "page"))
-	readClient(t, c)
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://a.test/"}}`))
+	fc.Send(holdtest.AttachedTo("S1", "PAGE", "page"))
+	holdtest.ReadClient(t, c)
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://a.test/"}}`))
 	nav := fc.Next(t)
 	// The document loaded, and the relay's connections saw nothing.
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"frameId":"PAGE","loaderId":"L1"},"sessionId":"S1"}`, *nav.Wire.ID))
-	readClient(t, c)
-	deadline := time.Now().Add(waitFor)
-	for tp.p.ups[0].holding() != "session" && time.Now().Before(deadline) {
+	holdtest.ReadClient(t, c)
+	deadline := time.Now().Add(fakebrowser.WaitFor)
+	for th.Browser.Holding() != "session" && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if got := tp.p.ups[0].holding(); got != "session" {
+	if got := th.Browser.Holding(); got != "session" {
 		t.Fatalf("navigations held by %q, want session", got)
 	}
-	if n := len(tp.logs.Lines(`"level":"warn"`, "did not pause a page's document request", "holding navigations through each client session")); n != 1 {
+	if n := len(th.Logs.Lines(`"level":"warn"`, "did not pause a page's document request", "holding navigations through each client session")); n != 1 {
 		t.Errorf("got %d warnings naming what happened and what the relay does instead, want 1", n)
 	}
-	if n := tp.p.Metrics.Unheld(); n != 1 {
+	if n := th.Counts.Unheld.Load(); n != 1 {
 		t.Errorf("unheld navigations: %d, want 1", n)
 	}
 	// The client's page session gets the relay's own interception.
@@ -253,12 +228,12 @@ func TestSlowStoreDelaysNothingElse(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
-			opts := []func(*Proxy){func(p *Proxy) { p.Limiter = slowLimiter{p.Limiter, time.Second} }}
+			opts := []func(*hold.Holder){func(hd *hold.Holder) { hd.Limiter = slowLimiter{hd.Limiter, time.Second} }}
 			if mode == "navigate" {
-				opts = append(opts, navigateInStream)
+				opts = append(opts, func(hd *hold.Holder) { hd.Intercept = hold.InterceptNavigate })
 			}
-			tp := relayTo(t, fb, fixed(time.Millisecond), opts...)
-			c := tp.dial(t, "/", nil)
+			th := holdtest.Start(t, fb, holdtest.Fixed(time.Millisecond), holdtest.EveryPage(ways), opts...)
+			c := th.Dial(t, "/", nil)
 			fc := fb.Accept(t)
 			start := time.Now()
 			if mode == "fetch" {
@@ -267,33 +242,25 @@ func TestSlowStoreDelaysNothingElse(t *testing.T) {
 				hc.Send(fakebrowser.PageCreated("P2", ""))
 				hc.Send(fakebrowser.PausedDoc("interception-job-1.0", "P1", "http://slow.test/"))
 				hc.Send(fakebrowser.PausedDoc("interception-job-2.0", "P2", "http://fast.test/"))
-				if !continuedWithin(hc, "interception-job-2.0", waitFor) {
+				if !continuedWithin(hc, "interception-job-2.0", fakebrowser.WaitFor) {
 					t.Fatal("the other page's request never went")
 				}
 			} else {
-				writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://slow.test/"}}`))
-				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S2","method":"Page.navigate","params":{"url":"http://fast.test/"}}`))
+				holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://slow.test/"}}`))
+				holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"sessionId":"S2","method":"Page.navigate","params":{"url":"http://fast.test/"}}`))
 				if m := fc.Next(t); !strings.Contains(string(m.Data), "fast.test") {
 					t.Fatalf("browser got %s first, want the other page's navigation", m.Data)
 				}
 			}
 			var wg sync.WaitGroup
 			wg.Go(func() { fc.Send([]byte(`{"method":"Page.loadEventFired","params":{"timestamp":1},"sessionId":"S2"}`)) })
-			readClient(t, c)
+			holdtest.ReadClient(t, c)
 			wg.Wait()
 			if took := time.Since(start); took >= time.Second {
 				t.Errorf("the other page's navigation and an event took %v: they waited for the store", took)
 			}
 		})
 	}
-}
-
-// metricsBody returns what /metrics serves.
-func metricsBody(t *testing.T, tp *testProxy) string {
-	t.Helper()
-	w := httptest.NewRecorder()
-	tp.p.Metrics.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
-	return w.Body.String()
 }
 
 // TestScopeCreateLeftUnanswered: a client that leaves while its
@@ -303,15 +270,15 @@ func metricsBody(t *testing.T, tp *testProxy) string {
 func TestScopeCreateLeftUnanswered(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
-	tp.lim.Reserve("a.test", time.Now())
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
+	th.Lim.Reserve("a.test", time.Now())
 	hc := fb.Holder(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	fc.Next(t)
 	c.Close()
-	waitConns(t, tp, 0)
+	fc.Ended(t) // the relay let go of the client's browser connection
 	hc.Send(fakebrowser.PageCreated("OTHERS", ""))
 	hc.Send(fakebrowser.PausedDoc("interception-job-1.0", "OTHERS", "http://a.test/"))
 	if !continuedWithin(hc, "interception-job-1.0", time.Second) {
@@ -326,15 +293,15 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 func TestScopeAttachedTwice(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var rec *recorder
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, recordBookings(&rec))
+	var rec *holdtest.Recorder
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, holdtest.RecordBookings(&rec))
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("S-MINE", "MINE", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
 	kept := pages.Session("MINE").ID
@@ -354,14 +321,14 @@ func TestScopeAttachedTwice(t *testing.T) {
 	if ss := pages.Session("MINE"); ss == nil || ss.ID != kept || !ss.Fetch {
 		t.Errorf("the relay's session on the page is %+v, want %s, armed", ss, kept)
 	}
-	tp.lim.Reserve("a.test", time.Now()) // the next slot is an hour away
+	th.Lim.Reserve("a.test", time.Now()) // the next slot is an hour away
 	nav := fb.NavigateTo(t, "MINE", "http://a.test/")
 	select {
 	case <-nav:
 		t.Error("the page's navigation was not held")
 	case <-time.After(200 * time.Millisecond):
 	}
-	if n := len(rec.bookings()); n != 1 {
+	if n := len(rec.Bookings()); n != 1 {
 		t.Errorf("booked %d times, want once", n)
 	}
 }
@@ -377,8 +344,8 @@ func TestScopeAttachedTwice(t *testing.T) {
 func TestScopeNetOnlyForClients(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, func(p *Proxy) { p.netLinger = 300 * time.Millisecond })
-	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, func(hd *hold.Holder) { hd.NetLinger = 300 * time.Millisecond })
+	th.Lim.Reserve("b.test", time.Now()) // the next slot is an hour away
 	net, pages := fb.Holder(t), fb.Pages(t)
 	netOn := func() bool {
 		fb.Mu.Lock()
@@ -392,12 +359,12 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].Pauses)
 	}
 
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("S-MINE", "MINE", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`))
 	fc.Next(t)
 	if !netOn() {
 		t.Fatal("the client's command reached its page before net's Fetch was on")
@@ -429,11 +396,11 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 func TestScopeForeignWhileCreating(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly)
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	create := fc.Next(t)
 	net.Send(fakebrowser.PageCreated("OTHERS", ""))
 	net.Send(fakebrowser.PageCreated("NEW", ""))
@@ -442,7 +409,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 		return o != nil && o.Fetch && n != nil && n.Fetch
 	})
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.Wire.ID))
-	readClient(t, c)
+	holdtest.ReadClient(t, c)
 	fb.Armed(t, pages, "NEW")
 	fb.Await(t, "the relay letting go of the page that is not the client's", func() bool {
 		return pages.SessionLocked("OTHERS") == nil
@@ -450,7 +417,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	if got := <-fb.NavigateTo(t, "OTHERS", "http://a.test/"); got[0].Pauses != 0 {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].Pauses)
 	}
-	if holes := fetch.StateOf(tp.p.ups[0].holds).Unarmed; holes != 0 {
+	if holes := StateOf(th.Browser).Unarmed; holes != 0 {
 		t.Errorf("%d pages counted as client pages the relay could not arm, want 0", holes)
 	}
 }
@@ -464,9 +431,9 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 func TestEventsOfTheClient(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(10*time.Millisecond), ownPagesOnly)
+	th := holdtest.Start(t, fb, holdtest.Fixed(10*time.Millisecond), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
 	for _, page := range []string{"READS", "READSNOT"} {
 		net.Send(fakebrowser.PageCreated(page, ""))
@@ -475,11 +442,11 @@ func TestEventsOfTheClient(t *testing.T) {
 		return pages.SessionLocked("READS") == nil && pages.SessionLocked("READSNOT") == nil
 	})
 	for _, page := range []string{"READS", "READSNOT"} {
-		fc.Send(attachedTo("S-"+page, page, "page"))
-		readClient(t, c)
+		fc.Send(holdtest.AttachedTo("S-"+page, page, "page"))
+		holdtest.ReadClient(t, c)
 	}
 	// The client's own Network on READS, as the fake browser keeps it.
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-READS","method":"Network.enable"}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-READS","method":"Network.enable"}`))
 	fc.Next(t)
 	fb.Mu.Lock()
 	if fc.Sessions == nil {
@@ -489,7 +456,7 @@ func TestEventsOfTheClient(t *testing.T) {
 	fb.Mu.Unlock()
 
 	for i, page := range []string{"READS", "READSNOT"} {
-		writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":"S-%s","method":"Page.navigate","params":{"url":"http://a.test/%d"}}`, i+2, page, i))
+		holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":"S-%s","method":"Page.navigate","params":{"url":"http://a.test/%d"}}`, i+2, page, i))
 		fc.Next(t)
 		ss := pages.Session(page)
 		if ss == nil || !ss.Fetch {
@@ -499,12 +466,12 @@ func TestEventsOfTheClient(t *testing.T) {
 			t.Errorf("%s: the relay's session has Network on: %v, want %v", page, ss.Network, want)
 		}
 		<-fb.NavigateTo(t, page, fmt.Sprintf("http://a.test/%d", i))
-		waitFeedback(t, tp, i+1) // the answer came back to the limiter
+		th.WaitFeedback(t, i+1) // the answer came back to the limiter
 	}
 	if ss := pages.Session("READS"); ss == nil || ss.Network {
 		t.Errorf("READS: the relay enabled Network in its own session, where the client reads the events: %+v", ss)
 	}
-	if n := len(tp.logs.Lines(`"message":"a navigation left the browser"`)); n != 2 {
+	if n := len(th.Logs.Lines(`"message":"a navigation left the browser"`)); n != 2 {
 		t.Errorf("%d departures read, want 2 (one from the client's events, one from the relay's)", n)
 	}
 }
@@ -518,8 +485,8 @@ func TestEventsOfTheClient(t *testing.T) {
 func TestNoBackup(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, fixed(time.Hour), ownPagesOnly, noBackup)
-	tp.lim.Reserve("b.test", time.Now()) // the next slot is an hour away
+	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, func(hd *hold.Holder) { hd.HoldBackup = false })
+	th.Lim.Reserve("b.test", time.Now()) // the next slot is an hour away
 	net, pages := fb.Holder(t), fb.Pages(t)
 	netOn := func() bool {
 		fb.Mu.Lock()
@@ -528,12 +495,12 @@ func TestNoBackup(t *testing.T) {
 	}
 	fb.Await(t, "net's Fetch off", func() bool { return !net.FetchOn })
 
-	c := tp.dial(t, "/", nil)
+	c := th.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("S-MINE", "MINE", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`))
 	fc.Next(t)
 	fb.Armed(t, pages, "MINE")
 	mine := fb.NavigateTo(t, "MINE", "http://b.test/")
@@ -549,7 +516,7 @@ func TestNoBackup(t *testing.T) {
 
 	// The client creates a page with a URL: net pauses every document
 	// until the new page is armed.
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Target.createTarget","params":{"url":"http://c.test/"}}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Target.createTarget","params":{"url":"http://c.test/"}}`))
 	fc.Next(t)
 	fb.Mu.Lock()
 	wide := net.FetchOn && slices.Contains(net.Patterns, "*")
@@ -562,33 +529,8 @@ func TestNoBackup(t *testing.T) {
 	pages.Drop()
 	select {
 	case <-mine:
-	case <-time.After(waitFor):
+	case <-time.After(fakebrowser.WaitFor):
 		t.Fatal("the held navigation was not let go when the pages connection was lost")
 	}
-	fakebrowser.Eventually(t, "the navigation counted unheld", func() bool { return tp.p.Metrics.Unheld() == 1 })
-}
-
-// waitFeedback waits until the relay fed n answers back to the limiter.
-func waitFeedback(t *testing.T, tp *testProxy, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		body := metricsBody(t, tp)
-		got := 0
-		for _, l := range strings.Split(body, "\n") {
-			if strings.HasPrefix(l, "cdp_throttle_feedback_total{") {
-				var v float64
-				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
-				got += int(v)
-			}
-		}
-		if got >= n {
-			tp.p.holder.Wait() // Observe runs on a goroutine of its own
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay fed %d answers back, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	fakebrowser.Eventually(t, "the navigation counted unheld", func() bool { return th.Counts.Unheld.Load() == 1 })
 }

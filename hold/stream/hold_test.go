@@ -1,4 +1,4 @@
-package relay
+package stream
 
 import (
 	"bytes"
@@ -12,12 +12,32 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// navigateInStream makes a relay hold navigations in the client streams.
-func navigateInStream(p *Proxy) { p.Intercept = hold.InterceptNavigate }
+// ways are the ways of holding the stream way's tests hold with: the
+// stream way alone.
+var ways = hold.Ways{Stream: New}
+
+// inStream makes a Holder hold navigations in the client streams, as the
+// relay's --intercept navigate does: Chromium in auto mode would get it
+// too with the stream way alone, but Lightpanda would be asked for the
+// session way, which these tests do not give.
+func inStream(hd *hold.Holder) { hd.Intercept = hold.InterceptNavigate }
+
+// start serves clients in front of fb, holding navigations in their
+// streams with a limiter for cfg; opts adjust the Holder before it
+// starts. It checks that the stream way holds.
+func start(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...func(*hold.Holder)) *holdtest.Relay {
+	t.Helper()
+	tp := holdtest.Start(t, fb, cfg, ways, append([]func(*hold.Holder){inStream}, opts...)...)
+	if got := tp.Browser.Holding(); got != "navigate" {
+		t.Fatalf("navigations held by %q, want navigate (in the client stream)", got)
+	}
+	return tp
+}
 
 // pageSession returns the recorded Target.attachedToTarget of the page the
 // session transcript navigates, with its session and target ids.
@@ -53,7 +73,7 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, lines []fakeb
 	for _, rm := range lines {
 		msg := rm.Msg
 		if rm.From == "client" {
-			writeClient(t, c, websocket.TextMessage, msg)
+			holdtest.WriteClient(t, c, websocket.TextMessage, msg)
 			if d := fakebrowser.EqualMsg(fc.Next(t).Data, msg); d != "" {
 				t.Fatalf("browser got another message than %.80s: %s", msg, d)
 			}
@@ -65,7 +85,7 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, lines []fakeb
 		if err := fc.Send(msg); err != nil {
 			t.Fatal(err)
 		}
-		if _, got := readClient(t, c); fakebrowser.EqualMsg(got, msg) != "" {
+		if _, got := holdtest.ReadClient(t, c); fakebrowser.EqualMsg(got, msg) != "" {
 			t.Fatalf("client got another message than %.80s: %s", msg, fakebrowser.EqualMsg(got, msg))
 		}
 	}
@@ -79,8 +99,8 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
-	tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
-	c := tp.dial(t, "/", nil)
+	tp := start(t, fb, limiter.Config{})
+	c := tp.Dial(t, "/", nil)
 	fc := fb.Accept(t)
 	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	var busyAnswered time.Time
@@ -95,14 +115,14 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 	}
 	// a.test: navigate, reload, frames, /r, /r2, /busy (429, Retry-After 3);
 	// b.test: the redirect from /r and the new page; c.test: refused.
-	if got := tp.lim.Len(); got != 3 {
+	if got := tp.Lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
 	}
 	now := time.Now()
-	if r := tp.lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
+	if r := tp.Lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
 		t.Errorf("next a.test slot %v after the 429, want at least its Retry-After 3s", r.Start.Sub(busyAnswered))
 	}
-	if r := tp.lim.Reserve("c.test", now); r.Pressure < 5 {
+	if r := tp.Lim.Reserve("c.test", now); r.Pressure < 5 {
 		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
 	}
 }
@@ -190,25 +210,25 @@ func TestNavHoldHolds(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
-			tp := relayTo(t, fb, fixed(time.Hour), navigateInStream)
-			tp.lim.Reserve("a.test", time.Now())
+			tp := start(t, fb, holdtest.Fixed(time.Hour))
+			tp.Lim.Reserve("a.test", time.Now())
 			path := tt.path
 			if path == "" {
 				path = "/"
 			}
-			c := tp.dial(t, path, nil)
+			c := tp.Dial(t, path, nil)
 			fc := fb.Accept(t)
 			if path == "/" {
 				if err := fc.Send(attached); err != nil {
 					t.Fatal(err)
 				}
-				readClient(t, c)
+				holdtest.ReadClient(t, c)
 			}
 			for _, m := range tt.msgs {
-				writeClient(t, c, websocket.TextMessage, []byte(m))
+				holdtest.WriteClient(t, c, websocket.TextMessage, []byte(m))
 			}
 			const sentinel = `{"id":999999,"method":"Runtime.evaluate","params":{"expression":"done"}}`
-			writeClient(t, c, websocket.TextMessage, []byte(sentinel))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(sentinel))
 			var want []string
 			for i, m := range tt.msgs {
 				if !contains(tt.held, i) {
@@ -256,8 +276,8 @@ func contains(s []int, i int) bool {
 func TestNavHoldDelay(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
-	c := tp.dial(t, "/", nil)
+	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
+	c := tp.Dial(t, "/", nil)
 	fc := fb.Accept(t)
 	msgs := []string{
 		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
@@ -267,7 +287,7 @@ func TestNavHoldDelay(t *testing.T) {
 	}
 	start := time.Now()
 	for _, m := range msgs {
-		writeClient(t, c, websocket.TextMessage, []byte(m))
+		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(m))
 	}
 	arrived := map[string]time.Time{}
 	for range msgs {
@@ -300,19 +320,19 @@ func TestNavHoldDelay(t *testing.T) {
 func TestNavHoldKeepsOrder(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	tp := relayTo(t, fb, fixed(300*time.Millisecond), navigateInStream)
-	tp.lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
-	c := tp.dial(t, "/", nil)
+	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
+	tp.Lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
+	c := tp.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
 	time.Sleep(50 * time.Millisecond) // booked, waiting
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
-	writeClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://b.test/new"},"sessionId":"SID-1"}`))
-	_, got := readClient(t, c)
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://b.test/new"},"sessionId":"SID-1"}`))
+	_, got := holdtest.ReadClient(t, c)
 	if want := `{"id":1,"result":{"frameId":"","errorText":"net::ERR_ABORTED"},"sessionId":"SID-1"}`; string(got) != want {
 		t.Errorf("client got %s, want %s", got, want)
 	}
-	_, got = readClient(t, c)
+	_, got = holdtest.ReadClient(t, c)
 	if want := `{"id":2,"result":{},"sessionId":"SID-1"}`; string(got) != want {
 		t.Errorf("client got %s, want %s", got, want)
 	}
@@ -336,11 +356,11 @@ func TestNavHoldAnswers(t *testing.T) {
 		name   string
 		url    string                  // the navigation replayed, from its command to the next one
 		mutate func(msg []byte) []byte // changes browser messages; nil keeps them
-		check  func(*testing.T, *testProxy, time.Time)
+		check  func(*testing.T, *holdtest.Relay, time.Time)
 	}{
 		{name: "429 with Retry-After pushes the next slot", url: "/busy",
-			check: func(t *testing.T, tp *testProxy, answered time.Time) {
-				r := tp.lim.Reserve("a.test", time.Now())
+			check: func(t *testing.T, tp *holdtest.Relay, answered time.Time) {
+				r := tp.Lim.Reserve("a.test", time.Now())
 				if r.Start.Sub(answered) < 3*time.Second {
 					t.Errorf("next slot %v after the 429, want at least its Retry-After 3s", r.Start.Sub(answered))
 				}
@@ -349,27 +369,27 @@ func TestNavHoldAnswers(t *testing.T) {
 				}
 			}},
 		{name: "refused connection adds pressure", url: "http://c.test",
-			check: func(t *testing.T, tp *testProxy, _ time.Time) {
-				if r := tp.lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
+			check: func(t *testing.T, tp *holdtest.Relay, _ time.Time) {
+				if r := tp.Lim.Reserve("c.test", time.Now()); r.Pressure < 5 {
 					t.Errorf("pressure %d, want it raised by 10", r.Pressure)
 				}
 			}},
 		{name: "redirect to another host books it", url: "/r",
-			check: func(t *testing.T, tp *testProxy, _ time.Time) {
-				if n := tp.lim.Len(); n != 2 {
+			check: func(t *testing.T, tp *holdtest.Relay, _ time.Time) {
+				if n := tp.Lim.Len(); n != 2 {
 					t.Errorf("limiter knows %d hosts, want a.test and b.test", n)
 				}
 			}},
 		{name: "redirect within the host books nothing more", url: "/r2",
-			check: func(t *testing.T, tp *testProxy, _ time.Time) {
-				if r := tp.lim.Reserve("a.test", time.Now()); r.Pressure > 2 {
+			check: func(t *testing.T, tp *holdtest.Relay, _ time.Time) {
+				if r := tp.Lim.Reserve("a.test", time.Now()); r.Pressure > 2 {
 					t.Errorf("pressure %d, want one booking before this one", r.Pressure)
 				}
 			}},
 		{name: "200 adds nothing", url: "/page?first",
-			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+			check: func(t *testing.T, tp *holdtest.Relay, _ time.Time) {
 				now := time.Now()
-				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
+				if r := tp.Lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
 					t.Errorf("pressure %d, start in %v; want 2 at most, now", r.Pressure, r.Start.Sub(now))
 				}
 			}},
@@ -380,9 +400,9 @@ func TestNavHoldAnswers(t *testing.T) {
 				}
 				return msg
 			},
-			check: func(t *testing.T, tp *testProxy, _ time.Time) {
+			check: func(t *testing.T, tp *holdtest.Relay, _ time.Time) {
 				now := time.Now()
-				if r := tp.lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
+				if r := tp.Lim.Reserve("a.test", now); r.Pressure > 2 || r.Start.After(now) {
 					t.Errorf("pressure %d, start in %v; want the iframe's 429 ignored", r.Pressure, r.Start.Sub(now))
 				}
 			}},
@@ -392,8 +412,8 @@ func TestNavHoldAnswers(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
-			tp := relayTo(t, fb, limiter.Config{}, navigateInStream)
-			c := tp.dial(t, "/", nil)
+			tp := start(t, fb, limiter.Config{})
+			c := tp.Dial(t, "/", nil)
 			fc := fb.Accept(t)
 			replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
 			var answered time.Time
@@ -439,14 +459,14 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
-	var rec *recorder
-	tp := relayTo(t, fb, fixed(time.Millisecond), navigateInStream, recordBookings(&rec))
-	c := tp.dial(t, "/", nil)
+	var rec *holdtest.Recorder
+	tp := start(t, fb, holdtest.Fixed(time.Millisecond), holdtest.RecordBookings(&rec))
+	c := tp.Dial(t, "/", nil)
 	fc := fb.Accept(t)
-	fc.Send(attachedTo("PAGE-S", "PAGE", "page"))
-	fc.Send(attachedTo("IFRAME-S", "OOPIF", "iframe"))
-	readClient(t, c)
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("PAGE-S", "PAGE", "page"))
+	fc.Send(holdtest.AttachedTo("IFRAME-S", "OOPIF", "iframe"))
+	holdtest.ReadClient(t, c)
+	holdtest.ReadClient(t, c)
 	// answer plays the browser: it answers the relay's own history query.
 	answer := func(wantMethod string) fakebrowser.Msg {
 		for {
@@ -463,10 +483,10 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	}
 	step := func(msg, method, wantHost string) {
 		t.Helper()
-		n := len(rec.bookings())
-		writeClient(t, c, websocket.TextMessage, []byte(msg))
+		n := len(rec.Bookings())
+		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(msg))
 		answer(method)
-		got := strings.Join(rec.hostsSince(n), " ")
+		got := strings.Join(rec.HostsSince(n), " ")
 		if got != wantHost {
 			t.Errorf("%s booked %q, want %q", method, got, wantHost)
 		}
@@ -476,11 +496,11 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	step(`{"id":3,"sessionId":"PAGE-S","method":"Page.navigate","params":{"url":"http://c.test/"}}`, "Page.navigate", "c.test")
 	// A click took the page to d.test; the client enabled Page events.
 	fc.Send([]byte(`{"method":"Page.frameNavigated","params":{"frame":{"id":"PAGE","loaderId":"L","url":"http://d.test/next","securityOrigin":"http://d.test","mimeType":"text/html"},"type":"Navigation"},"sessionId":"PAGE-S"}`))
-	readClient(t, c)
+	holdtest.ReadClient(t, c)
 	step(`{"id":4,"sessionId":"PAGE-S","method":"Page.reload"}`, "Page.reload", "d.test")
 	// With nothing seen of a page, the browser is asked where it is.
-	fc.Send(attachedTo("NEW-S", "NEW", "page"))
-	readClient(t, c)
+	fc.Send(holdtest.AttachedTo("NEW-S", "NEW", "page"))
+	holdtest.ReadClient(t, c)
 	step(`{"id":5,"sessionId":"NEW-S","method":"Page.reload"}`, "Page.reload", "b.test")
 }
 
@@ -519,24 +539,24 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
-			tp := relayTo(t, fb, fixed(spacing), navigateInStream)
-			c := tp.dial(t, "/", nil)
+			tp := start(t, fb, holdtest.Fixed(spacing))
+			c := tp.Dial(t, "/", nil)
 			fc := fb.Accept(t)
 			for i, s := range []string{"S1", "S2"} {
-				fc.Send(attachedTo(s, "P"+s[1:], "page"))
-				readClient(t, c)
+				fc.Send(holdtest.AttachedTo(s, "P"+s[1:], "page"))
+				holdtest.ReadClient(t, c)
 				if tt.network {
-					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Network.enable","sessionId":%q}`, 10+i, s))
+					holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Network.enable","sessionId":%q}`, 10+i, s))
 					fc.Next(t)
 				}
 				if tt.fetch != "" {
-					writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Fetch.enable","params":{"patterns":%s},"sessionId":%q}`, 20+i, tt.fetch, s))
+					holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":"Fetch.enable","params":{"patterns":%s},"sessionId":%q}`, 20+i, tt.fetch, s))
 					fc.Next(t)
 				}
 			}
 			before := len(fc.Received()) // the Network.enable and Fetch.enable
-			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"S1"}`))
-			writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"S2"}`))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"S1"}`))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"S2"}`))
 			// Whichever books first goes first.
 			first := fc.Next(t)
 			if first.Wire.Method != "Page.navigate" {
@@ -562,7 +582,7 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 				}
 				sent = time.Now()
 				fc.Send(ev)
-				readClient(t, c)
+				holdtest.ReadClient(t, c)
 			}
 			if tt.intercepts {
 				// Started, and paused by the client: not sent until the
@@ -572,7 +592,7 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 					t.Fatalf("browser got %d messages, want the client's %d and the first navigation: the second went while the client held the first", got, before)
 				}
 				sent = time.Now()
-				writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":30,"method":"Fetch.continueRequest","params":{"requestId":"interception-job-7.0"},"sessionId":%q}`, firstS))
+				holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":30,"method":"Fetch.continueRequest","params":{"requestId":"interception-job-7.0"},"sessionId":%q}`, firstS))
 				if cont := fc.Next(t); cont.Wire.Method != "Fetch.continueRequest" {
 					t.Fatalf("browser got %s, want the client's Fetch.continueRequest", cont.Data)
 				}

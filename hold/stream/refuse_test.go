@@ -1,0 +1,41 @@
+package stream
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
+)
+
+// TestStreamHoldRefusesDisallowed: held in the client stream, a disallowed
+// Page.navigate is answered as Chromium answers a blocked navigation,
+// errorText net::ERR_BLOCKED_BY_CLIENT, and never reaches the browser; the
+// session's next command goes on.
+func TestStreamHoldRefusesDisallowed(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
+	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
+	tp := start(t, fb, limiter.Config{}, obey)
+	c := tp.Dial(t, "/", nil)
+	fc := fb.Accept(t)
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/private/x"},"sessionId":"SID-1"}`))
+	_, data := holdtest.ReadClient(t, c)
+	got := string(data)
+	if !strings.Contains(got, `"id":1`) || !strings.Contains(got, `"errorText":"net::ERR_BLOCKED_BY_CLIENT"`) {
+		t.Fatalf("client got %s, want Page.navigate's result with errorText net::ERR_BLOCKED_BY_CLIENT", got)
+	}
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/public/x"},"sessionId":"SID-1"}`))
+	if m := fc.Next(t); !strings.Contains(string(m.Data), "/public/x") {
+		t.Fatalf("browser got %s, want the allowed navigation (and never the refused one)", m.Data)
+	}
+	if n := (*lim).Len(); n != 1 {
+		t.Errorf("limiter knows %d hosts, want a.test once, booked by the allowed navigation alone", n)
+	}
+	if n := tp.Counts.Disallowed.Load(); n != 1 {
+		t.Errorf("holding counted %d disallowed navigations, want 1", n)
+	}
+}
