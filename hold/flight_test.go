@@ -31,10 +31,10 @@ func (noUpstream) Dial(context.Context) (*websocket.Conn, error) {
 // noWay holds nothing in a connection: the tests hold through the core.
 type noWay struct{}
 
-func (noWay) Arm()                                 {}
-func (noWay) FromClient(*cdp.Header, []byte) bool  { return false }
-func (noWay) FromBrowser(*cdp.Header, []byte) bool { return false }
-func (noWay) Ended()                               {}
+func (noWay) Arm()                                {}
+func (noWay) FromClient(cdp.Header, []byte) bool  { return false }
+func (noWay) FromBrowser(cdp.Header, []byte) bool { return false }
+func (noWay) Ended()                              {}
 
 // moments records the moments of one hold, in order, with when each came.
 type moments struct {

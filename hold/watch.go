@@ -254,9 +254,9 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 	}
 	switch way {
 	case viaStream:
-		return w.stream.FromClient(&hd, msg)
+		return w.stream.FromClient(hd, msg)
 	case viaSession:
-		return w.sess.FromClient(&hd, msg)
+		return w.sess.FromClient(hd, msg)
 	}
 	return false
 }
@@ -420,7 +420,7 @@ func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 		}
 	case "Target.targetCreated", "Target.targetInfoChanged":
 		if f := w.Browser.fetch; f != nil {
-			if out, ok := f.Unattached(&hd, msg); ok {
+			if out, ok := f.Unattached(hd.Params, msg); ok {
 				w.ToClient(out)
 				return true
 			}
@@ -428,9 +428,9 @@ func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 	}
 	switch w.via() {
 	case viaStream:
-		return w.stream.FromBrowser(&hd, msg)
+		return w.stream.FromBrowser(hd, msg)
 	case viaSession:
-		return w.sess.FromBrowser(&hd, msg)
+		return w.sess.FromBrowser(hd, msg)
 	}
 	return false
 }

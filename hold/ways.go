@@ -45,8 +45,9 @@ type FetchWay interface {
 	CreatingWithURL() (covered <-chan struct{}, done func())
 	// Unattached rewrites a Target.targetCreated or targetInfoChanged
 	// that says a page is attached only because the relay's own
-	// connection is; false when msg is as it should be.
-	Unattached(hd *cdp.Header, msg []byte) ([]byte, bool)
+	// connection is (params are its params); false when msg is as it
+	// should be.
+	Unattached(params, msg []byte) ([]byte, bool)
 	// CheckNavigate confirms that the relay's connection saw the document
 	// request of a client page's Page.navigate sent at, whose answer is
 	// msg; a browser that never pauses it is left (BrowserHold.FallOver).
@@ -70,9 +71,9 @@ type ConnWay interface {
 	// connection's navigations from now on.
 	Arm()
 	// FromClient looks at a client's command (Conn.FromClient).
-	FromClient(hd *cdp.Header, msg []byte) bool
+	FromClient(hd cdp.Header, msg []byte) bool
 	// FromBrowser looks at a message for the client (Conn.FromBrowser).
-	FromBrowser(hd *cdp.Header, msg []byte) bool
+	FromBrowser(hd cdp.Header, msg []byte) bool
 	// Ended lets go of what the connection left (Conn.Ended).
 	Ended()
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -321,7 +322,7 @@ func testLoad(t *testing.T, mode string) {
 	}()
 
 	lb := newLoadBrowser(t)
-	var rec *recorder
+	var rec *holdtest.Recorder
 	tp := relayToURL(t, lb.srv.URL, fixed(interval), recordBookings(&rec), func(p *Proxy) {
 		quiet := p.Log.Level(2) // warn and up: the debug lines of 4,000 navigations are no figure
 		p.Log = &quiet
@@ -364,8 +365,8 @@ func testLoad(t *testing.T, mode string) {
 
 	// Every navigation was booked once and released no earlier than its slot.
 	starts := map[string][]time.Time{}
-	for _, b := range rec.bookings() {
-		starts[b.host] = append(starts[b.host], b.start)
+	for _, b := range rec.Bookings() {
+		starts[b.Host] = append(starts[b.Host], b.Start)
 	}
 	lb.mu.Lock()
 	released, paused, pending := lb.released, lb.paused, len(lb.pending)

@@ -230,7 +230,7 @@ func TestMessagesKeepOrder(t *testing.T) {
 // ended is what gorilla/websocket reports of a connection that ended
 // without a close frame: the relay ends a side that way when the other
 // side's connection ended, as the browser's exit ends a client's.
-const ended = websocket.CloseAbnormalClosure
+const ended = fakebrowser.Ended
 
 // TestCloseIsPassedOn checks that a close frame on either side reaches
 // the other with its code and reason, and its answer comes back; and

@@ -5,7 +5,6 @@ package relay
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -92,24 +91,6 @@ func drain(c *websocket.Conn) {
 		if _, _, err := c.NextReader(); err != nil {
 			return
 		}
-	}
-}
-
-// closeOf reads c until it ends and returns the close it got, if any.
-func closeOf(t *testing.T, c *websocket.Conn) *websocket.CloseError {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(waitFor))
-	for {
-		_, _, err := c.ReadMessage()
-		if err == nil {
-			continue
-		}
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) {
-			return ce
-		}
-		// Reset, with what the client sent still unread: ended too.
-		return &websocket.CloseError{Code: ended, Text: err.Error()}
 	}
 }
 
@@ -201,7 +182,7 @@ func TestBrowserMisbehaves(t *testing.T) {
 					tt.client(c)
 				}()
 			}
-			ce := closeOf(t, c)
+			ce := fakebrowser.CloseOf(t, c)
 			c.Close() // a client writing still is done
 			wg.Wait()
 			if ce.Code != tt.want || tt.wantText != "" && ce.Text != tt.wantText {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -21,14 +22,14 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 	t.Run("navigate", func(t *testing.T) {
 		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{})
-		var rec *recorder
+		var rec *holdtest.Recorder
 		tp := relayTo(t, fb, fixed(time.Hour), navigateInStream, recordBookings(&rec))
 		c := tp.dial(t, "/", nil)
 		fc := fb.Accept(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
 		fc.Next(t)
 		writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
-		for len(rec.bookings()) < 2 {
+		for len(rec.Bookings()) < 2 {
 			time.Sleep(time.Millisecond)
 		}
 		c.UnderlyingConn().Close() // gone without a close frame
@@ -47,18 +48,18 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		c2 := tp.dial(t, "/", nil)
 		fb.Accept(t)
 		writeClient(t, c2, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
-		for len(rec.bookings()) < 3 {
+		for len(rec.Bookings()) < 3 {
 			time.Sleep(time.Millisecond)
 		}
-		b := rec.bookings()
-		if b[2].start.Sub(b[1].start) < time.Hour-time.Minute {
-			t.Errorf("third navigation booked %v after the vanished one, want a slot of its own an hour later", b[2].start.Sub(b[1].start))
+		b := rec.Bookings()
+		if b[2].Start.Sub(b[1].Start) < time.Hour-time.Minute {
+			t.Errorf("third navigation booked %v after the vanished one, want a slot of its own an hour later", b[2].Start.Sub(b[1].Start))
 		}
 	})
 	t.Run("fetch", func(t *testing.T) {
 		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{})
-		var rec *recorder
+		var rec *holdtest.Recorder
 		tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 		hc := fb.Holder(t)
 		fakebrowser.AnnouncePages(t, fb, hc, false)
@@ -68,7 +69,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		hc.MustPlay(t, chain)
 		held := make(chan []fakebrowser.Hops, 1)
 		go func() { held <- hc.MustPlay(t, chain) }()
-		for len(rec.bookings()) < 2 {
+		for len(rec.Bookings()) < 2 {
 			time.Sleep(time.Millisecond)
 		}
 		c.UnderlyingConn().Close()
@@ -80,7 +81,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		if n, want := len(fakebrowser.Commands(hc, "Fetch.continueRequest")), 2*len(chain); n != want {
 			t.Errorf("relay continued %d pauses, want %d: each once", n, want)
 		}
-		if n := len(rec.bookings()); n != 2 {
+		if n := len(rec.Bookings()); n != 2 {
 			t.Errorf("got %d bookings, want 2", n)
 		}
 		if lines := tp.logs.Lines(`"level":"warn"`); len(lines) > 0 {
@@ -163,7 +164,7 @@ func TestCloseWithStalledClients(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("Close took %v, want it bounded by the close grace (2 s)", took)
 	}
-	if ce := closeOf(t, healthy); ce.Code != ended {
+	if ce := fakebrowser.CloseOf(t, healthy); ce.Code != ended {
 		t.Errorf("healthy client got close %d, want its connection ended", ce.Code)
 	}
 }

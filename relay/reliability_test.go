@@ -6,12 +6,10 @@ package relay
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -20,52 +18,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
-// recorder wraps the relay's limiter and remembers every booking, so a
-// test can tell what was booked and for when without timing the browser.
-type recorder struct {
-	hold.Limiter
-	mu     sync.Mutex
-	booked []booking // guarded by mu
-}
-
-// booking is one Reserve call and the slot it got.
-type booking struct {
-	host      string
-	at, start time.Time
-}
-
-func (r *recorder) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
-	res := r.Limiter.Reserve(ctx, host, rawURL, now)
-	r.mu.Lock()
-	r.booked = append(r.booked, booking{host: host, at: now, start: res.Start})
-	r.mu.Unlock()
-	return res
-}
-
-// bookings returns the bookings made so far.
-func (r *recorder) bookings() []booking {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.booked)
-}
-
-// hostsSince returns the hosts booked after the first n bookings, in order.
-func (r *recorder) hostsSince(n int) []string {
-	var out []string
-	for _, b := range r.bookings()[n:] {
-		out = append(out, b.host)
-	}
-	return out
-}
-
-// recordBookings makes a relay book through a recorder, stored in *rec.
-func recordBookings(rec **recorder) func(*Proxy) {
+// recordBookings makes a relay book through a holdtest.Recorder, stored
+// in *rec.
+func recordBookings(rec **holdtest.Recorder) func(*Proxy) {
 	return func(p *Proxy) {
-		*rec = &recorder{Limiter: p.Limiter}
+		*rec = &holdtest.Recorder{Limiter: p.Limiter}
 		p.Limiter = *rec
 	}
 }
@@ -244,7 +206,7 @@ func TestBadClientInput(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
-			var rec *recorder
+			var rec *holdtest.Recorder
 			// Every host is new, so each first navigation goes at once; a
 			// second one would wait an hour.
 			tp := relayTo(t, fb, fixed(time.Hour), mode.opt, recordBookings(&rec))
@@ -257,7 +219,7 @@ func TestBadClientInput(t *testing.T) {
 					if typ == 0 {
 						typ = websocket.TextMessage
 					}
-					before := len(rec.bookings())
+					before := len(rec.Bookings())
 					for _, f := range row.frames {
 						roundTrip(t, c, fc, typ, f)
 					}
@@ -267,7 +229,7 @@ func TestBadClientInput(t *testing.T) {
 					if mode.name == "navigate" {
 						want = row.books
 					}
-					if got := rec.hostsSince(before); !slices.Equal(got, want) {
+					if got := rec.HostsSince(before); !slices.Equal(got, want) {
 						t.Errorf("booked %q, want %q", got, want)
 					}
 					if n := tp.p.Conns(); n != 2 {
@@ -339,7 +301,7 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 func TestBadBrowserInputOwnConnection(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var rec *recorder
+	var rec *holdtest.Recorder
 	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, false)
@@ -384,7 +346,7 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 		{"http://[::1]:9/", ""},
 		{"", ""},
 	}
-	before := len(rec.bookings())
+	before := len(rec.Bookings())
 	var want []string
 	for i, p := range pauses {
 		ev, _ := json.Marshal(map[string]any{"method": "Fetch.requestPaused", "params": map[string]any{
@@ -402,7 +364,7 @@ func TestBadBrowserInputOwnConnection(t *testing.T) {
 			want = append(want, p.book)
 		}
 	}
-	if got := rec.hostsSince(before); !slices.Equal(got, want) {
+	if got := rec.HostsSince(before); !slices.Equal(got, want) {
 		t.Errorf("booked %q, want %q", got, want)
 	}
 	// Navigations are still held.

@@ -533,17 +533,17 @@ func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 // relay, by none of the relay's clients; chromedp, for one, takes only an
 // unattached target for a new one. It reports false when msg is as it
 // should be (hold.FetchWay).
-func (f *fetchHold) Unattached(hd *cdp.Header, msg []byte) ([]byte, bool) {
+func (f *fetchHold) Unattached(params, msg []byte) ([]byte, bool) {
 	attached := []byte(`"attached":true`)
 	if !bytes.Contains(msg, attached) {
 		return nil, false
 	}
 	// The id alone tells most: the relay attaches to pages only, so a
 	// target it is attached to is a page.
-	id, ok := cdp.LeadingTargetID(hd.Params)
+	id, ok := cdp.LeadingTargetID(params)
 	target := string(id)
 	if !ok {
-		ti, ok := cdp.ReadTargetInfo(hd.Params)
+		ti, ok := cdp.ReadTargetInfo(params)
 		if !ok || ti.Type != "page" {
 			return nil, false
 		}

@@ -5,7 +5,6 @@ package fetch
 // navigation is held.
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -33,29 +32,6 @@ func TestBrowserNeverAnswersReleases(t *testing.T) {
 	fakebrowser.Eventually(t, "the relay's own connections keeping no command", func() bool { return StateOf(th.Browser).Commands == 0 })
 	if n := len(fakebrowser.Commands(pc, "Fetch.continueRequest")); n != 25*2 {
 		t.Errorf("relay let %d requests go on its pages connection, want %d", n, 25*2)
-	}
-}
-
-// ended is what gorilla/websocket reports of a connection that ended
-// without a close frame: the relay ends a client's connection that way
-// when its browser connection ended, as the browser's exit ends it.
-const ended = websocket.CloseAbnormalClosure
-
-// closeOf reads c until it ends and returns the close it got, if any.
-func closeOf(t *testing.T, c *websocket.Conn) *websocket.CloseError {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(fakebrowser.WaitFor))
-	for {
-		_, _, err := c.ReadMessage()
-		if err == nil {
-			continue
-		}
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) {
-			return ce
-		}
-		// Reset, with what the client sent still unread: ended too.
-		return &websocket.CloseError{Code: ended, Text: err.Error()}
 	}
 }
 
@@ -102,7 +78,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			fb.Restart("0f0f0f0f-0000-4000-8000-00000000dead")
-			if ce := closeOf(t, c); ce.Code != ended {
+			if ce := fakebrowser.CloseOf(t, c); ce.Code != fakebrowser.Ended {
 				t.Errorf("client got close %d %q, want its connection ended, as the browser's death ends it", ce.Code, ce.Text)
 			}
 			tp.WaitLetGo(t)

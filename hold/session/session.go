@@ -176,9 +176,14 @@ func (s *sessionHold) state(session string) *sessState {
 	return st
 }
 
-// FromClient looks at a client's command; it reports true when the relay
+// FromClient is fromClient, with the header by value (hold.ConnWay): a pointer
+// to the watch's would escape through the interface, one allocation
+// more for every message the relay scans.
+func (s *sessionHold) FromClient(hd cdp.Header, msg []byte) bool { return s.fromClient(&hd, msg) }
+
+// fromClient looks at a client's command; it reports true when the relay
 // took it (and writes it, rewritten, or answers it itself).
-func (s *sessionHold) FromClient(hd *cdp.Header, msg []byte) bool {
+func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	switch string(hd.Method) {
@@ -339,9 +344,14 @@ func (c createHold) Release() {
 
 func (c createHold) Done() { c.s.w.Held().Done() }
 
-// FromBrowser looks at what the browser sends the client; it reports true
+// FromBrowser is fromBrowser, with the header by value (hold.ConnWay): a pointer
+// to the watch's would escape through the interface, one allocation
+// more for every message the relay scans.
+func (s *sessionHold) FromBrowser(hd cdp.Header, msg []byte) bool { return s.fromBrowser(&hd, msg) }
+
+// fromBrowser looks at what the browser sends the client; it reports true
 // for what the client must not see.
-func (s *sessionHold) FromBrowser(hd *cdp.Header, msg []byte) bool {
+func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	method := string(hd.Method)

@@ -111,9 +111,14 @@ func (s *streamHold) Arm() {}
 // (hold.ConnWay).
 func (s *streamHold) Ended() {}
 
-// FromClient holds a navigation command until its slot; it reports true
+// FromClient is fromClient, with the header by value (hold.ConnWay): a pointer
+// to the watch's would escape through the interface, one allocation
+// more for every message the relay scans.
+func (s *streamHold) FromClient(hd cdp.Header, msg []byte) bool { return s.fromClient(&hd, msg) }
+
+// fromClient holds a navigation command until its slot; it reports true
 // when it took the command.
-func (s *streamHold) FromClient(hd *cdp.Header, msg []byte) bool {
+func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	method := string(hd.Method)
@@ -428,9 +433,14 @@ func (s *streamHold) lookup(ctx context.Context, session string, entry int64) st
 	return ""
 }
 
-// FromBrowser follows where main frames navigate and how their documents
+// FromBrowser is fromBrowser, with the header by value (hold.ConnWay): a pointer
+// to the watch's would escape through the interface, one allocation
+// more for every message the relay scans.
+func (s *streamHold) FromBrowser(hd cdp.Header, msg []byte) bool { return s.fromBrowser(&hd, msg) }
+
+// fromBrowser follows where main frames navigate and how their documents
 // end; it never drops anything.
-func (s *streamHold) FromBrowser(hd *cdp.Header, msg []byte) bool {
+func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 	w := s.w
 	session := string(hd.SessionID)
 	switch string(hd.Method) {
