@@ -34,11 +34,13 @@ func (v via) String() string {
 // BrowserHold holds the navigations of the relay's clients on one browser: it
 // chooses how (via), books slots in the Holder's Limiter, lets navigations
 // go when their slot comes and feeds answers back. It fails closed: while
-// it cannot hold through its chosen way, navigations wait (armed).
+// it cannot hold through its chosen way, navigations wait (armed). The
+// ways read its exported fields, set once by Holder.Arm, and never change
+// them.
 type BrowserHold struct {
-	Holder  *Holder
-	Up      Upstream
-	browser string // as /json/version names it, for logs
+	Holder  *Holder  // the Holder that armed it
+	Up      Upstream // the browser
+	browser string   // as /json/version names it, for logs
 	// Lightpanda is set for a browser that gives each connection a browser
 	// of its own and honours only the "*" Fetch pattern everywhere.
 	Lightpanda bool

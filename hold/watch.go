@@ -28,7 +28,7 @@ import (
 // browser's; state is guarded by mu.
 type Watch struct {
 	c       Client
-	Browser *BrowserHold
+	Browser *BrowserHold    // set once: the browser the connection is to
 	ctx     context.Context // c's: ends when the connection does
 	held    *sync.WaitGroup // c's: what the connection waits for before it ends
 	log     *zerolog.Logger // c's
