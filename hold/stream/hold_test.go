@@ -113,6 +113,7 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 	if busyAnswered.IsZero() {
 		t.Fatal("the recording has no 429")
 	}
+	tp.Holder.Holder.Wait() // the answers on their way to the limiter are in it
 	// a.test: navigate, reload, frames, /r, /r2, /busy (429, Retry-After 3);
 	// b.test: the redirect from /r and the new page; c.test: refused.
 	if got := tp.Lim.Len(); got != 3 {
@@ -427,6 +428,7 @@ func TestNavHoldAnswers(t *testing.T) {
 				return msg
 			}
 			replay(t, c, fc, navigation(t, sess, tt.url), mutate)
+			tp.Holder.Holder.Wait() // the answers on their way to the limiter are in it
 			tt.check(t, tp, answered)
 		})
 	}
