@@ -86,6 +86,12 @@ type bucket struct {
 	limit int           // the cap of its last Enter, for the status page
 	queue []*waiter     // in arrival order; queue[0] asks for a place
 	freed chan struct{} // closed and replaced when a place held here is given back
+	// stuck says the first in line last found no place free; misses
+	// counts the times one did. A navigation behind others waits only
+	// when one of them could not take a place: one queued behind another
+	// taking a free place in the same instant did not wait.
+	stuck  bool
+	misses uint64
 }
 
 // waiter is one Enter waiting for a place.
@@ -130,8 +136,9 @@ func (c *Cap) Enter(ctx context.Context, name string, limit int) (*Place, error)
 	b := c.bucketLocked(name)
 	b.limit = limit
 	b.queue = append(b.queue, w)
-	waited := len(b.queue) > 1 // behind others
-	if !waited {
+	waited := len(b.queue) > 1 && b.stuck // behind one that found no place
+	misses := b.misses
+	if len(b.queue) == 1 {
 		close(w.turn)
 	}
 	c.mu.Unlock()
@@ -157,7 +164,15 @@ func (c *Cap) Enter(ctx context.Context, name string, limit int) (*Place, error)
 			c.dequeue(name, b, w)
 			return nil, ErrClosed
 		}
-		if c.take(b, name, id, limit) {
+		took := c.take(b, name, id, limit)
+		c.mu.Lock()
+		b.stuck = !took
+		if !took {
+			b.misses++
+		}
+		waited = waited || b.misses != misses // one ahead, or this one, found no place
+		c.mu.Unlock()
+		if took {
 			p := &Place{Bucket: name, Limit: limit, c: c, id: id}
 			if waited {
 				p.Waited = time.Since(w.since)

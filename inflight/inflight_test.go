@@ -52,6 +52,13 @@ func (e *entered) got() []string {
 	return slices.Clone(e.order)
 }
 
+// placeOf is name's place, nil while it has none.
+func (e *entered) placeOf(name string) *Place {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.place[name]
+}
+
 func (e *entered) leave(name string) {
 	e.mu.Lock()
 	p := e.place[name]
@@ -149,6 +156,55 @@ func TestCapWaited(t *testing.T) {
 		}
 		if w := e.place["a2"].Waited; w != 800*time.Millisecond {
 			t.Errorf("a2 waited %v, want 800ms", w)
+		}
+	})
+}
+
+// slowTable takes a while to take a place, as a shared store does: the
+// first in line is still taking its place when the next one arrives.
+type slowTable struct {
+	*table
+	took chan struct{} // a value per Enter that reached the table, while there is room
+}
+
+func (s slowTable) Enter(bucket, id string, limit int) bool {
+	select {
+	case s.took <- struct{}{}:
+	default:
+	}
+	time.Sleep(50 * time.Millisecond)
+	return s.table.Enter(bucket, id, limit)
+}
+
+// TestCapWaitedOnlyForAPlace: a navigation that arrives while the one
+// before it takes a free place has waited for nothing (Waited 0), though
+// it stood in line behind it; one behind a navigation that found no place
+// has waited.
+func TestCapWaitedOnlyForAPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Cap{Table: slowTable{newTable(), make(chan struct{}, 8)}, Poll: 20 * time.Millisecond}
+		defer c.Close()
+		e := newEntered()
+		t0 := time.Now()
+		e.enter(t.Context(), c, t0, "a1", "a", 2)
+		<-c.Table.(slowTable).took // a1 is taking its place
+		e.enter(t.Context(), c, t0, "a2", "a", 2)
+		time.Sleep(time.Second)
+		for _, id := range []string{"a1", "a2"} {
+			if p := e.placeOf(id); p == nil || p.Waited != 0 {
+				t.Errorf("%s: place %v, want one taken at once (Waited 0): a place was free for each", id, p)
+			}
+		}
+		e.enter(t.Context(), c, t0, "a3", "a", 2) // the cap is full: it waits
+		e.enter(t.Context(), c, t0, "a4", "a", 2) // behind it
+		time.Sleep(time.Second)
+		e.leave("a1")
+		e.leave("a2")
+		time.Sleep(time.Second)
+		for _, id := range []string{"a3", "a4"} {
+			if p := e.placeOf(id); p == nil || p.Waited == 0 {
+				t.Errorf("%s: place %v, want one that waited for a place", id, p)
+			}
 		}
 	})
 }
