@@ -317,9 +317,8 @@ func shotEnv(shot bool) string {
 // longSpacing is the long sessions' spacing: the second of two loads
 // back to back waits for it, however long the client takes over a load
 // (ChromeDriver, under the load of the whole suite, over a second: with
-// a spacing of 1 s, its second load's slot had passed; over 2 s at
-// times: with 2 s, none of its 7 was held).
-const longSpacing = 4 * time.Second
+// a spacing of 1 s, its second load's slot had passed).
+const longSpacing = 2 * time.Second
 
 // TestLongSessions runs every client through the relay for over three
 // minutes each, side by side, in front of Chromium (Selenium by
