@@ -329,7 +329,30 @@ func TestPolitenessFlags(t *testing.T) {
 	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Concurrency != 4 || cfg.policy.Default.Overload.String() != "" {
 		t.Errorf("environment: got concurrency %d, overload %q, %v; want 4, none", cfg.policy.Concurrency, cfg.policy.Default.Overload, err)
 	}
+	cfg, err = relayConfigOf(t, "--overload-header", "cf-mitigated=challenge", "--overload-header", "x-overloaded", "--retry-after-max", "10m",
+		"--rule", "*.cdn.test=overload-header:cf-mitigated,retry-after-max:1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.policy; p.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" || p.Default.RetryAfterMax != 10*time.Minute ||
+		p.Rules[0].Setting.OverloadHeaders.String() != "cf-mitigated" || p.Rules[0].Setting.RetryAfterMax != time.Hour {
+		t.Errorf("overload headers and Retry-After max: got %q, %v; rule %q, %v", p.Default.OverloadHeaders, p.Default.RetryAfterMax,
+			p.Rules[0].Setting.OverloadHeaders, p.Rules[0].Setting.RetryAfterMax)
+	}
+	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.RetryAfterMax != 0 || cfg.policy.Default.OverloadHeaders.String() != "" {
+		t.Errorf("defaults: got Retry-After max %v, overload headers %q, %v; want the limiter's 60 s, none", cfg.policy.Default.RetryAfterMax, cfg.policy.Default.OverloadHeaders, err)
+	}
+	t.Setenv("CDP_THROTTLE_OVERLOAD_HEADER", "cf-mitigated=challenge\nx-overloaded")
+	t.Setenv("CDP_THROTTLE_RETRY_AFTER_MAX", "90s")
+	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.RetryAfterMax != 90*time.Second || cfg.policy.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" {
+		t.Errorf("environment: got Retry-After max %v, overload headers %q, %v; want 90s, cf-mitigated=challenge,x-overloaded", cfg.policy.Default.RetryAfterMax, cfg.policy.Default.OverloadHeaders, err)
+	}
 	for _, bad := range [][]string{
+		{"--retry-after-max", "2h"},
+		{"--retry-after-max", "500ms"},
+		{"--overload-header", "cf mitigated"},
+		{"--overload-header", "x="},
+		{"--rule", "a.test=fixed:1s,overload-header:x"},
 		{"--http-nav-concurrency", "-2"},
 		{"--overload-status", "soon"},
 		{"--latency-backoff", "0.5"},

@@ -1,6 +1,7 @@
 package cdp
 
 import (
+	"iter"
 	"net/netip"
 	"strings"
 )
@@ -14,6 +15,9 @@ type Outcome struct {
 	Status int
 	// RetryAfter is the answer's Retry-After header as sent, "" when absent.
 	RetryAfter string
+	// Headers are the answer's headers the reader was asked to keep
+	// besides Retry-After (its keep names), "" when none was.
+	Headers Kept
 	// NoAnswer reports that the request got no answer at all: the connection
 	// was refused, reset or closed, or it timed out.
 	NoAnswer bool
@@ -22,6 +26,42 @@ type Outcome struct {
 	// say: a failure, an answer from its cache or a service worker, a
 	// browser that does not tell (Lightpanda), the Fetch Response stage.
 	RemoteIP netip.Addr
+}
+
+// Kept is what a reader kept of an answer's headers: each header's name
+// and value as sent, each followed by a NUL (which no header holds), in
+// the order read; a header a browser sends with its repeats joined by
+// newlines (Network events) stays one. A string, so that an Outcome
+// stays comparable; All walks it.
+type Kept string
+
+// All yields each header kept, name and value.
+func (k Kept) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for rest := string(k); rest != ""; {
+			var name, value string
+			name, rest, _ = strings.Cut(rest, "\x00")
+			value, rest, _ = strings.Cut(rest, "\x00")
+			if !yield(name, value) {
+				return
+			}
+		}
+	}
+}
+
+// keeps reports whether keep names the header name, whatever its case.
+func keeps(keep []string, name string) bool {
+	for _, k := range keep {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// kept is k with the header name: value added.
+func (k Kept) kept(name, value string) Kept {
+	return k + Kept(name+"\x00"+value+"\x00")
 }
 
 // RequestPaused is what the relay reads of a Fetch.requestPaused event
@@ -124,9 +164,10 @@ func readEntries(val []byte) ([]entry, bool) {
 	return es, read
 }
 
-// Outcome reads the answer of a request paused at the Response stage. ok
-// is false at the Request stage, where there is no answer yet.
-func (ev *RequestPaused) Outcome() (o Outcome, ok bool) {
+// Outcome reads the answer of a request paused at the Response stage,
+// with the headers keep names (Outcome.Headers). ok is false at the
+// Request stage, where there is no answer yet.
+func (ev *RequestPaused) Outcome(keep []string) (o Outcome, ok bool) {
 	if ev.ResponseErrorReason != "" {
 		return Outcome{NoAnswer: NoAnswer(ev.ResponseErrorReason)}, true
 	}
@@ -134,11 +175,14 @@ func (ev *RequestPaused) Outcome() (o Outcome, ok bool) {
 		return o, false
 	}
 	o.Status = ev.ResponseStatusCode
+	retryAfter := false
 	for _, h := range ev.ResponseHeaders {
-		if strings.EqualFold(h.Name, "Retry-After") {
+		switch {
+		case !retryAfter && strings.EqualFold(h.Name, "Retry-After"):
 			// The first counts, as where Network events join repeated headers.
-			o.RetryAfter = h.Value
-			break
+			o.RetryAfter, retryAfter = h.Value, true
+		case len(keep) > 0 && keeps(keep, h.Name):
+			o.Headers = o.Headers.kept(h.Name, h.Value)
 		}
 	}
 	return o, true

@@ -23,31 +23,52 @@ func jsonRequestPaused(params []byte) (RequestPaused, bool) {
 	return ev, true
 }
 
-// jsonDocumentAnswer is DocumentAnswer as it was, with encoding/json.
-func jsonDocumentAnswer(method, params []byte) (Answer, bool) {
+// jsonDocumentAnswer is DocumentAnswer as it was, with encoding/json,
+// keeping the headers keep names.
+func jsonDocumentAnswer(method, params []byte, keep ...string) (Answer, bool) {
 	var p networkParams
 	if json.Unmarshal(params, &p) != nil {
 		return Answer{}, false
 	}
+	keepOnly(p.Response, keep)
 	return p.answer(method)
 }
 
 // jsonRequestWillBeSent is RequestWillBeSent as it was, with encoding/json.
-func jsonRequestWillBeSent(params []byte) (Request, bool) {
+func jsonRequestWillBeSent(params []byte, keep ...string) (Request, bool) {
 	var p willBeSentParams
 	if json.Unmarshal(params, &p) != nil {
 		return Request{}, false
 	}
+	keepOnly(p.RedirectResponse, keep)
 	return p.request()
 }
 
 // jsonNetworkEvent is ReadNetworkEvent as it was, with encoding/json.
-func jsonNetworkEvent(method, params []byte) (NetworkEvent, bool) {
+func jsonNetworkEvent(method, params []byte, keep ...string) (NetworkEvent, bool) {
 	var p networkParams
 	if json.Unmarshal(params, &p) != nil {
 		return NetworkEvent{}, false
 	}
+	keepOnly(p.Response, keep)
+	keepOnly(p.RedirectResponse, keep)
 	return p.event(method)
+}
+
+// keepOnly drops the headers of r encoding/json read that the readers do
+// not keep: all but Retry-After and those keep names.
+func keepOnly(r *response, keep []string) {
+	if r == nil {
+		return
+	}
+	for k := range r.Headers {
+		if !strings.EqualFold(k, "Retry-After") && !keeps(keep, k) {
+			delete(r.Headers, k)
+		}
+	}
+	if len(r.Headers) == 0 {
+		r.Headers = nil
+	}
 }
 
 // networkMethods are the events ReadNetworkEvent reads.
@@ -145,18 +166,19 @@ func FuzzAnswerReaders(f *testing.F) {
 		`{"requestId":"L","type":"Document","response":{"timing":null},"redirectResponse":{"timing":{"sendEnd":"x"}}}`,
 		`{"requestId":"L","type":"Document","response":{"timing":{"requestTime":true}}}`,
 		`{"requestId":"L","type":"Document","response":{"timing":[]},"timestamp":"1"}`,
+		`{"requestId":"L","type":"Document","response":{"status":200,"headers":{"cf-mitigated":"challenge","CF-MITIGATED":null,"x-a":"1\nyes"}},"redirectResponse":{"headers":{"X-A":2}}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
 		got, ok := ReadRequestPaused(params) // never panics, whatever it is given
-		gotA, okA := DocumentAnswer([]byte("Network.responseReceived"), params)
-		gotF, okF := DocumentAnswer([]byte("Network.loadingFailed"), params)
-		gotR, okR := RequestWillBeSent(params)
+		gotA, okA := DocumentAnswer([]byte("Network.responseReceived"), params, nil)
+		gotF, okF := DocumentAnswer([]byte("Network.loadingFailed"), params, nil)
+		gotR, okR := RequestWillBeSent(params, nil)
 		var gotN [4]NetworkEvent
 		var okN [4]bool
 		for i, m := range networkMethods {
-			gotN[i], okN[i] = ReadNetworkEvent(m, params)
+			gotN[i], okN[i] = ReadNetworkEvent(m, params, nil)
 		}
 		if !browserShaped(params) {
 			return
@@ -173,8 +195,8 @@ func FuzzAnswerReaders(f *testing.F) {
 		if ok != wantOK || ok && !samePaused(got, want) {
 			t.Errorf("ReadRequestPaused(%s) = %+v %v, encoding/json reads %+v %v", params, got, ok, want, wantOK)
 		}
-		if o, ok := got.Outcome(); ok {
-			if w, _ := want.Outcome(); o != w {
+		if o, ok := got.Outcome(nil); ok {
+			if w, _ := want.Outcome(nil); o != w {
 				t.Errorf("Outcome of %s = %+v, encoding/json's %+v", params, o, w)
 			}
 		}
@@ -183,6 +205,24 @@ func FuzzAnswerReaders(f *testing.F) {
 		}
 		if w, wok := jsonDocumentAnswer([]byte("Network.loadingFailed"), params); okF != wok || gotF != w {
 			t.Errorf("DocumentAnswer(loadingFailed, %s) = %+v %v, encoding/json reads %+v %v", params, gotF, okF, w, wok)
+		}
+		// Keeping headers besides Retry-After reads the same as encoding/json.
+		keep := []string{"cf-mitigated", "X-A"}
+		for _, m := range networkMethods {
+			got, ok := ReadNetworkEvent(m, params, keep)
+			if w, wok := jsonNetworkEvent(m, params, keep...); ok != wok || got != w {
+				t.Errorf("ReadNetworkEvent(%s, %s, %q) = %+v %v, encoding/json reads %+v %v", m, params, keep, got, ok, w, wok)
+			}
+		}
+		if got, ok := RequestWillBeSent(params, keep); ok {
+			if w, _ := jsonRequestWillBeSent(params, keep...); !sameRequest(got, w) {
+				t.Errorf("RequestWillBeSent(%s, %q) = %+v, encoding/json reads %+v", params, keep, got, w)
+			}
+		}
+		if got, ok := DocumentAnswer([]byte("Network.responseReceived"), params, keep); ok {
+			if w, _ := jsonDocumentAnswer([]byte("Network.responseReceived"), params, keep...); got != w {
+				t.Errorf("DocumentAnswer(responseReceived, %s, %q) = %+v, encoding/json reads %+v", params, keep, got, w)
+			}
 		}
 	})
 }
@@ -196,7 +236,7 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 	busy := map[string]bool{}
 	recordedEvents(t, "*.jsonl", func(f, m string, params []byte) {
 		if strings.HasPrefix(m, "Network.") {
-			got, ok := ReadNetworkEvent([]byte(m), params)
+			got, ok := ReadNetworkEvent([]byte(m), params, nil)
 			if want, wantOK := jsonNetworkEvent([]byte(m), params); ok != wantOK || got != want {
 				t.Errorf("%s: ReadNetworkEvent(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
 			}
@@ -212,14 +252,14 @@ func TestAnswerReadersOnRecordings(t *testing.T) {
 				t.Errorf("%s: ReadRequestPaused = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
 			}
 		case "Network.requestWillBeSent":
-			got, ok := RequestWillBeSent(params)
+			got, ok := RequestWillBeSent(params, nil)
 			want, wantOK := jsonRequestWillBeSent(params)
 			if !ok || !wantOK || !sameRequest(got, want) {
 				t.Errorf("%s: RequestWillBeSent = %+v %v, encoding/json reads %+v %v", f, got, ok, want, wantOK)
 			}
 		case "Network.requestWillBeSentExtraInfo":
 		case "Network.responseReceived", "Network.loadingFailed":
-			got, ok := DocumentAnswer([]byte(m), params)
+			got, ok := DocumentAnswer([]byte(m), params, nil)
 			want, wantOK := jsonDocumentAnswer([]byte(m), params)
 			if ok != wantOK || got != want {
 				t.Errorf("%s: DocumentAnswer(%s) = %+v %v, encoding/json reads %+v %v", f, m, got, ok, want, wantOK)
@@ -298,7 +338,7 @@ func BenchmarkAnswerReaders(b *testing.B) {
 	})
 	b.Run("answer/bytes", func(b *testing.B) {
 		for b.Loop() {
-			DocumentAnswer(method, benchAnswer)
+			DocumentAnswer(method, benchAnswer, nil)
 		}
 	})
 	b.Run("answer/encoding-json", func(b *testing.B) {
@@ -308,7 +348,7 @@ func BenchmarkAnswerReaders(b *testing.B) {
 	})
 	b.Run("network/bytes", func(b *testing.B) {
 		for b.Loop() {
-			ReadNetworkEvent(method, benchAnswer)
+			ReadNetworkEvent(method, benchAnswer, nil)
 		}
 	})
 	b.Run("network/encoding-json", func(b *testing.B) {

@@ -1,6 +1,8 @@
 package cdp
 
 import (
+	"maps"
+	"slices"
 	"testing"
 )
 
@@ -47,7 +49,7 @@ func TestPausedOutcome(t *testing.T) {
 			if !ok {
 				t.Fatalf("unreadable: %s", tt.params)
 			}
-			got, ok := ev.Outcome()
+			got, ok := ev.Outcome(nil)
 			if got != tt.want || ok != tt.wantOK {
 				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
 			}
@@ -58,7 +60,7 @@ func TestPausedOutcome(t *testing.T) {
 	}
 }
 
-func okOutcome(ev RequestPaused) bool { _, ok := ev.Outcome(); return ok }
+func okOutcome(ev RequestPaused) bool { _, ok := ev.Outcome(nil); return ok }
 
 func TestNoAnswer(t *testing.T) {
 	tests := []struct {
@@ -86,5 +88,53 @@ func TestNoAnswer(t *testing.T) {
 		if got := NoAnswer(tt.reason); got != tt.want {
 			t.Errorf("NoAnswer(%q) = %v, want %v", tt.reason, got, tt.want)
 		}
+	}
+}
+
+// TestKeptHeaders: the answer readers keep the headers they are asked for,
+// whatever their case, as sent, and nothing more; Retry-After as before.
+func TestKeptHeaders(t *testing.T) {
+	keep := []string{"cf-mitigated", "x-overloaded"}
+	kept := func(o Outcome) map[string]string {
+		m := map[string]string{}
+		for name, value := range o.Headers.All() {
+			m[name] = value
+		}
+		return m
+	}
+	want := map[string]string{"CF-Mitigated": "challenge"}
+	network := []byte(`{"requestId":"L","loaderId":"L","type":"Document","response":{"status":200,"headers":{"Server":"cloudflare","CF-Mitigated":"challenge","Retry-After":"7","Content-Type":"text/html"}}}`)
+	if a, ok := DocumentAnswer([]byte("Network.responseReceived"), network, keep); !ok || !maps.Equal(kept(a.Outcome), want) || a.Outcome.RetryAfter != "7" {
+		t.Errorf("DocumentAnswer: got %+v %v, want %v and Retry-After 7", a, ok, want)
+	}
+	if ev, ok := ReadNetworkEvent([]byte("Network.responseReceived"), network, keep); !ok || !maps.Equal(kept(ev.Outcome), want) {
+		t.Errorf("ReadNetworkEvent: got %+v %v, want %v", ev, ok, want)
+	}
+	if a, _ := DocumentAnswer([]byte("Network.responseReceived"), network, nil); a.Outcome.Headers != "" || a.Outcome.RetryAfter != "7" {
+		t.Errorf("keeping nothing: got %+v, want Retry-After alone", a.Outcome)
+	}
+	joined := []byte(`{"requestId":"L","type":"Document","response":{"status":200,"headers":{"x-overloaded":"1\nyes"}}}`) // Lightpanda joins repeats
+	if a, _ := DocumentAnswer([]byte("Network.responseReceived"), joined, keep); !maps.Equal(kept(a.Outcome), map[string]string{"x-overloaded": "1\nyes"}) {
+		t.Errorf("joined: got %+v", a.Outcome)
+	}
+	redirect := []byte(`{"requestId":"L","type":"Document","request":{"url":"http://b.test/"},"redirectResponse":{"status":302,"headers":{"cf-mitigated":"challenge"}}}`)
+	if r, ok := RequestWillBeSent(redirect, keep); !ok || r.Redirect == nil || !maps.Equal(kept(*r.Redirect), map[string]string{"cf-mitigated": "challenge"}) {
+		t.Errorf("RequestWillBeSent: got %+v %v", r, ok)
+	}
+	paused, ok := ReadRequestPaused([]byte(`{"requestId":"I","frameId":"F","resourceType":"Document","request":{"url":"http://b.test/","method":"GET"},"responseStatusCode":200,` +
+		`"responseHeaders":[{"name":"server","value":"cloudflare"},{"name":"cf-mitigated","value":"challenge"},{"name":"CF-Mitigated","value":"again"},{"name":"retry-after","value":"3"}]}`))
+	if !ok {
+		t.Fatal("ReadRequestPaused: not read")
+	}
+	o, ok := paused.Outcome(keep)
+	var got []string
+	for name, value := range o.Headers.All() {
+		got = append(got, name+": "+value)
+	}
+	if !ok || !slices.Equal(got, []string{"cf-mitigated: challenge", "CF-Mitigated: again"}) || o.RetryAfter != "3" {
+		t.Errorf("RequestPaused.Outcome: got %q, Retry-After %q, %v; want both cf-mitigated in order and Retry-After 3", got, o.RetryAfter, ok)
+	}
+	if o, _ := paused.Outcome(nil); o.Headers != "" {
+		t.Errorf("RequestPaused.Outcome keeping nothing: got %q", o.Headers)
 	}
 }

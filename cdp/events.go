@@ -8,7 +8,9 @@ package cdp
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -118,9 +120,10 @@ type Request struct {
 	Redirect *Outcome
 }
 
-// RequestWillBeSent reads a Network.requestWillBeSent event.
-func RequestWillBeSent(params []byte) (Request, bool) {
-	p, ok := readWillBeSent(params)
+// RequestWillBeSent reads a Network.requestWillBeSent event; the answer
+// of a redirect keeps the headers keep names (Outcome.Headers).
+func RequestWillBeSent(params []byte, keep []string) (Request, bool) {
+	p, ok := readWillBeSent(params, keep)
 	if !ok {
 		return Request{}, false
 	}
@@ -154,7 +157,7 @@ type willBeSentParams struct {
 // readWillBeSent reads willBeSentParams; ok is false when params are not
 // what encoding/json would read into one. The navigate strategy reads
 // every request of every page with it.
-func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
+func readWillBeSent(params []byte, keep []string) (p willBeSentParams, ok bool) {
 	ok = true
 	read := members(params, func(key, v []byte) bool {
 		switch string(key) {
@@ -174,7 +177,7 @@ func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
 				}) && ok
 			}
 		case "redirectResponse":
-			p.RedirectResponse, ok = responseOf(v)
+			p.RedirectResponse, ok = responseOf(v, keep)
 		}
 		return ok
 	})
@@ -184,29 +187,29 @@ func readWillBeSent(params []byte) (p willBeSentParams, ok bool) {
 // responseOf reads a member that holds a Network.Response, or null
 // (nil); ok is false when it is not what encoding/json would read into a
 // *response.
-func responseOf(val []byte) (*response, bool) {
+func responseOf(val []byte, keep []string) (*response, bool) {
 	if string(val) == "null" {
 		return nil, true
 	}
-	r, ok := readResponse(val)
+	r, ok := readResponse(val, keep)
 	return &r, ok
 }
 
 // readResponse reads a Network.Response object into a response; ok is
 // false when it is not what encoding/json would read into one.
-func readResponse(obj []byte) (r response, ok bool) {
+func readResponse(obj []byte, keep []string) (r response, ok bool) {
 	ok = true
 	read := members(obj, func(key, v []byte) bool {
 		switch string(key) {
 		case "status":
 			r.Status, ok = floatOf(v)
 		case "headers":
-			// Only Retry-After is read of them (outcome): the others are
-			// checked, not kept.
+			// Only Retry-After and the headers keep names are read of
+			// them (outcome): the others are checked, not kept.
 			r.Headers = nil
 			if string(v) != "null" {
 				ok = members(v, func(key, v []byte) bool {
-					if !bytes.EqualFold(key, []byte("Retry-After")) {
+					if !bytes.EqualFold(key, []byte("Retry-After")) && (len(keep) == 0 || !keeps(keep, string(key))) {
 						ok = string(v) == "null" || v[0] == '"'
 						return ok
 					}
@@ -279,11 +282,14 @@ func (r *response) outcome() Outcome {
 		// Chromium writes an IPv6 address bare; brackets are read too.
 		o.RemoteIP, _ = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(r.RemoteIP, "["), "]"))
 	}
-	for k, v := range r.Headers {
+	for _, k := range slices.Sorted(maps.Keys(r.Headers)) { // in one order, however read
+		v := r.Headers[k]
 		if strings.EqualFold(k, "Retry-After") {
 			// Lightpanda joins repeated headers with newlines; the first counts.
 			o.RetryAfter, _, _ = strings.Cut(v, "\n")
+			continue
 		}
+		o.Headers = o.Headers.kept(k, v)
 	}
 	return o
 }
@@ -296,9 +302,10 @@ type Answer struct {
 }
 
 // DocumentAnswer reads Network.responseReceived (of a document) or
-// Network.loadingFailed. A cancelled load has the zero Outcome.
-func DocumentAnswer(method []byte, params []byte) (Answer, bool) {
-	p, ok := readNetworkParams(params)
+// Network.loadingFailed, keeping the answer's headers keep names
+// (Outcome.Headers). A cancelled load has the zero Outcome.
+func DocumentAnswer(method, params []byte, keep []string) (Answer, bool) {
+	p, ok := readNetworkParams(params, keep)
 	if !ok {
 		return Answer{}, false
 	}
@@ -608,10 +615,11 @@ func (r *response) sent() float64 {
 // request left and how each of its hops ended:
 // Network.requestWillBeSentExtraInfo, Network.requestWillBeSent (of a
 // redirect hop), Network.responseReceived (of a document) and
-// Network.loadingFailed. ok is false for any other event, or one that
-// says nothing of either.
-func ReadNetworkEvent(method, params []byte) (NetworkEvent, bool) {
-	p, ok := readNetworkParams(params)
+// Network.loadingFailed. An answer keeps the headers keep names
+// (Outcome.Headers). ok is false for any other event, or one that says
+// nothing of either.
+func ReadNetworkEvent(method, params []byte, keep []string) (NetworkEvent, bool) {
+	p, ok := readNetworkParams(params, keep)
 	if !ok {
 		return NetworkEvent{}, false
 	}
@@ -636,7 +644,7 @@ type networkParams struct {
 // what encoding/json would read into one. A holding relay reads every
 // document's answer with it, some kilobytes each (headers, timing,
 // security details).
-func readNetworkParams(params []byte) (p networkParams, ok bool) {
+func readNetworkParams(params []byte, keep []string) (p networkParams, ok bool) {
 	ok = true
 	read := members(params, func(key, v []byte) bool {
 		switch string(key) {
@@ -651,9 +659,9 @@ func readNetworkParams(params []byte) (p networkParams, ok bool) {
 		case "type":
 			p.Type, ok = stringOf(v)
 		case "response":
-			p.Response, ok = responseOf(v)
+			p.Response, ok = responseOf(v, keep)
 		case "redirectResponse":
-			p.RedirectResponse, ok = responseOf(v)
+			p.RedirectResponse, ok = responseOf(v, keep)
 		case "errorText":
 			p.ErrorText, ok = stringOf(v)
 		case "canceled":

@@ -108,7 +108,7 @@ func TestRequestWillBeSent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := RequestWillBeSent([]byte(tt.params))
+			got, ok := RequestWillBeSent([]byte(tt.params), nil)
 			if ok != tt.wantOK {
 				t.Fatalf("got ok %v, want %v", ok, tt.wantOK)
 			}
@@ -170,7 +170,7 @@ func TestDocumentAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := DocumentAnswer([]byte(tt.method), []byte(tt.params))
+			got, ok := DocumentAnswer([]byte(tt.method), []byte(tt.params), nil)
 			if ok != tt.wantOK || ok && got != tt.want {
 				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
 			}
@@ -283,7 +283,7 @@ func TestReadNetworkEvent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ReadNetworkEvent([]byte(tt.method), []byte(tt.params))
+			got, ok := ReadNetworkEvent([]byte(tt.method), []byte(tt.params), nil)
 			if ok != tt.wantOK || ok && got != tt.want {
 				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
 			}
@@ -411,7 +411,7 @@ func BenchmarkReadNetworkEvent(b *testing.B) {
 	method := []byte("Network.responseReceived")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := ReadNetworkEvent(method, params); !ok {
+		if _, ok := ReadNetworkEvent(method, params, nil); !ok {
 			b.Fatal("unread")
 		}
 	}

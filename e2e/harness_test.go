@@ -323,6 +323,10 @@ func defaultRoutes(w http.ResponseWriter, r *http.Request) {
 		if ra := q.Get("ra"); ra != "" {
 			w.Header().Set("Retry-After", ra)
 		}
+		if h := q.Get("hdr"); h != "" { // NAME:VALUE, such as cf-mitigated:challenge
+			name, value, _ := strings.Cut(h, ":")
+			w.Header().Set(name, value)
+		}
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(code)
 		fmt.Fprintf(w, "<!doctype html><title>%d</title>status %d", code, code)

@@ -492,9 +492,12 @@ func logURL(rawURL string) func(*zerolog.Event) {
 func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
-	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 {
+	for name, value := range answer.Headers.All() {
+		o.Headers = append(o.Headers, limiter.Header{Name: name, Value: value})
+	}
+	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 || o.Headers != nil {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).
-			Str("retry_after", o.RetryAfter).Msg("host pushed back")
+			Str("retry_after", o.RetryAfter).Int("headers_kept", len(o.Headers)).Msg("host pushed back")
 	}
 	h.ansMu.Lock()
 	a := h.answering[host]
@@ -509,6 +512,13 @@ func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *
 		defer h.Holder.limiting.Done()
 		effect := h.Holder.Limiter.Observe(host, o, now)
 		h.Holder.Metrics.Feedback(effect)
+		if effect == limiter.Overload && o.RetryAfter != "" {
+			if _, ok := limiter.ParseRetryAfter(o.RetryAfter, now, 0); !ok && h.Holder.badWarned.first(host) {
+				// Ignored, as the limiter ignores it; said once a host, not once an answer.
+				h.Holder.log.Warn().Str("host", host).Int("status", o.Status).Str("retry_after", o.RetryAfter[:min(len(o.RetryAfter), 64)]).
+					Msg("ignoring a Retry-After that is neither seconds nor an HTTP-date")
+			}
+		}
 		h.Holder.answered(host, effect, o.Status, now)
 		log.Debug().Str("host", host).Int("status", o.Status).Float64("answer_ms", limiter.ShownMillis(o.Took)).Str("effect", effect.String()).Msg("navigation answered")
 		h.ansMu.Lock()

@@ -155,6 +155,16 @@ type Exempter interface {
 	Exempt(host string) bool
 }
 
+// HeaderReader is what a Limiter adds when it reads headers of a
+// document's answer besides Retry-After (--overload-header): the ways
+// keep those of each answer (cdp.Outcome.Headers) for Observe
+// (limiter.Outcome.Headers). Without it, only Retry-After is kept.
+type HeaderReader interface {
+	// AnswerHeaders names the headers; it does not change once the
+	// Limiter is in use.
+	AnswerHeaders() []string
+}
+
 // Holder holds the navigations of a relay's clients on every browser it
 // fronts. Set its fields, call Start, then Arm each browser; fields must
 // not change after Start. Its methods are safe for concurrent use.
@@ -195,10 +205,16 @@ type Holder struct {
 	capper        Capper         // set once by Start: the Limiter, when it caps navigations in flight
 	warned        warnOnce
 	refusedWarned warnOnce       // hosts whose refusal was said
+	badWarned     warnOnce       // hosts whose Retry-After did not read, said once
+	headers       []string       // set once by Start: the answer headers the Limiter reads (HeaderReader)
 	pace          pace.Tracker   // the departures of held navigations, across browsers; Push set once by Start
 	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
 	closing       atomic.Bool    // set by Close: the relay is shutting down
 }
+
+// AnswerHeaders names the headers of a document's answer the ways keep
+// besides Retry-After (HeaderReader), nil when none; set by Start.
+func (hd *Holder) AnswerHeaders() []string { return hd.headers }
 
 // Start readies the Holder and reports whether it holds anything: false
 // when the Limiter books nothing (Off), caps nothing and refuses nothing,
@@ -216,6 +232,9 @@ func (hd *Holder) Start() bool {
 	}
 	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
 		hd.capper = c
+	}
+	if r, ok := hd.Limiter.(HeaderReader); ok {
+		hd.headers = r.AnswerHeaders()
 	}
 	if hd.Limiter == nil || hd.Limiter.Mode() == limiter.Off && hd.capper == nil && hd.refuser() == nil {
 		return false

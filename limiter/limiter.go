@@ -53,8 +53,12 @@ const (
 	// FailureIntervals is the spacing, in base intervals, that another 5xx or
 	// no answer at all adds at once (10 units of pressure).
 	FailureIntervals = 1
-	// RetryAfterMax is the longest Retry-After honoured.
-	RetryAfterMax = 60 * time.Second
+	// DefaultRetryAfterMax is the longest Retry-After honoured unless a
+	// setting says otherwise (Config.RetryAfterMax, --retry-after-max).
+	DefaultRetryAfterMax = 60 * time.Second
+	// RetryAfterMaxLimit is the longest a setting may honour: an hour, so
+	// that a typo or a hostile header never stops a host for a day.
+	RetryAfterMaxLimit = time.Hour
 	// DefaultBurst is how many navigations an idle host absorbs at once.
 	DefaultBurst = 10
 )
@@ -113,6 +117,16 @@ type Config struct {
 	// whose Retry-After is honoured (--overload-status); other 5xx add the
 	// failure pressure. The zero Statuses is 429 and 503.
 	Overload Statuses
+	// RetryAfterMax is the longest Retry-After of an overload answer that
+	// is honoured (--retry-after-max); a longer one waits this long. Zero
+	// means DefaultRetryAfterMax; above RetryAfterMaxLimit it acts as that
+	// limit (callers check it: policy does).
+	RetryAfterMax time.Duration
+	// OverloadHeaders are answer headers that make an answer overload
+	// whatever its status (--overload-header), its Retry-After honoured
+	// as a 429's. The zero Headers matches none. Only what the caller
+	// kept of the answer (Outcome.Headers) is read.
+	OverloadHeaders Headers
 	// Jitter, F in [0, 1), moves each slot the limiter holds a navigation
 	// for by a random amount within ±F × its spacing, never closer to the
 	// navigation before than (1 − F) × spacing nor further than
@@ -215,6 +229,11 @@ type Outcome struct {
 	Status int
 	// RetryAfter is the answer's Retry-After header as sent, "" when absent.
 	RetryAfter string
+	// Headers are the answer's headers a setting reads besides
+	// Retry-After (Config.OverloadHeaders), as the caller kept them: a
+	// repeated header once, its values joined by newlines, as Chromium and
+	// Lightpanda join them. Nil when none was kept.
+	Headers []Header
 	// NoAnswer reports that the request got no answer at all: the connection
 	// was refused, reset or closed, or it timed out.
 	NoAnswer bool
@@ -420,7 +439,7 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	var wait time.Duration
 	var hasWait bool
 	if effect == Overload {
-		wait, hasWait = ParseRetryAfter(o.RetryAfter)
+		wait, hasWait = cfg.RetryAfter(o, now)
 	}
 	t := l.nanos(now)
 	s := l.shardFor(hostname)

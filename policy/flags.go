@@ -26,11 +26,13 @@ type Flags struct {
 	RobotsAgent string   // --robots-user-agent
 	CrawlDelay  string   // simulate's --crawl-delay
 
-	Concurrency      string // --http-nav-concurrency: 0 or unset, no cap
-	ConcurrencyBound string // --http-nav-concurrency-bound
-	Overload         string // --overload-status
-	LatencyBackoff   string // --latency-backoff: 0 or unset, off
-	Jitter           string // --jitter: 0 or unset, none
+	Concurrency      string   // --http-nav-concurrency: 0 or unset, no cap
+	ConcurrencyBound string   // --http-nav-concurrency-bound
+	Overload         string   // --overload-status
+	LatencyBackoff   string   // --latency-backoff: 0 or unset, off
+	Jitter           string   // --jitter: 0 or unset, none
+	RetryAfterMax    string   // --retry-after-max: unset, limiter.DefaultRetryAfterMax
+	OverloadHeaders  []string // --overload-header, each NAME or NAME=VALUE
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -50,6 +52,14 @@ func FromFlags(f Flags) (Config, error) {
 		if c.Default.Overload, err = ParseStatuses(v); err != nil {
 			return c, fmt.Errorf("--overload-status %q: %w", f.Overload, err)
 		}
+	}
+	if v := strings.TrimSpace(f.RetryAfterMax); v != "" {
+		if c.Default.RetryAfterMax, err = ParseRetryAfterMax(v); err != nil {
+			return c, fmt.Errorf("--retry-after-max %q: %w", f.RetryAfterMax, err)
+		}
+	}
+	if c.Default.OverloadHeaders, err = overloadHeaders(f.OverloadHeaders); err != nil {
+		return c, err
 	}
 	if v := strings.TrimSpace(f.Concurrency); v != "" {
 		n, err := strconv.Atoi(v)

@@ -116,6 +116,7 @@ type Policy struct {
 	lat     *limiter.Baselines // answer times; nil without --latency-backoff
 	refuses bool               // some host obeys its robots.txt's Disallow
 	refused refusals           // by bucket
+	headers []string           // the answer headers some setting reads (AnswerHeaders)
 }
 
 // pollShared is how often the first navigation waiting for a place asks a
@@ -143,7 +144,13 @@ func New(cfg Config, b Booker) *Policy {
 	if spaces(cfg.Default) {
 		p.mode = cfg.Default.Mode
 	}
+	p.headers = cfg.Default.OverloadHeaders.Names()
 	for i, r := range cfg.Rules {
+		for _, name := range r.Setting.OverloadHeaders.Names() {
+			if !slices.Contains(p.headers, name) {
+				p.headers = append(p.headers, name)
+			}
+		}
 		p.sources = append(p.sources, "rule "+strconv.Itoa(i+1))
 		if p.mode == limiter.Off && spaces(r.Setting) {
 			p.mode = r.Setting.Mode
@@ -160,6 +167,12 @@ func New(cfg Config, b Booker) *Policy {
 	}
 	return p
 }
+
+// AnswerHeaders names the headers of a document's answer, lower-case,
+// that some setting reads besides Retry-After (--overload-header, a
+// rule's overload-header:): what the relay keeps of each answer for
+// Observe (limiter.Outcome.Headers). Nil when none does.
+func (p *Policy) AnswerHeaders() []string { return p.headers }
 
 // Caps reports whether some host has a cap on its navigations in flight:
 // then navigations are held even when nothing is spaced.

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -314,6 +315,7 @@ func TestEnterCap(t *testing.T) {
 // and a rule's overload:, and only an adaptive setting changes the
 // schedule; the effect is reported either way.
 func TestObserveEffects(t *testing.T) {
+	challenge := limiter.Outcome{Status: 200, Headers: []limiter.Header{{Name: "cf-mitigated", Value: "challenge"}}}
 	tests := []struct {
 		flags    Flags
 		host     string
@@ -329,6 +331,14 @@ func TestObserveEffects(t *testing.T) {
 		{Flags{Rules: []string{"*.cdn.test=overload:403+429"}}, "x.cdn.test", limiter.Outcome{Status: 403}, limiter.Overload, 51},
 		{Flags{Rules: []string{"*.cdn.test=overload:403+429"}}, "a.test", limiter.Outcome{Status: 403}, limiter.Calm, 1},
 		{Flags{Overload: "403,429,503", Rules: []string{"*.cdn.test=adaptive"}}, "x.cdn.test", limiter.Outcome{Status: 403}, limiter.Overload, 51}, // the rule starts from the flag
+		{Flags{OverloadHeaders: []string{"cf-mitigated=challenge"}}, "a.test", challenge, limiter.Overload, 51},
+		{Flags{}, "a.test", challenge, limiter.Calm, 1},
+		{Flags{OverloadHeaders: []string{"cf-mitigated=managed"}}, "a.test", challenge, limiter.Calm, 1},
+		{Flags{OverloadHeaders: []string{"CF-Mitigated"}}, "a.test", challenge, limiter.Overload, 51},
+		{Flags{Rules: []string{"*.cdn.test=overload-header:cf-mitigated=challenge"}}, "x.cdn.test", challenge, limiter.Overload, 51},
+		{Flags{Rules: []string{"*.cdn.test=overload-header:cf-mitigated=challenge"}}, "a.test", challenge, limiter.Calm, 1},
+		{Flags{OverloadHeaders: []string{"cf-mitigated"}, Rules: []string{"*.cdn.test=overload-header:none"}}, "x.cdn.test", challenge, limiter.Calm, 1},
+		{Flags{OverloadHeaders: []string{"cf-mitigated"}, Rules: []string{"*.cdn.test=burst:3"}}, "x.cdn.test", challenge, limiter.Overload, 51}, // the rule starts from the flag
 		{Flags{Delay: "100"}, "a.test", limiter.Outcome{Status: 503}, limiter.Overload, 0},
 		{Flags{}, "a.test", limiter.Outcome{Status: 500}, limiter.Failure, 11},
 		{Flags{}, "a.test", limiter.Outcome{NoAnswer: true}, limiter.Failure, 11},
@@ -404,6 +414,19 @@ func TestFromFlagsNewErrors(t *testing.T) {
 		{Flags{LatencyBackoff: "1"}, `--latency-backoff "1": want a factor over 1`},
 		{Flags{LatencyBackoff: "x"}, `--latency-backoff "x": want a factor over 1`},
 		{Flags{Rules: []string{"a.test=concurrency:x"}}, `--rule "a.test=concurrency:x": "concurrency:x": want concurrency:N`},
+		{Flags{RetryAfterMax: "2h"}, `--retry-after-max "2h": 2h0m0s is over an hour, the longest a Retry-After is honoured: want a duration from 1s to 1h`},
+		{Flags{RetryAfterMax: "61m"}, `--retry-after-max "61m": 1h1m0s is over an hour`},
+		{Flags{RetryAfterMax: "120"}, `--retry-after-max "120": 120ms is under a second: want a duration from 1s to 1h, such as 5m (a bare number is milliseconds)`},
+		{Flags{RetryAfterMax: "0"}, `--retry-after-max "0": 0s is under a second`},
+		{Flags{RetryAfterMax: "-1s"}, `--retry-after-max "-1s": want a duration ≥ 0`},
+		{Flags{RetryAfterMax: "soon"}, `--retry-after-max "soon": want a duration such as 100ms`},
+		{Flags{OverloadHeaders: []string{"cf-mitigated=challenge", ""}}, `--overload-header "": no header name: want a header NAME, or NAME=VALUE, such as cf-mitigated=challenge`},
+		{Flags{OverloadHeaders: []string{"=challenge"}}, `--overload-header "=challenge": no header name`},
+		{Flags{OverloadHeaders: []string{"cf mitigated=challenge"}}, `--overload-header "cf mitigated=challenge": "cf mitigated" is no header name`},
+		{Flags{OverloadHeaders: []string{"cf-mitigated:challenge"}}, `--overload-header "cf-mitigated:challenge": "cf-mitigated:challenge" is no header name`},
+		{Flags{OverloadHeaders: []string{"cf-mitigated="}}, `--overload-header "cf-mitigated=": an empty VALUE`},
+		{Flags{OverloadHeaders: []string{"x=a\x01b"}}, `--overload-header "x=a\x01b": a VALUE with control characters`},
+		{Flags{Rules: []string{"a.test=retry-after-max:2h"}}, `--rule "a.test=retry-after-max:2h": "retry-after-max:2h": 2h0m0s is over an hour`},
 		{Flags{Jitter: "1"}, `--jitter "1": want a fraction F from 0 up to 1, 1 excluded, such as 0.5`},
 		{Flags{Jitter: "-0.5"}, `--jitter "-0.5": want a fraction F`},
 		{Flags{Jitter: "half"}, `--jitter "half": want a fraction F`},
@@ -416,9 +439,54 @@ func TestFromFlagsNewErrors(t *testing.T) {
 			t.Errorf("%+v: got %v, want %s…", tt.f, err, tt.want)
 		}
 	}
-	c := mustConfig(t, Flags{Concurrency: "3", ConcurrencyBound: "10s", Overload: "403+429", LatencyBackoff: "2.5", Jitter: " 0.5 "})
-	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 || c.Default.Jitter != 0.5 {
+	c := mustConfig(t, Flags{Concurrency: "3", ConcurrencyBound: "10s", Overload: "403+429", LatencyBackoff: "2.5", Jitter: " 0.5 ",
+		RetryAfterMax: " 1h ", OverloadHeaders: []string{" CF-Mitigated = challenge ", "x-overloaded"}})
+	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 || c.Default.Jitter != 0.5 ||
+		c.Default.RetryAfterMax != time.Hour || c.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" {
 		t.Errorf("got %+v", c)
+	}
+	if c := mustConfig(t, Flags{}); c.Default.RetryAfterMax != 0 || c.Default.OverloadHeaders != (limiter.Headers{}) {
+		t.Errorf("unset: got Retry-After max %v, overload headers %q; want 0 (60 s) and none", c.Default.RetryAfterMax, c.Default.OverloadHeaders)
+	}
+}
+
+// TestAnswerHeaders: the relay keeps of each answer the headers that the
+// flag or some rule reads, each name once, and none when nothing reads one.
+func TestAnswerHeaders(t *testing.T) {
+	p := New(mustConfig(t, Flags{}), limiter.New(limiter.Config{}))
+	if got := p.AnswerHeaders(); got != nil {
+		t.Errorf("no --overload-header: got %q, want none kept", got)
+	}
+	p = New(mustConfig(t, Flags{OverloadHeaders: []string{"CF-Mitigated=challenge", "x-a"},
+		Rules: []string{"*.cdn.test=overload-header:cf-mitigated", "*.b.test=overload-header:X-B=1,overload-header:x-a"}}), limiter.New(limiter.Config{}))
+	if got := p.AnswerHeaders(); !slices.Equal(got, []string{"cf-mitigated", "x-a", "x-b"}) {
+		t.Errorf("got %q, want [cf-mitigated x-a x-b]", got)
+	}
+}
+
+// TestRetryAfterMaxByRule: --retry-after-max and a rule's retry-after-max:
+// cap the wait a Retry-After asks for, seconds or a date, for the hosts
+// they apply to.
+func TestRetryAfterMaxByRule(t *testing.T) {
+	cfg := mustConfig(t, Flags{Burst: "1", RetryAfterMax: "90s", Rules: []string{"*.long.test=retry-after-max:1h", "*.short.test=adaptive"}})
+	tests := []struct {
+		host, retryAfter string
+		want             time.Duration
+	}{
+		{"a.test", "600", 90 * time.Second},
+		{"a.test", "30", 30 * time.Second},
+		{"x.short.test", "600", 90 * time.Second}, // the rule starts from the flag
+		{"x.long.test", "600", 10 * time.Minute},
+		{"x.long.test", at(0).Add(20 * time.Minute).UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT"), 20 * time.Minute},
+		{"x.long.test", at(0).Add(3 * time.Hour).UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT"), time.Hour},
+	}
+	for _, tt := range tests {
+		p := New(cfg, limiter.New(cfg.Default))
+		p.Reserve(context.Background(), tt.host, "http://"+tt.host+"/", at(0))
+		p.Observe(tt.host, limiter.Outcome{Status: 503, RetryAfter: tt.retryAfter}, at(0))
+		if r := p.Reserve(context.Background(), tt.host, "http://"+tt.host+"/", at(0)); r.Start.Sub(at(0)) != tt.want {
+			t.Errorf("%s answered Retry-After: %s: next slot %v later, want %v", tt.host, tt.retryAfter, r.Start.Sub(at(0)), tt.want)
+		}
 	}
 }
 

@@ -40,9 +40,13 @@ const (
 	robotsMinTTL       = time.Minute      // even with no-cache: not a fetch per navigation
 	robotsMaxTTL       = 24 * time.Hour   // RFC 9309: no longer than a day
 	robotsFailTTL      = 10 * time.Minute // after no answer: try again sooner than an hour
-	// MaxCrawlDelay caps a Crawl-delay, as limiter.RetryAfterMax caps a
-	// Retry-After: a typo must not stop a crawl for a day.
-	MaxCrawlDelay = limiter.RetryAfterMax
+	// MaxCrawlDelay caps a Crawl-delay: a typo must not stop a crawl for
+	// a day. It is the seed's cap on a Retry-After
+	// (limiter.DefaultRetryAfterMax) and does not follow
+	// --retry-after-max: a Retry-After is one pause, a Crawl-delay the
+	// spacing of every navigation to the site, and a longer pause
+	// honoured is no reason for a minute between every two pages.
+	MaxCrawlDelay = limiter.DefaultRetryAfterMax
 )
 
 // Robots reads what a site's robots.txt asks of the group matching

@@ -49,9 +49,11 @@ const maxRules = 10_000
 
 // ParseRule reads one rule, PATTERN=SETTING, where SETTING is adaptive,
 // fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N,
-// overload:STATUSES (429+503, or none), jitter:F (0 to 1, 1 excluded)
-// and robots:ignore, robots:crawl-delay or robots:obey, each after a
-// comma or a space;
+// overload:STATUSES (429+503, or none), overload-header:NAME[=VALUE]
+// (repeatable; the rule's replace the flag's, none drops them),
+// retry-after-max:DURATION, jitter:F (0 to 1, 1 excluded) and
+// robots:ignore, robots:crawl-delay or robots:obey, each after a comma or
+// a space;
 // a setting of only those keeps the mode of def. def is the setting of the
 // global flags and concurrency their --http-nav-concurrency, which a rule
 // starts from.
@@ -123,7 +125,7 @@ func match(pattern, host string) bool {
 	return ok
 }
 
-const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES, jitter:F or robots:ignore|crawl-delay|obey"
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES, overload-header:NAME[=VALUE], retry-after-max:DURATION, jitter:F or robots:ignore|crawl-delay|obey"
 
 // MaxConcurrency bounds --http-nav-concurrency and concurrency:N.
 const MaxConcurrency = 10_000
@@ -145,7 +147,8 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("empty setting: " + settingWanted)
 	}
 	st.set.Floor = 0
-	mode, burst, overload, jitter := false, false, false, false
+	mode, burst, overload, jitter, retryAfterMax := false, false, false, false, false
+	var headers []limiter.Header // the rule's overload-header:s, nil when it names none
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
 		switch {
@@ -199,6 +202,33 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			}
 			st.set.Overload, overload = codes, true
 			continue
+		case name == "overload-header" && hasArg:
+			if strings.EqualFold(strings.TrimSpace(arg), "none") {
+				if headers != nil {
+					return st, fmt.Errorf("%q: none, or headers, not both", f)
+				}
+				headers = []limiter.Header{}
+				continue
+			}
+			h, err := ParseOverloadHeader(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v", f, err)
+			}
+			if headers != nil && len(headers) == 0 {
+				return st, fmt.Errorf("%q: none, or headers, not both", f)
+			}
+			headers = append(headers, h)
+			continue
+		case name == "retry-after-max" && hasArg:
+			d, err := ParseRetryAfterMax(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v", f, err)
+			}
+			if retryAfterMax {
+				return st, fmt.Errorf("%q: one retry-after-max:DURATION only", f)
+			}
+			st.set.RetryAfterMax, retryAfterMax = d, true
+			continue
 		case mode:
 			return st, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
 		case name == "adaptive" && !hasArg:
@@ -219,6 +249,9 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		}
 		mode = true
 	}
+	if headers != nil {
+		st.set.OverloadHeaders = limiter.NewHeaders(headers...)
+	}
 	switch {
 	case st.set.Mode == limiter.Off && burst:
 		return st, errors.New("burst:N means nothing for hosts that are never spaced")
@@ -226,6 +259,10 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("jitter:F means nothing for hosts that are never spaced")
 	case st.set.Mode != limiter.Adaptive && overload:
 		return st, errors.New("overload:STATUSES means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
+	case st.set.Mode != limiter.Adaptive && headers != nil:
+		return st, errors.New("overload-header:NAME means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
+	case st.set.Mode != limiter.Adaptive && retryAfterMax:
+		return st, errors.New("retry-after-max:DURATION means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
 	case st.exempt && st.robots != RobotsDefault && st.robots != RobotsIgnore:
 		return st, errors.New("robots:" + st.robots.String() + " means nothing for exempt hosts, which are never held (off,robots:obey checks without spacing)")
 	case st.exempt && st.ownConcurrency && st.concurrency > 0:

@@ -68,7 +68,7 @@ func NewMetrics(ls ...any) *Metrics {
 	})
 	fb := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cdp_throttle_feedback_total",
-		Help: "Answers to held navigations by class: overload (--overload-status, 429 and 503 by default), " +
+		Help: "Answers to held navigations by class: overload (--overload-status, 429 and 503 by default, or a header of --overload-header), " +
 			"failure (other 5xx, no answer), slow (slower than the host's baseline allows, with --latency-backoff), ok (the rest).",
 	}, []string{"class"})
 	m.overload, m.failure, m.answered = fb.WithLabelValues("overload"), fb.WithLabelValues("failure"), fb.WithLabelValues("ok")

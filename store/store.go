@@ -403,7 +403,7 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 	}
 	wait := int64(-1)
 	if effect == limiter.Overload {
-		if d, ok := limiter.ParseRetryAfter(o.RetryAfter); ok {
+		if d, ok := cfg.RetryAfter(o, now); ok {
 			wait = d.Microseconds()
 		}
 	}

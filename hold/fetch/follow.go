@@ -174,7 +174,7 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 			return
 		}
 	}
-	ev, ok := cdp.ReadNetworkEvent(method, params)
+	ev, ok := cdp.ReadNetworkEvent(method, params, fc.h.Holder.AnswerHeaders())
 	if !ok {
 		return
 	}

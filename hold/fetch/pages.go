@@ -464,7 +464,7 @@ func (fc *fetchConn) sessionEvent(session string, method, params []byte, at time
 // an iframe in the page's process) goes on at once.
 func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	id := ev.RequestID
-	if _, ok := ev.Outcome(); ok {
+	if _, ok := ev.Outcome(nil); ok {
 		fc.release(session, id) // an answer no one asked for here
 		return
 	}

@@ -196,7 +196,7 @@ func (f *fetchHold) forgetPage(frame string) {
 // paused handles one document request paused at the browser level (net).
 func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	id := ev.RequestID
-	if o, ok := ev.Outcome(); ok {
+	if o, ok := ev.Outcome(fc.h.Holder.AnswerHeaders()); ok {
 		fc.mu.Lock()
 		hp, tracked := fc.hops[id]
 		if tracked && !isRedirect(o.Status) {

@@ -408,7 +408,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		var answer cdp.Answer
 		if st != nil && len(st.docs) > 0 && (method == "Network.responseReceived" || method == "Network.loadingFailed") && st.awaits(hd.Params) {
 			var ok bool
-			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params); ok {
+			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params, w.Browser.Holder.AnswerHeaders()); ok {
 				doc = st.docs[answer.RequestID]
 				delete(st.docs, answer.RequestID)
 			}
@@ -434,7 +434,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		w.Unlock()
 		return false // not the relay's: the client's own
 	}
-	_, answered := ev.Outcome()
+	_, answered := ev.Outcome(nil)
 	stage := "Request"
 	if answered {
 		stage = "Response"

@@ -458,7 +458,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			w.Unlock()
 		}
 	case "Network.requestWillBeSent":
-		ev, ok := cdp.RequestWillBeSent(hd.Params)
+		ev, ok := cdp.RequestWillBeSent(hd.Params, w.Browser.Holder.AnswerHeaders())
 		if !ok || ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
 			return false
 		}
@@ -523,7 +523,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		s.paused[session+" "+ev.RequestID] = session + " " + ev.NetworkID
 		w.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
-		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params)
+		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params, w.Browser.Holder.AnswerHeaders())
 		if !ok {
 			return false
 		}

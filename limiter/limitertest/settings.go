@@ -27,6 +27,8 @@ var (
 	adaptive1 = limiter.Config{Burst: 1}
 	fixed300  = limiter.Config{Mode: limiter.Fixed, Interval: 300 * time.Millisecond, Burst: 1}
 	cdn       = limiter.Config{Burst: 1, Overload: limiter.NewStatuses(403, 429)}
+	// challenged reads a challenge page as overload, whatever its status.
+	challenged = limiter.Config{Burst: 1, OverloadHeaders: limiter.NewHeaders(limiter.Header{Name: "cf-mitigated", Value: "challenge"})}
 )
 
 // SettingCases are bookings whose setting travels with them: the rule of
@@ -107,6 +109,51 @@ var SettingCases = []struct {
 		{Step{0, "127.0.0.1", nil, 300}, fixed300},
 		{Step{0, "localhost", nil, 0}, adaptive1},
 		{Step{0, "localhost", nil, 20}, adaptive1},
+	}},
+	{"an HTTP-date Retry-After waits until the date, in each of its three forms", []SettingStep{
+		// T0 is Sun, 29 Nov 2026 12:00:00 GMT: the dates are 3 s, 5 s and 7 s after it.
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{10, "", status(429, "Sun, 29 Nov 2026 12:00:03 GMT"), 0}, adaptive1},
+		{Step{20, "", nil, 3000}, adaptive1},
+		{Step{3010, "", status(503, "Sunday, 29-Nov-26 12:00:05 GMT"), 0}, adaptive1},
+		{Step{3020, "", nil, 5000}, adaptive1},
+		{Step{5010, "", status(429, "Sun Nov 29 12:00:07 2026"), 0}, adaptive1},
+		{Step{5020, "", nil, 7000}, adaptive1},
+	}},
+	{"an HTTP-date already past waits nothing more", []SettingStep{
+		// pressure 1 → 51: spacing 120 from tat 20, as with no Retry-After.
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{10, "", status(429, "Sun, 29 Nov 2026 11:59:00 GMT"), 0}, adaptive1},
+		{Step{20, "", nil, 20}, adaptive1},
+		{Step{20, "", nil, 140}, adaptive1},
+	}},
+	{"Retry-After is capped at the setting's RetryAfterMax: 60 s unless it says", []SettingStep{
+		{Step{0, "", nil, 0}, adaptive1},
+		{Step{10, "", status(429, "120"), 0}, adaptive1},
+		{Step{20, "", nil, 60010}, adaptive1},
+		{Step{0, "b.example", nil, 0}, limiter.Config{Burst: 1, RetryAfterMax: 90 * time.Second}},
+		{Step{10, "b.example", status(429, "120"), 0}, limiter.Config{Burst: 1, RetryAfterMax: 90 * time.Second}},
+		{Step{20, "b.example", nil, 90010}, limiter.Config{Burst: 1, RetryAfterMax: 90 * time.Second}},
+		{Step{0, "c.example", nil, 0}, limiter.Config{Burst: 1, RetryAfterMax: 2 * time.Hour}}, // acts as an hour
+		{Step{10, "c.example", status(503, "Mon, 30 Nov 2026 12:00:00 GMT"), 0}, limiter.Config{Burst: 1, RetryAfterMax: 2 * time.Hour}},
+		{Step{20, "c.example", nil, 3600010}, limiter.Config{Burst: 1, RetryAfterMax: 2 * time.Hour}},
+	}},
+	{"an overload header makes a 200 overload, its Retry-After honoured", []SettingStep{
+		// pressure 1 → 51 after the challenge: spacing 120 from tat 20.
+		{Step{0, "", nil, 0}, challenged},
+		{Step{10, "", &limiter.Outcome{Status: 200, Headers: []limiter.Header{{Name: "CF-Mitigated", Value: "Challenge"}}}, 0}, challenged},
+		{Step{10, "", nil, 20}, challenged},
+		{Step{10, "", nil, 140}, challenged},
+		{Step{0, "b.example", nil, 0}, challenged},
+		{Step{10, "b.example", &limiter.Outcome{Status: 200, RetryAfter: "2", Headers: []limiter.Header{{Name: "cf-mitigated", Value: "challenge"}}}, 0}, challenged},
+		{Step{20, "b.example", nil, 2010}, challenged},
+	}},
+	{"an overload header with another value, or on a setting without it, is calm", []SettingStep{
+		{Step{0, "", nil, 0}, challenged},
+		{Step{10, "", &limiter.Outcome{Status: 200, RetryAfter: "5", Headers: []limiter.Header{{Name: "cf-mitigated", Value: "managed"}}}, 0}, challenged},
+		{Step{10, "", nil, 20}, challenged},
+		{Step{10, "", &limiter.Outcome{Status: 200, RetryAfter: "5", Headers: []limiter.Header{{Name: "cf-mitigated", Value: "challenge"}}}, 0}, adaptive1},
+		{Step{10, "", nil, 40}, adaptive1},
 	}},
 	{"Retry-After with a floor", []SettingStep{
 		{Step{0, "", nil, 0}, limiter.Config{Floor: 500 * time.Millisecond}},
