@@ -27,6 +27,10 @@
 // back to it as soon as it answers. Fallbacks and Outages count what happened,
 // for metrics.
 //
+// Beside the hosts' hashes, the store keeps the places of the in-flight
+// cap (inflight.go) and the buckets' circuit breakers (breaker.go), each
+// under an infix of its own after the prefix, with the same fallback.
+//
 // A step that timed out may still have run in Redis: the slot it booked
 // there is lost, which only ever spaces that host's navigations more.
 //
@@ -246,6 +250,10 @@ func NewRedis(ctx context.Context, url string, cfg limiter.Config, opts Options)
 	if err := inflightStep.Load(ctx, s.client).Err(); err != nil {
 		s.client.Close()
 		return nil, fmt.Errorf("store: redis at %s: loading the in-flight script: %w", s.addr, err)
+	}
+	if err := breakerStep.Load(ctx, s.client).Err(); err != nil {
+		s.client.Close()
+		return nil, fmt.Errorf("store: redis at %s: loading the breaker's script: %w", s.addr, err)
 	}
 	s.stopRenew = make(chan struct{})
 	s.renewing.Go(func() { s.renew(s.stopRenew) })
@@ -590,7 +598,9 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	if err != nil {
 		return nil
 	}
-	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, s.prefix+inflightInfix) })
+	keys = slices.DeleteFunc(keys, func(k string) bool {
+		return strings.HasPrefix(k, s.prefix+inflightInfix) || strings.HasPrefix(k, s.prefix+breakerInfix)
+	})
 	cmds := s.peekAll(ctx, keys)
 	out := make([]limiter.HostState, 0, len(keys))
 	for i, c := range cmds {
