@@ -3,6 +3,8 @@ package cdp
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Outcome is the answer a document request got, as the browser told it.
@@ -22,6 +24,10 @@ type Outcome struct {
 	// say: a failure, an answer from its cache or a service worker, a
 	// browser that does not tell (Lightpanda), the Fetch Response stage.
 	RemoteIP netip.Addr
+	// Limits are the answer's fields that say the server's own limits
+	// (RateLimit-Policy, RateLimit, X-RateLimit-…), as sent, for package
+	// ratelimit to read; none when absent.
+	Limits ratelimit.Fields
 }
 
 // RequestPaused is what the relay reads of a Fetch.requestPaused event
@@ -134,12 +140,14 @@ func (ev *RequestPaused) Outcome() (o Outcome, ok bool) {
 		return o, false
 	}
 	o.Status = ev.ResponseStatusCode
+	retry := false
 	for _, h := range ev.ResponseHeaders {
-		if strings.EqualFold(h.Name, "Retry-After") {
+		if !retry && strings.EqualFold(h.Name, "Retry-After") {
 			// The first counts, as where Network events join repeated headers.
-			o.RetryAfter = h.Value
-			break
+			o.RetryAfter, retry = h.Value, true
+			continue
 		}
+		o.Limits.Add(h.Name, h.Value)
 	}
 	return o, true
 }

@@ -8,9 +8,13 @@ package cdp
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Navigate is what the relay reads of Page.navigate and
@@ -201,12 +205,12 @@ func readResponse(obj []byte) (r response, ok bool) {
 		case "status":
 			r.Status, ok = floatOf(v)
 		case "headers":
-			// Only Retry-After is read of them (outcome): the others are
-			// checked, not kept.
+			// Only Retry-After and the server's limits (ratelimit.Named)
+			// are read of them (outcome): the others are checked, not kept.
 			r.Headers = nil
 			if string(v) != "null" {
 				ok = members(v, func(key, v []byte) bool {
-					if !bytes.EqualFold(key, []byte("Retry-After")) {
+					if !bytes.EqualFold(key, []byte("Retry-After")) && !ratelimit.Named(string(key)) {
 						ok = string(v) == "null" || v[0] == '"'
 						return ok
 					}
@@ -279,11 +283,16 @@ func (r *response) outcome() Outcome {
 		// Chromium writes an IPv6 address bare; brackets are read too.
 		o.RemoteIP, _ = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(r.RemoteIP, "["), "]"))
 	}
-	for k, v := range r.Headers {
+	// In order of name: a header sent under two spellings is read the
+	// same whatever the map's order.
+	for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+		v := r.Headers[k]
 		if strings.EqualFold(k, "Retry-After") {
 			// Lightpanda joins repeated headers with newlines; the first counts.
 			o.RetryAfter, _, _ = strings.Cut(v, "\n")
+			continue
 		}
+		o.Limits.Add(k, v) // Chromium joins them with newlines too, which Read takes as lines
 	}
 	return o
 }

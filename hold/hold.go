@@ -195,6 +195,7 @@ type Holder struct {
 	capper        Capper         // set once by Start: the Limiter, when it caps navigations in flight
 	warned        warnOnce
 	refusedWarned warnOnce       // hosts whose refusal was said
+	limitsWarned  warnOnce       // hosts whose malformed RateLimit headers were said
 	pace          pace.Tracker   // the departures of held navigations, across browsers; Push set once by Start
 	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
 	closing       atomic.Bool    // set by Close: the relay is shutting down

@@ -109,6 +109,13 @@ func (f *Fields) Add(name, value string) bool {
 	return true
 }
 
+// Named reports whether Read reads the header name (in any case): what a
+// reader of headers keeps for Add.
+func Named(name string) bool {
+	var f Fields
+	return f.Add(name, "")
+}
+
 // IsZero reports whether f holds no field.
 func (f Fields) IsZero() bool { return f == Fields{} }
 
