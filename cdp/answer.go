@@ -4,6 +4,8 @@ import (
 	"iter"
 	"net/netip"
 	"strings"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Outcome is the answer a document request got, as the browser told it.
@@ -26,6 +28,10 @@ type Outcome struct {
 	// say: a failure, an answer from its cache or a service worker, a
 	// browser that does not tell (Lightpanda), the Fetch Response stage.
 	RemoteIP netip.Addr
+	// Limits are the answer's fields that say the server's own limits
+	// (RateLimit-Policy, RateLimit, X-RateLimit-…), as sent, for package
+	// ratelimit to read; none when absent.
+	Limits ratelimit.Fields
 }
 
 // Kept is what a reader kept of an answer's headers: each header's name
@@ -184,6 +190,7 @@ func (ev *RequestPaused) Outcome(keep []string) (o Outcome, ok bool) {
 		case len(keep) > 0 && keeps(keep, h.Name):
 			o.Headers = o.Headers.kept(h.Name, h.Value)
 		}
+		o.Limits.Add(h.Name, h.Value) // kept when it says the server's limits
 	}
 	return o, true
 }

@@ -4,6 +4,9 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 func TestPausedOutcome(t *testing.T) {
@@ -136,5 +139,51 @@ func TestKeptHeaders(t *testing.T) {
 	}
 	if o, _ := paused.Outcome(nil); o.Headers != "" {
 		t.Errorf("RequestPaused.Outcome keeping nothing: got %q", o.Headers)
+	}
+}
+
+// limits builds the Fields an answer's headers name: name, value, ….
+func limits(kv ...string) ratelimit.Fields {
+	var f ratelimit.Fields
+	for i := 0; i+1 < len(kv); i += 2 {
+		f.Add(kv[i], kv[i+1])
+	}
+	return f
+}
+
+// TestAnswerLimits: the fields that say a server's limits are kept from
+// both places answers are read, the Fetch Response stage and Network
+// events, and nothing else is.
+func TestAnswerLimits(t *testing.T) {
+	paused := `{"requestId":"j.0","request":{"url":"http://a.test/","method":"GET","headers":{}},"frameId":"F","resourceType":"Document","responseStatusCode":200,"responseHeaders":[` +
+		`{"name":"RateLimit-Policy","value":"\"p\";q=5;w=1"},{"name":"Content-Type","value":"text/html"},{"name":"ratelimit","value":"\"p\";r=0;t=3"},` +
+		`{"name":"RateLimit-Policy","value":"\"h\";q=100;w=3600"},{"name":"X-RateLimit-Remaining","value":"0"},{"name":"X-RateLimit-Reset","value":"3"},{"name":"Retry-After","value":"1"}]}`
+	ev, ok := ReadRequestPaused([]byte(paused))
+	if !ok {
+		t.Fatal("unreadable")
+	}
+	got, _ := ev.Outcome(nil)
+	want := Outcome{Status: 200, RetryAfter: "1", Limits: limits("RateLimit-Policy", `"p";q=5;w=1`, "RateLimit", `"p";r=0;t=3`,
+		"RateLimit-Policy", `"h";q=100;w=3600`, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")}
+	if got != want {
+		t.Errorf("Fetch: got %+v, want %+v", got, want)
+	}
+
+	// Chromium joins repeated headers with newlines.
+	network := `{"requestId":"R","type":"Document","response":{"status":200,"headers":{"Content-Type":"text/html","RateLimit-Policy":"\"p\";q=5;w=1\n\"h\";q=100;w=3600","ratelimit":"\"p\";r=0;t=3","X-RateLimit-Remaining":"0","x-ratelimit-reset":"3","Retry-After":"1"}}}`
+	a, ok := DocumentAnswer([]byte("Network.responseReceived"), []byte(network), nil)
+	if !ok {
+		t.Fatal("unreadable")
+	}
+	want.Limits = limits("RateLimit-Policy", "\"p\";q=5;w=1\n\"h\";q=100;w=3600", "RateLimit", `"p";r=0;t=3`,
+		"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3")
+	if a.Outcome != want {
+		t.Errorf("Network: got %+v, want %+v", a.Outcome, want)
+	}
+	for _, o := range []Outcome{got, a.Outcome} {
+		l, err := o.Limits.Read(time.Now())
+		if err != nil || l.Spacing != 36*time.Second || l.Wait != 3*time.Second {
+			t.Errorf("read: got %+v, %v; want a spacing of 36 s and a wait of 3 s", l, err)
+		}
 	}
 }

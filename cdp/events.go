@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Navigate is what the relay reads of Page.navigate and
@@ -199,17 +201,19 @@ func responseOf(val []byte, keep []string) (*response, bool) {
 // false when it is not what encoding/json would read into one.
 func readResponse(obj []byte, keep []string) (r response, ok bool) {
 	ok = true
+	r.keep = keep
 	read := members(obj, func(key, v []byte) bool {
 		switch string(key) {
 		case "status":
 			r.Status, ok = floatOf(v)
 		case "headers":
-			// Only Retry-After and the headers keep names are read of
-			// them (outcome): the others are checked, not kept.
+			// Only Retry-After, the headers keep names and the server's
+			// limits (ratelimit.Named) are read of them (outcome): the
+			// others are checked, not kept.
 			r.Headers = nil
 			if string(v) != "null" {
 				ok = members(v, func(key, v []byte) bool {
-					if !bytes.EqualFold(key, []byte("Retry-After")) && (len(keep) == 0 || !keeps(keep, string(key))) {
+					if !bytes.EqualFold(key, []byte("Retry-After")) && (len(keep) == 0 || !keeps(keep, string(key))) && !ratelimit.Named(string(key)) {
 						ok = string(v) == "null" || v[0] == '"'
 						return ok
 					}
@@ -267,6 +271,7 @@ type response struct {
 	Headers  map[string]string `json:"headers"`
 	RemoteIP string            `json:"remoteIPAddress"`
 	Timing   *timing           `json:"timing"`
+	keep     []string          // the headers besides Retry-After that outcome keeps (readResponse's keep)
 }
 
 // timing is what the relay reads of a response's Network.ResourceTiming.
@@ -282,14 +287,19 @@ func (r *response) outcome() Outcome {
 		// Chromium writes an IPv6 address bare; brackets are read too.
 		o.RemoteIP, _ = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(r.RemoteIP, "["), "]"))
 	}
-	for _, k := range slices.Sorted(maps.Keys(r.Headers)) { // in one order, however read
+	// In order of name: a header sent under two spellings is read the
+	// same whatever the map's order.
+	for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
 		v := r.Headers[k]
 		if strings.EqualFold(k, "Retry-After") {
 			// Lightpanda joins repeated headers with newlines; the first counts.
 			o.RetryAfter, _, _ = strings.Cut(v, "\n")
 			continue
 		}
-		o.Headers = o.Headers.kept(k, v)
+		if len(r.keep) > 0 && keeps(r.keep, k) {
+			o.Headers = o.Headers.kept(k, v)
+		}
+		o.Limits.Add(k, v) // Chromium joins them with newlines too, which Read takes as lines
 	}
 	return o
 }

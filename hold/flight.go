@@ -12,6 +12,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Flight follows one held navigation from its hold to its end: its place
@@ -494,6 +495,17 @@ func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	for name, value := range answer.Headers.All() {
 		o.Headers = append(o.Headers, limiter.Header{Name: name, Value: value})
+	}
+	if !answer.Limits.IsZero() {
+		var err error
+		if o.Server, err = answer.Limits.Read(now); err != nil && h.Holder.limitsWarned.first(host) {
+			// Said once per host: a server sends the same fields with every answer.
+			log.Warn().Str("host", host).Err(err).Msg("malformed RateLimit headers ignored")
+		}
+		if o.Server != (ratelimit.Limits{}) {
+			log.Debug().Str("host", host).Float64("server_spacing_ms", limiter.ShownMillis(o.Server.Spacing)).
+				Float64("server_wait_ms", limiter.ShownMillis(o.Server.Wait)).Msg("server said its limits")
+		}
 	}
 	if o.NoAnswer || o.Status >= 500 || o.Status == 429 || o.Status == 403 || o.Headers != nil {
 		log.Debug().Str("host", host).Int("status", o.Status).Bool("no_answer", o.NoAnswer).

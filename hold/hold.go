@@ -207,6 +207,7 @@ type Holder struct {
 	refusedWarned warnOnce       // hosts whose refusal was said
 	badWarned     warnOnce       // hosts whose Retry-After did not read, said once
 	headers       []string       // set once by Start: the answer headers the Limiter reads (HeaderReader)
+	limitsWarned  warnOnce       // hosts whose malformed RateLimit headers were said
 	pace          pace.Tracker   // the departures of held navigations, across browsers; Push set once by Start
 	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
 	closing       atomic.Bool    // set by Close: the relay is shutting down

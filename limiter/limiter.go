@@ -25,6 +25,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // The rule's constants, with the names and values of the design the limiter
@@ -61,6 +63,10 @@ const (
 	RetryAfterMaxLimit = time.Hour
 	// DefaultBurst is how many navigations an idle host absorbs at once.
 	DefaultBurst = 10
+	// ServerPolicyLife is how long a server's policy (Outcome.Server's
+	// Spacing) stays a host's least spacing after the last answer that
+	// carried it.
+	ServerPolicyLife = time.Hour
 )
 
 // Derived from the constants above.
@@ -135,6 +141,10 @@ type Config struct {
 	// nothing: the schedule is exactly the rule's. Values outside [0, 1)
 	// act as 0; callers check them (policy does).
 	Jitter float64
+	// IgnoreServer leaves out what answers say of the server's own limits
+	// (Outcome.Server): --ratelimit-headers ignore. The zero Config obeys
+	// them.
+	IgnoreServer bool
 }
 
 // setting is a Config normalised for booking: the mode it really has, and
@@ -249,6 +259,12 @@ type Outcome struct {
 	// it said (Chromium's remoteIPAddress). Only a policy that buckets
 	// hosts by address reads it; the rule does not.
 	Addr netip.Addr
+	// Server is what the answer's RateLimit headers said of the server's
+	// own limits (package ratelimit): its Spacing becomes the host's least
+	// spacing for ServerPolicyLife, its Wait holds the host's next slot
+	// that long, whatever the answer's status, in Adaptive and Fixed mode,
+	// unless the setting ignores them (Config.IgnoreServer).
+	Server ratelimit.Limits
 }
 
 // Reservation is a slot booked by Reserve.
@@ -315,12 +331,15 @@ type Limiter struct {
 
 // host is one host's schedule. Times are nanoseconds since Limiter.epoch.
 type host struct {
-	tat      int64   // when the host's booked slots run out
-	clock    int64   // up to when elapsed time has been credited against pressure
-	set      setting // of the host's last booking, for Busiest
-	last     int64   // start of the host's last booking, as jitter moved it; noLast when none
-	pressure int32
-	gone     bool // the record was forgotten by its shard: look the host up again
+	tat   int64   // when the host's booked slots run out
+	clock int64   // up to when elapsed time has been credited against pressure
+	set   setting // of the host's last booking, for Busiest
+	last  int64   // start of the host's last booking, as jitter moved it; noLast when none
+	// srvFloor is the least spacing the host's server asked for
+	// (Outcome.Server), until srvUntil; 0 when none.
+	srvFloor, srvUntil int64
+	pressure           int32
+	gone               bool // the record was forgotten by its shard: look the host up again
 }
 
 // New returns a limiter that books with cfg unless a booking brings a
@@ -390,8 +409,14 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	h.drain(t)
 	h.set = set
 	spacing := set.spacing(h.pressure)
-	start := max(t, h.tat-set.tau)
-	slack, headroom := max(0, h.tat-start), start-(h.tat-set.tau)
+	floor, tau := set.floor, set.tau
+	if h.srvUntil > t && h.srvFloor > 0 {
+		// The stricter of the rule and the server; a server's policy, as
+		// a Crawl-delay, leaves no burst.
+		spacing, floor, tau = max(spacing, time.Duration(h.srvFloor)), max(floor, h.srvFloor), 0
+	}
+	start := max(t, h.tat-tau)
+	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
 	h.tat = max(h.tat, start) + int64(spacing)
 	if set.mode == Adaptive {
 		h.pressure = min(h.pressure+1, maxPressure)
@@ -400,7 +425,7 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 		// A slot the schedule holds the navigation for moves; tat stays
 		// on the grid. The navigations after it are spaced from where it
 		// really starts, so one that leaves late moves them (no slack).
-		start, slack = jittered(start, t, h.last, int64(spacing), set.floor, set.jitter, u), 0
+		start, slack = jittered(start, t, h.last, int64(spacing), floor, set.jitter, u), 0
 	}
 	h.last = start
 	pressure := int(h.pressure)
@@ -412,7 +437,9 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 // Observe feeds the answer to a navigation of host, received at now, back
 // into the host's pressure: a 429 or 503 adds 50 units and may carry a
 // Retry-After that pushes the next slot, another 5xx or no answer at all adds
-// 10, anything else nothing. Only an adaptive limiter listens.
+// 10, anything else nothing. Only an adaptive limiter listens to statuses;
+// what the server says of its own limits (Outcome.Server) is heard in
+// Fixed mode too.
 func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
 	if Exempt(hostname) {
 		return
@@ -428,12 +455,16 @@ func (l *Limiter) ObserveWith(hostname string, cfg Config, o Outcome, now time.T
 }
 
 func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, now time.Time) {
-	if set.mode != Adaptive {
-		return
+	var srv ratelimit.Limits
+	if set.mode != Off && !cfg.IgnoreServer {
+		srv = o.Server
 	}
 	effect := cfg.Effect(o)
-	add := int32(effect.Pressure())
-	if add == 0 {
+	var add int32
+	if set.mode == Adaptive {
+		add = int32(effect.Pressure())
+	}
+	if add == 0 && srv == (ratelimit.Limits{}) {
 		return
 	}
 	var wait time.Duration
@@ -450,10 +481,25 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 		h.drain(t)
 	}
 	h.pressure = min(h.pressure+add, maxPressure)
+	if srv.Spacing > 0 {
+		// The policy the server sends now is its policy: it replaces the
+		// one before, and lasts while the server keeps sending it.
+		h.srvFloor, h.srvUntil = int64(srv.Spacing), t+int64(ServerPolicyLife)
+	}
+	if srv.Wait > 0 {
+		// The server's spent quota holds the host as a Retry-After does;
+		// with both, the later.
+		wait, hasWait = max(wait, srv.Wait), true
+	}
 	if hasWait {
 		// The wait is measured from the answer and the burst allowance must
-		// not shorten it: the next start, max(now, tat-tau), lands at t+wait.
-		h.tat = max(h.tat, t+int64(wait)+set.tau)
+		// not shorten it: the next start, max(now, tat-tau), lands at t+wait
+		// (with no burst under a server's policy, as reserve books).
+		tau := set.tau
+		if h.srvUntil > t && h.srvFloor > 0 {
+			tau = 0
+		}
+		h.tat = max(h.tat, t+int64(wait)+tau)
 		if set.jitter > 0 {
 			// Nor may jitter: spaced from the end of the wait, the next
 			// slot comes at least (1 − F) × spacing after it.
@@ -564,7 +610,7 @@ func (h *host) drain(t int64) {
 
 // idle reports whether h is indistinguishable at t from a host never seen.
 func (h *host) idle(t int64) bool {
-	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown)
+	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown) && (h.srvFloor == 0 || h.srvUntil <= t)
 }
 
 // HostState is what the limiter knows of one host at an instant.
