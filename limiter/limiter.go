@@ -141,6 +141,11 @@ type Config struct {
 	// nothing: the schedule is exactly the rule's. Values outside [0, 1)
 	// act as 0; callers check them (policy does).
 	Jitter float64
+	// MaxWait bounds how far ahead a navigation's slot may lie
+	// (--max-wait): one whose slot is further is not booked at all
+	// (Reservation.Deferred), so that the caller can answer it at once
+	// rather than outwait its client. Zero: no bound.
+	MaxWait time.Duration
 	// IgnoreServer leaves out what answers say of the server's own limits
 	// (Outcome.Server): --ratelimit-headers ignore. The zero Config obeys
 	// them.
@@ -156,10 +161,12 @@ type setting struct {
 	floor int64
 	// jitter is Config.Jitter when it is in (0, 1), else 0.
 	jitter float64
+	// maxWait is Config.MaxWait, 0 for none.
+	maxWait int64
 }
 
 func (c Config) setting() setting {
-	s := setting{mode: c.Mode, base: int64(AdaptiveInterval), jitter: c.jitter()}
+	s := setting{mode: c.Mode, base: int64(AdaptiveInterval), jitter: c.jitter(), maxWait: int64(max(c.MaxWait, 0))}
 	if s.mode == Fixed {
 		if c.Interval > 0 {
 			s.base = int64(c.Interval)
@@ -298,6 +305,11 @@ type Reservation struct {
 	// Start is late by the answer's way back, at most the whole round trip
 	// Skew gives. 0 for the in-process limiter, whose Start is the slot.
 	Skew time.Duration
+	// Deferred says why nothing was booked and the navigation must not
+	// wait for its slot: "max-wait", its slot (Start) lies more than the
+	// setting's MaxWait ahead; "breaker", its bucket's breaker is open
+	// until Start (a policy sets it). "" otherwise.
+	Deferred string
 	// Mode is the mode the booking was made in; Off when nothing was booked.
 	Mode Mode
 	// Bucket is the schedule that was booked: the host, or the site it
@@ -417,15 +429,23 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	}
 	start := max(t, h.tat-tau)
 	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
-	h.tat = max(h.tat, start) + int64(spacing)
-	if set.mode == Adaptive {
-		h.pressure = min(h.pressure+1, maxPressure)
-	}
+	tat := max(h.tat, start) + int64(spacing)
 	if set.jitter > 0 && start > t {
 		// A slot the schedule holds the navigation for moves; tat stays
 		// on the grid. The navigations after it are spaced from where it
 		// really starts, so one that leaves late moves them (no slack).
 		start, slack = jittered(start, t, h.last, int64(spacing), floor, set.jitter, u), 0
+	}
+	if set.maxWait > 0 && start-t > set.maxWait {
+		// Too far ahead to wait for: nothing is booked, and the host is
+		// as it was (its pressure drained to now).
+		pressure := int(h.pressure)
+		rec.mu.Unlock()
+		return Reservation{Start: now.Add(time.Duration(start - t)), Pressure: pressure, Mode: set.mode, Bucket: hostname, Deferred: "max-wait"}
+	}
+	h.tat = tat
+	if set.mode == Adaptive {
+		h.pressure = min(h.pressure+1, maxPressure)
 	}
 	h.last = start
 	pressure := int(h.pressure)
