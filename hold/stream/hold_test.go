@@ -603,7 +603,11 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 			if !strings.Contains(string(second.Data), secondID) {
 				t.Fatalf("browser got %s, want the second navigation", second.Data)
 			}
-			if waited := second.At.Sub(sent); waited < spacing-5*time.Millisecond || waited > spacing+time.Second {
+			// The relay lets the second go early by the browser's usual lag
+			// (package pace), so that it leaves on time: with this fake
+			// browser, the relay's own reading of its messages, over 10 ms
+			// under -race on a loaded machine (89.8 ms once).
+			if waited := second.At.Sub(sent); waited < spacing-20*time.Millisecond || waited > spacing+time.Second {
 				t.Errorf("the second navigation went %v after the first was sent, want the spacing, %v", waited, spacing)
 			}
 		})
