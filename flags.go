@@ -237,6 +237,8 @@ func relayFlags() []cli.Flag {
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
 		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
 		&cli.GenericFlag{Name: "overload-header", Category: catPerSite, Value: &repeated{}, Usage: "a document answer carrying this header counts as overload whatever its status, its Retry-After honoured: with any value when =VALUE is left out, name and value whatever their case, such as cf-mitigated=challenge (repeatable: `NAME[=VALUE]`; a rule says overload-header:NAME=VALUE)", EnvVars: env("OVERLOAD_HEADER")},
+		durationFlag(catPerSite, "max-wait", "0", "a navigation whose slot is further ahead than this, or whose host's breaker is open, is answered at once with the relay's own 429 and a Retry-After, never reaching the site; 25s keeps under the clients' 30 s timeouts; 0 waits for every slot", env("MAX_WAIT")...),
+		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "a breaker per host: `N/WINDOW` failures of its documents (5xx, the overload statuses, no answer) pause it for 30 s, doubling up to 10 min while its one probe fails; its navigations are answered at once meanwhile (the relay's 429); such as 5/1m, or off; fleet-wide with --store", EnvVars: env("HOST_ERRORS")},
 		durationFlag(catPerSite, "retry-after-max", "60s", "longest Retry-After honoured, seconds or an HTTP-date; a longer one waits this long; from 1s to 1h (a rule says retry-after-max:5m)", env("RETRY_AFTER_MAX")...),
 		&cli.StringFlag{Name: "latency-backoff", Category: catPerSite, Value: "0", Usage: "an answer slower than `FACTOR` times its host's baseline (its fastest of the last 10 minutes) and than 50ms adds the failure pressure, as a 5xx does (0: off)", EnvVars: env("LATENCY_BACKOFF")},
 		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
@@ -393,7 +395,7 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
 		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
 		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff"), Jitter: c.String("jitter"),
-		RetryAfterMax: setOnly(c, "retry-after-max"), OverloadHeaders: headers})
+		RetryAfterMax: setOnly(c, "retry-after-max"), OverloadHeaders: headers, MaxWait: setOnly(c, "max-wait"), HostErrors: setOnly(c, "host-errors")})
 	if err != nil {
 		return cfg, usageError{err}
 	}

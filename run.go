@@ -58,6 +58,9 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 		}
 		defer s.Close()
 		book = s
+		if cfg.policy.HostErrors.On() {
+			cfg.policy.Breakers = s.Breaker(cfg.policy.HostErrors, nil) // the fleet's
+		}
 	}
 	cfg.policy.Log = &log
 	lim := policy.New(cfg.policy, book)

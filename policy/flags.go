@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/resolve"
 )
@@ -33,6 +34,8 @@ type Flags struct {
 	Jitter           string   // --jitter: 0 or unset, none
 	RetryAfterMax    string   // --retry-after-max: unset, limiter.DefaultRetryAfterMax
 	OverloadHeaders  []string // --overload-header, each NAME or NAME=VALUE
+	MaxWait          string   // --max-wait: 0 or unset, no bound
+	HostErrors       string   // --host-errors N/WINDOW: unset or off, no breaker
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -60,6 +63,17 @@ func FromFlags(f Flags) (Config, error) {
 	}
 	if c.Default.OverloadHeaders, err = overloadHeaders(f.OverloadHeaders); err != nil {
 		return c, err
+	}
+	if f.MaxWait != "" {
+		if c.Default.MaxWait, err = FlagDuration("max-wait", f.MaxWait, false); err != nil {
+			return c, err
+		}
+		if c.Default.MaxWait > time.Hour {
+			return c, fmt.Errorf("--max-wait %q: at most an hour (0 for no bound)", f.MaxWait)
+		}
+	}
+	if c.HostErrors, err = breaker.Parse(f.HostErrors); err != nil {
+		return c, err // it names the flag
 	}
 	if v := strings.TrimSpace(f.Concurrency); v != "" {
 		n, err := strconv.Atoi(v)

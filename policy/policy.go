@@ -27,6 +27,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/resolve"
@@ -79,6 +80,15 @@ type Config struct {
 	// times its bucket's baseline (limiter.Baselines) as slow, which adds
 	// the failure pressure (--latency-backoff); 0 is off.
 	LatencyBackoff float64
+	// HostErrors is each bucket's breaker (--host-errors N/WINDOW): N
+	// failures of its documents within the window pause the bucket, its
+	// navigations deferred (limiter.Reservation.Deferred "breaker") until
+	// a probe is answered. The zero Config is off.
+	HostErrors breaker.Config
+	// Breakers keep the buckets' breakers when HostErrors is on: a shared
+	// store's (store.Redis.Breaker), for every relay of a fleet; nil
+	// means this process's own (breaker.NewLocal).
+	Breakers breaker.Breaker
 	// Log, when set, is Robots' log unless it has its own.
 	Log *zerolog.Logger
 }
@@ -117,6 +127,8 @@ type Policy struct {
 	refuses bool               // some host obeys its robots.txt's Disallow
 	refused refusals           // by bucket
 	headers []string           // the answer headers some setting reads (AnswerHeaders)
+	breaker breaker.Breaker    // the buckets' breakers; nil when off
+	probes  sync.Map           // bucket → struct{}: its breaker's probe went and is not answered yet
 }
 
 // pollShared is how often the first navigation waiting for a place asks a
@@ -165,8 +177,18 @@ func New(cfg Config, b Booker) *Policy {
 	if cfg.LatencyBackoff > 1 {
 		p.lat = &limiter.Baselines{Factor: cfg.LatencyBackoff}
 	}
+	if cfg.HostErrors.On() {
+		p.breaker = cfg.Breakers
+		if p.breaker == nil {
+			p.breaker = breaker.NewLocal(cfg.HostErrors, nil)
+		}
+	}
 	return p
 }
+
+// Breakers returns the buckets' breakers, nil when --host-errors is off:
+// /hosts and /metrics read them.
+func (p *Policy) Breakers() breaker.Breaker { return p.breaker }
 
 // AnswerHeaders names the headers of a document's answer, lower-case,
 // that some setting reads besides Retry-After (--overload-header, a
@@ -342,7 +364,24 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 	if p.cfg.Robots != nil || p.cfg.Bucket == ByIP {
 		now = now.Add(time.Since(asked)) // booked when the wait ended
 	}
+	probe := false
+	if p.breaker != nil {
+		switch b := p.breaker.Allow(bucket, now); {
+		case b.Retry: // a store that cannot say holds it, as a booking it cannot make
+			return limiter.Reservation{Start: b.Until, Retry: true, Mode: set.Mode, Bucket: bucket, Source: d.source, Rule: d.rule}
+		case !b.Go:
+			return limiter.Reservation{Start: b.Until, Deferred: "breaker", Mode: set.Mode, Bucket: bucket, Source: d.source, Rule: d.rule}
+		case b.Probe:
+			probe = true
+			p.probes.Store(bucket, struct{}{})
+		}
+	}
 	r := p.book.ReserveWith(bucket, set, now)
+	if probe && (r.Deferred != "" || r.Retry) {
+		// The probe does not go: another may, at once.
+		p.probes.Delete(bucket)
+		p.breaker.Observe(bucket, breaker.Answer{Probe: true, Lost: true}, now)
+	}
 	r.Source, r.Rule = d.source, d.rule
 	if set.Floor > 0 && r.Spacing == set.Floor {
 		r.Source, r.Rule = SourceRobots, "Crawl-delay: "+set.Floor.String()
@@ -362,6 +401,9 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 		p.cfg.Addrs.Learn(host, o.Addr) // the bucket of host's next navigation
 	}
 	d := p.decide(host)
+	if d.tracked && p.breaker != nil {
+		p.tellBreaker(p.Bucket(host), d.set, o, now)
+	}
 	if !d.tracked || d.set.Mode != limiter.Adaptive {
 		return d.set.Effect(o)
 	}
@@ -375,6 +417,23 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 	}
 	p.book.ObserveWith(bucket, set, o, now)
 	return set.Effect(o)
+}
+
+// tellBreaker tells bucket's breaker of an answer to one of its
+// navigations: a failure (5xx, the overload statuses and headers, no
+// answer at all), with its Retry-After, or the answer of the bucket's
+// probe, whatever it is. Other answers change nothing, and are not told.
+func (p *Policy) tellBreaker(bucket string, set limiter.Config, o limiter.Outcome, now time.Time) {
+	e := set.Effect(o)
+	a := breaker.Answer{Failed: e == limiter.Overload || e == limiter.Failure}
+	_, a.Probe = p.probes.LoadAndDelete(bucket)
+	if !a.Failed && !a.Probe {
+		return
+	}
+	if e == limiter.Overload {
+		a.RetryAfter, _ = set.RetryAfter(o, now)
+	}
+	p.breaker.Observe(bucket, a, now)
 }
 
 // Push moves bucket's schedule later by by, when the Booker can: a
