@@ -54,6 +54,9 @@ type Navigations struct {
 	// Disallowed counts navigations refused because robots.txt disallows
 	// them (--robots obey).
 	Disallowed uint64
+	// Deferred counts navigations answered at once with the relay's own
+	// 429 (--max-wait, --host-errors).
+	Deferred uint64
 }
 
 // Answers counts answers to held navigations by class.
@@ -168,7 +171,7 @@ func (h *Handler) snapshot(since uint64, n int) snapshotJSON {
 		Clients:   st.Clients,
 		Browsers:  []browserJSON{},
 		Navigations: navigationsJSON{st.Navigations.Passed, st.Navigations.Delayed, st.Navigations.Exempt,
-			st.Navigations.Untracked, st.Navigations.Foreign, st.Navigations.Unheld, st.Navigations.Disallowed},
+			st.Navigations.Untracked, st.Navigations.Foreign, st.Navigations.Unheld, st.Navigations.Disallowed, st.Navigations.Deferred},
 		Answers: answersJSON{st.Answers.OK, st.Answers.Overload, st.Answers.Failure},
 		Buckets: []bucketJSON{},
 	}
@@ -251,6 +254,8 @@ type (
 		Unheld    uint64 `json:"unheld"`
 		// Disallowed: refused, robots.txt disallows them.
 		Disallowed uint64 `json:"disallowed"`
+		// Deferred: answered at once with the relay's own 429.
+		Deferred uint64 `json:"deferred"`
 	}
 	answersJSON struct {
 		OK       uint64 `json:"ok"`

@@ -182,8 +182,9 @@ type Holding interface {
 	// Waits is told that the navigation may have to wait: for a place in
 	// flight, for the store, for its slot, for the one before it to leave.
 	Waits()
-	// Refused takes a navigation the Limiter refuses: nothing is booked.
-	Refused()
+	// Refused takes a navigation the Limiter refuses or defers (r says
+	// which): nothing is booked, and the way answers it at once.
+	Refused(r Refusal)
 	// Release lets the navigation go: its slot came.
 	Release()
 	// Done ends the hold.
@@ -196,7 +197,7 @@ type NoHolding struct{}
 
 func (NoHolding) Booked(time.Time, *pace.Nav) {}
 func (NoHolding) Waits()                      {}
-func (NoHolding) Refused()                    {}
+func (NoHolding) Refused(Refusal)             {}
 func (NoHolding) release()                    {}
 func (NoHolding) Done()                       {}
 
@@ -217,7 +218,7 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 		defer h.Holder.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, n: n, w: w}
 		if n.Refusable && h.refused(ctx, n.Host, n.URL, n.Log) {
-			w.Refused() // before a place or a slot: it books nothing
+			w.Refused(Disallowed) // before a place or a slot: it books nothing
 			h.end(w, false, n.Flight)
 			return
 		}
@@ -306,10 +307,18 @@ type holdWait struct {
 
 // book books and, when the navigation must wait, arms a timer and reports
 // true: the timer releases it (or ends the hold alone, when ctx ends
-// first). Callers count themselves in waiting.
+// first). A navigation the Limiter defers is refused and its hold ended
+// here, also reporting true. Callers count themselves in waiting.
 func (w *holdWait) book() bool {
 	h := w.h
 	r, d, retry := h.Book(w.ctx, w.n.Host, w.n.URL, w.n.Log)
+	if r.Deferred != "" {
+		// Answered at once, by the way, which ends its flight: it never
+		// reaches the site.
+		w.w.Refused(Refusal{Deferred: r.Deferred, Until: r.Start})
+		w.h.end(w.w, false, w.n.Flight)
+		return true // ended here
+	}
 	if retry {
 		w.waiting()
 		w.retrying = true
@@ -440,6 +449,19 @@ func (h *BrowserHold) Book(ctx context.Context, host, rawURL string, log *zerolo
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")
 		return r, max(d, time.Millisecond), true
+	}
+	if r.Deferred != "" {
+		h.Holder.Metrics.Navigation(NavDeferred, d)
+		if h.Holder.deferWarned.first(host) {
+			ev := h.Holder.log.Warn().Str("host", host).Str("reason", r.Deferred).Float64("until_ms", limiter.ShownMillis(d))
+			if r.Bucket != host {
+				ev = ev.Str("bucket", r.Bucket)
+			}
+			ev.Msg("deferring navigations to this host: answered at once with the relay's own 429")
+		}
+		log.Debug().Str("host", host).Func(logURL(rawURL)).Str("bucket", r.Bucket).Time("until", r.Start).Float64("until_ms", limiter.ShownMillis(d)).
+			Str("reason", r.Deferred).Msg("navigation deferred")
+		return r, d, false
 	}
 	if !r.Tracked {
 		h.Holder.Metrics.Navigation(NavExempt, 0)

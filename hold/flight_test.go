@@ -57,7 +57,7 @@ func (m *moments) note(what string) {
 
 func (m *moments) Booked(time.Time, *pace.Nav) { m.note("booked") }
 func (m *moments) Waits()                      { m.note("waits") }
-func (m *moments) Refused()                    { m.note("refused") }
+func (m *moments) Refused(hold.Refusal)        { m.note("refused") }
 func (m *moments) Release()                    { m.note("release") }
 func (m *moments) Done()                       { m.note("done"); close(m.over) }
 

@@ -205,6 +205,7 @@ type Holder struct {
 	capper        Capper         // set once by Start: the Limiter, when it caps navigations in flight
 	warned        warnOnce
 	refusedWarned warnOnce       // hosts whose refusal was said
+	deferWarned   warnOnce       // hosts whose deferral was said
 	badWarned     warnOnce       // hosts whose Retry-After did not read, said once
 	headers       []string       // set once by Start: the answer headers the Limiter reads (HeaderReader)
 	limitsWarned  warnOnce       // hosts whose malformed RateLimit headers were said

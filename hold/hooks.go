@@ -138,6 +138,7 @@ const (
 	NavUntracked                    // not a page's main frame, or not http
 	NavForeign                      // a page none of the relay's clients drives: let go at once
 	NavDisallowed                   // refused (Refuser): its site's robots.txt disallows it
+	NavDeferred                     // deferred (limiter.Reservation.Deferred): answered at once, never sent
 )
 
 // NoMetrics counts nothing: a Holder without Metrics has it, and a

@@ -22,6 +22,7 @@ type Metrics struct {
 
 	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
 	navForeign, navUnheld, navDisallowed           prometheus.Counter
+	navDeferred                                    prometheus.Counter
 	delay, concurrency                             prometheus.Histogram
 	overload, failure, slow, answered              prometheus.Counter
 	late                                           prometheus.Counter
@@ -50,12 +51,13 @@ func NewMetrics(ls ...any) *Metrics {
 			"exempt (loopback, --exempt-host, a rule that is exempt or off), untracked (not a page's main frame, or not http), " +
 			"foreign (a page none of the relay's clients drives: let go at once), " +
 			"unheld (a client's navigation that reached the network without a booking), " +
-			"disallowed (refused because its site's robots.txt disallows it: --robots obey).",
+			"disallowed (refused because its site's robots.txt disallows it: --robots obey), " +
+			"deferred (answered at once with the relay's own 429, never sent: its slot lay further ahead than --max-wait, or its host's breaker was open, --host-errors).",
 	}, []string{"outcome"})
 	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")
 	m.navExempt, m.navUntracked = nav.WithLabelValues("exempt"), nav.WithLabelValues("untracked")
 	m.navForeign, m.navUnheld = nav.WithLabelValues("foreign"), nav.WithLabelValues("unheld")
-	m.navDisallowed = nav.WithLabelValues("disallowed")
+	m.navDisallowed, m.navDeferred = nav.WithLabelValues("disallowed"), nav.WithLabelValues("deferred")
 	m.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cdp_throttle_navigation_delay_seconds",
 		Help:    "How long delayed navigations were held.",
@@ -228,6 +230,8 @@ func (m *Metrics) Navigation(outcome hold.NavOutcome, d time.Duration) {
 		m.navForeign.Inc()
 	case hold.NavDisallowed:
 		m.navDisallowed.Inc()
+	case hold.NavDeferred:
+		m.navDeferred.Inc()
 	}
 }
 
@@ -296,7 +300,7 @@ func (m *Metrics) counts() (dashboard.Navigations, dashboard.Answers) {
 		return uint64(d.GetCounter().GetValue())
 	}
 	return dashboard.Navigations{Passed: n(m.navPassed), Delayed: n(m.navDelayed), Exempt: n(m.navExempt),
-			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld), Disallowed: n(m.navDisallowed)},
+			Untracked: n(m.navUntracked), Foreign: n(m.navForeign), Unheld: n(m.navUnheld), Disallowed: n(m.navDisallowed), Deferred: n(m.navDeferred)},
 		dashboard.Answers{OK: n(m.answered), Overload: n(m.overload), Failure: n(m.failure) + n(m.slow)}
 }
 

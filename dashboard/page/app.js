@@ -195,6 +195,7 @@
       ['foreign', n.foreign, false, 'pages none of the relay\'s clients drives, let go at once'],
       ['unheld', n.unheld, n.unheld > 0, 'navigations of the relay\'s clients that reached the network without a booking: should stay 0'],
       ['disallowed', n.disallowed || 0, false, 'navigations refused because their site\'s robots.txt disallows them (--robots obey)'],
+      ['deferred', n.deferred || 0, false, 'navigations answered at once with the relay\'s own 429, never sent: slot beyond --max-wait, or the host\'s breaker open (--host-errors)'],
     ]);
     counts($('answers'), [['ok', d.answers.ok], ['overload', d.answers.overload], ['failure', d.answers.failure]]);
 

@@ -230,19 +230,24 @@ func (fc *fetchConn) call(ctx context.Context, session, method string, params an
 // release lets a paused request go on, at either stage.
 func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, id, false) }
 
-// refuse fails a paused document request the Limiter refused, as one its
-// client blocked (Chromium reports net::ERR_BLOCKED_BY_CLIENT), and ends
-// its navigation fl. th, its hop when the pages connection follows it
-// (nil otherwise), books nothing: its failure is no answer of the site.
-func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight) {
+// refuse answers a paused document request the Limiter refused: one
+// robots.txt disallows fails as one its client blocked (Chromium reports
+// net::ERR_BLOCKED_BY_CLIENT), one it deferred gets the relay's own 429
+// (hold.Refusal); and it ends its navigation fl. th, its hop when the
+// pages connection follows it (nil otherwise), books nothing: its
+// answer is no answer of the site.
+func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight, r hold.Refusal) {
 	if th != nil {
 		fc.mu.Lock()
 		th.booked = false
 		fc.mu.Unlock()
 	}
-	p := &fetch.FailRequestParams{RequestID: fetch.RequestID(id), ErrorReason: network.ErrorReasonBlockedByClient}
-	if _, err := fc.send(session, "Fetch.failRequest", p, nil); err != nil && !errors.Is(err, errConnClosed) {
-		fc.log.Debug().Err(err).Str("request", id).Msg("refusing a request failed")
+	method, p := "Fetch.failRequest", any(&fetch.FailRequestParams{RequestID: fetch.RequestID(id), ErrorReason: network.ErrorReasonBlockedByClient})
+	if r.Deferred != "" {
+		method, p = "Fetch.fulfillRequest", r.Fulfill(id, time.Now())
+	}
+	if _, err := fc.send(session, method, p, nil); err != nil && !errors.Is(err, errConnClosed) {
+		fc.log.Debug().Err(err).Str("request", id).Str("method", method).Msg("refusing a request failed")
 	}
 	fl.End()
 }

@@ -111,7 +111,7 @@ type heldNav struct {
 	booked   chan struct{} // closed once start is known
 	start    time.Time     // set before booked is closed
 	fl       *hold.Flight  // set once: the navigation, whichever connection holds it
-	refused  bool          // guarded by fetchHold.mu; refused, not let go: whoever holds it fails it
+	refused  *hold.Refusal // guarded by fetchHold.mu; refused, not let go: whoever holds it answers it so
 }
 
 // passedNav is a document request a connection let go.

@@ -322,8 +322,8 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			f.mu.Lock()
 			refused := hn.refused
 			f.mu.Unlock()
-			if refused {
-				fc.refuse("", id, nil, hn.fl)
+			if refused != nil {
+				fc.refuse("", id, nil, hn.fl, *refused)
 			}
 			return
 		}
@@ -403,9 +403,9 @@ func (n netHold) Booked(start time.Time, _ *pace.Nav) {
 	close(n.hn.booked)
 }
 
-func (n netHold) Refused() {
+func (n netHold) Refused(r hold.Refusal) {
 	n.fc.setHop(n.id, hop{host: n.hop.host, frame: n.hop.frame, fl: n.hop.fl})
-	n.fc.refuse("", n.id, nil, n.hop.fl)
+	n.fc.refuse("", n.id, nil, n.hop.fl, r)
 }
 
 func (n netHold) Release() {

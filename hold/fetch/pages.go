@@ -533,7 +533,7 @@ type pagesHop struct {
 	key         navKey
 }
 
-func (h pagesHop) Refused() { h.fc.refuse(h.session, h.id, h.th, h.fl) }
+func (h pagesHop) Refused(r hold.Refusal) { h.fc.refuse(h.session, h.id, h.th, h.fl, r) }
 
 func (h pagesHop) Release() {
 	h.fc.f.pass(h.key, h.fc)

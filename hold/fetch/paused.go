@@ -70,11 +70,11 @@ func (p pagedHold) Waits() {
 	f.updateNet()
 }
 
-func (p pagedHold) Refused() {
+func (p pagedHold) Refused(r hold.Refusal) {
 	p.f.mu.Lock()
-	p.hn.refused = true // handed to net meanwhile: net fails it (handedOver)
+	p.hn.refused = &r // handed to net meanwhile: net answers it (handedOver)
 	p.f.mu.Unlock()
-	p.fc.refuse(p.session, p.id, p.th, p.hn.fl)
+	p.fc.refuse(p.session, p.id, p.th, p.hn.fl, r)
 }
 
 func (p pagedHold) Release() { p.f.let(p.fc, p.key, p.hn, p.session, p.id) }

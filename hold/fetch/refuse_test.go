@@ -2,10 +2,12 @@ package fetch
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -127,5 +129,60 @@ func TestFetchHolderRefusesRedirectHop(t *testing.T) {
 	}
 	if n := th.Counts.Disallowed.Load(); n != 1 {
 		t.Errorf("holding counted %d disallowed navigations, want 1", n)
+	}
+}
+
+// TestFetchHolderDefers: with --max-wait, a navigation whose slot lies
+// further ahead is answered where it paused with the relay's own 429
+// (Fetch.fulfillRequest): Retry-After the seconds to its slot, the header
+// that says the relay made it. It books nothing (the host's next slot
+// stays where the first booking put it), is counted deferred and said
+// once, and its 429, which the browser tells as the page's answer, is not
+// fed back as the host's: the host's one answer is the first's.
+func TestFetchHolderDefers(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	cfg, err := policy.FromFlags(policy.Flags{Rules: []string{"a.test=adaptive,burst:1"}, MaxWait: "10s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := limiter.New(cfg.Default)
+	pol := policy.New(cfg, lim)
+	th := holdOn(t, fb, limiter.Config{}, func(hd *hold.Holder) { hd.Limiter = pol })
+	fakebrowser.RelayConns(t, fb, false)
+	chain := fb.FetchRec.Chain(t, "/page?first")
+
+	if hops := fb.Navigate(t, chain); len(hops) == 0 || hops[0].Failed != "" || hops[0].Fulfilled != 0 {
+		t.Fatalf("first navigation: got %+v, want it let go", hops)
+	}
+	th.WaitFeedback(t, 1)
+	// The site answers 429 with Retry-After: 60: the next slot is a minute away.
+	pol.Observe("a.test", limiter.Outcome{Status: 429, RetryAfter: "60"}, time.Now())
+	next := pol.Busiest(time.Now(), 50)[0].NextFree
+	for i := range 2 {
+		hops := fb.Navigate(t, chain)
+		if len(hops) != 1 || hops[0].Fulfilled != hold.DeferredStatus {
+			t.Fatalf("navigation %d: got %+v, want answered at once with %d", i+2, hops, hold.DeferredStatus)
+		}
+		h := hops[0].Headers
+		if after, err := strconv.Atoi(h["Retry-After"]); err != nil || after < 55 || after > 60 {
+			t.Errorf("navigation %d: Retry-After %q, want the 60 s to its slot", i+2, h["Retry-After"])
+		}
+		if got := h[hold.DeferredHeader]; got != "deferred; reason=max-wait" {
+			t.Errorf("navigation %d: %s %q, want deferred; reason=max-wait", i+2, hold.DeferredHeader, got)
+		}
+	}
+	th.Holder.Wait()
+	if n := th.Counts.Deferred.Load(); n != 2 {
+		t.Errorf("holding counted %d deferred navigations, want 2", n)
+	}
+	if n := th.Counts.Fed.Load(); n != 1 {
+		t.Errorf("holding fed %d answers back, want the first's alone: the relay's own 429 is no answer of the host", n)
+	}
+	if now := pol.Busiest(time.Now(), 50)[0].NextFree; now > next || now < next-time.Second {
+		t.Errorf("the host's next slot moved from %v to %v: a deferred navigation books nothing", next, now)
+	}
+	if warned := th.Logs.Lines("deferring navigations to this host"); len(warned) != 1 || !strings.Contains(warned[0], `"reason":"max-wait"`) {
+		t.Errorf("got %q, want one warning with the reason", warned)
 	}
 }

@@ -146,8 +146,8 @@ func (u Upstream) Dial(ctx context.Context) (*websocket.Conn, error) {
 // Counts is a hold.Metrics that counts what holding does, for the tests
 // to wait for and check.
 type Counts struct {
-	Booked, Exempt, Untracked, Foreign, Disallowed atomic.Int64 // Navigation, by outcome
-	Fed, Unheld, Waits, Pushes, Overtakes          atomic.Int64
+	Booked, Exempt, Untracked, Foreign, Disallowed, Deferred atomic.Int64 // Navigation, by outcome
+	Fed, Unheld, Waits, Pushes, Overtakes                    atomic.Int64
 }
 
 // Navigation counts a navigation by its outcome.
@@ -163,6 +163,8 @@ func (c *Counts) Navigation(outcome hold.NavOutcome, _ time.Duration) {
 		c.Foreign.Add(1)
 	case hold.NavDisallowed:
 		c.Disallowed.Add(1)
+	case hold.NavDeferred:
+		c.Deferred.Add(1)
 	}
 }
 

@@ -308,10 +308,10 @@ type createHold struct {
 	id      int64
 }
 
-func (c createHold) Refused() {
+func (c createHold) Refused(r hold.Refusal) {
 	// Answered as in the stream: its result has no room for an error.
 	c.fl.End()
-	c.s.w.AnswerError(c.session, c.id, hold.BlockedByClient)
+	c.s.w.AnswerError(c.session, c.id, r.ErrorText(time.Now()))
 }
 
 // Release lets the command go, and leaves its place in flight to the
@@ -540,7 +540,7 @@ func (d docHold) Release() {
 	}
 }
 
-func (d docHold) Refused() {
+func (d docHold) Refused(r hold.Refusal) {
 	s, w := d.s, d.s.w
 	w.Lock()
 	s.held--
@@ -548,7 +548,7 @@ func (d docHold) Refused() {
 		delete(d.st.docs, networkOr(&d.ev)) // its failure is no answer of the site
 	}
 	w.Unlock()
-	s.fail(d.session, d.ev.RequestID)
+	s.fail(d.session, d.ev.RequestID, r)
 	d.fl.End()
 }
 
@@ -596,7 +596,11 @@ func (s *sessionHold) goOnFollowed(session, requestID string, fl *hold.Flight) {
 // fail fails a paused request the Limiter refused, as one the client
 // blocked: Chromium reports net::ERR_BLOCKED_BY_CLIENT; Lightpanda, which
 // takes the reason, aborts the request.
-func (s *sessionHold) fail(session, requestID string) {
+func (s *sessionHold) fail(session, requestID string, r hold.Refusal) {
+	if r.Deferred != "" {
+		s.w.Send(session, "Fetch.fulfillRequest", r.Fulfill(requestID, time.Now()), nil)
+		return
+	}
 	s.w.Send(session, "Fetch.failRequest", map[string]string{"requestId": requestID, "errorReason": "BlockedByClient"}, nil)
 }
 

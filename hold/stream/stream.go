@@ -275,9 +275,9 @@ func (c cmdHold) Booked(start time.Time, n *pace.Nav) {
 	}
 }
 
-func (c cmdHold) Refused() { c.s.refuse(c.cmd) }
-func (c cmdHold) Release() { c.s.release(c.cmd, c.host) }
-func (c cmdHold) Done()    { close(c.over) }
+func (c cmdHold) Refused(r hold.Refusal) { c.s.refuse(c.cmd, r) }
+func (c cmdHold) Release()               { c.s.release(c.cmd, c.host) }
+func (c cmdHold) Done()                  { close(c.over) }
 
 // overtake answers every queued command of a session but the last, which
 // it starts.
@@ -389,7 +389,7 @@ func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 // it, a result whose errorText is net::ERR_BLOCKED_BY_CLIENT (Puppeteer's
 // goto throws it); a reload, history navigation or Target.createTarget,
 // whose results carry no error, get a CDP error with that message.
-func (s *streamHold) refuse(cmd *heldCmd) {
+func (s *streamHold) refuse(cmd *heldCmd, r hold.Refusal) {
 	w := s.w
 	w.Lock()
 	next, ok := s.dequeueLocked(cmd)
@@ -401,9 +401,10 @@ func (s *streamHold) refuse(cmd *heldCmd) {
 	if cmd.method == "Page.navigate" {
 		target, _ := w.PageOf(cmd.session)
 		f, _ := json.Marshal(target)
-		w.Answer(cmd.session, cmd.id, `{"frameId":`+string(f)+`,"errorText":"`+hold.BlockedByClient+`"}`)
+		e, _ := json.Marshal(r.ErrorText(time.Now()))
+		w.Answer(cmd.session, cmd.id, `{"frameId":`+string(f)+`,"errorText":`+string(e)+`}`)
 	} else {
-		w.AnswerError(cmd.session, cmd.id, hold.BlockedByClient)
+		w.AnswerError(cmd.session, cmd.id, r.ErrorText(time.Now()))
 	}
 	if next != nil {
 		s.start(next)

@@ -37,6 +37,7 @@ type Conn struct {
 	arrived   chan struct{}        // guarded by Mu; closed and replaced on each message
 	Continued map[string]time.Time // guarded by Mu; Fetch.continueRequest (or failRequest) by requestId
 	failed    map[string]string    // guarded by Mu; Fetch.failRequest's errorReason by requestId
+	fulfilled map[string]Pause     // guarded by Mu; Fetch.fulfillRequest's answer by requestId
 	answers   bool                 // guarded by Mu; its Fetch patterns pause answers too
 	watching  map[string]bool      // guarded by Mu; requests continued with interceptResponse
 	pings     int                  // guarded by Mu
@@ -131,6 +132,8 @@ func (fc *Conn) answer(msg Msg) {
 			fc.continuedNow(m.Params, msg.At)
 		case "Fetch.failRequest":
 			fc.failedNow(m.Params, msg.At)
+		case "Fetch.fulfillRequest":
+			fc.fulfilledNow(m.Params, msg.At)
 		}
 		send(fmt.Appendf(nil, `{"id":%d,"result":{},"sessionId":%q}`, id, m.SessionID))
 		return
@@ -255,6 +258,9 @@ func (fc *Conn) answer(msg Msg) {
 	case "Fetch.failRequest":
 		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
 		fc.failedNow(m.Params, msg.At)
+	case "Fetch.fulfillRequest":
+		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
+		fc.fulfilledNow(m.Params, msg.At)
 	case "Target.closeTarget", "Target.disposeBrowserContext":
 		// As Chromium answers: a target or context whose id starts with
 		// GONE is not there (any more).
@@ -366,6 +372,43 @@ func (fc *Conn) failedNow(params []byte, at time.Time) {
 	fc.failed[p.RequestID] = p.ErrorReason
 	fc.Continued[p.RequestID] = at
 	fc.Mu.Unlock()
+}
+
+// fulfilledNow records a Fetch.fulfillRequest received at at: the pause
+// is over (continuedAt returns), answered with what the relay made.
+func (fc *Conn) fulfilledNow(params []byte, at time.Time) {
+	var p struct {
+		RequestID       string `json:"requestId"`
+		ResponseCode    int    `json:"responseCode"`
+		ResponseHeaders []struct {
+			Name  string `json:"name"`
+			Value string `json:"value"`
+		} `json:"responseHeaders"`
+	}
+	json.Unmarshal(params, &p)
+	answer := Pause{RequestID: p.RequestID, ResponseStatusCode: p.ResponseCode}
+	for _, h := range p.ResponseHeaders {
+		answer.ResponseHeaders = append(answer.ResponseHeaders, struct {
+			Name  string `json:"name"`
+			Value string `json:"value"`
+		}{h.Name, h.Value})
+	}
+	fc.Mu.Lock()
+	if fc.fulfilled == nil {
+		fc.fulfilled = map[string]Pause{}
+	}
+	fc.fulfilled[p.RequestID] = answer
+	fc.Continued[p.RequestID] = at
+	fc.Mu.Unlock()
+}
+
+// fulfilledWith returns the answer requestID was fulfilled with, and
+// whether it was.
+func (fc *Conn) fulfilledWith(requestID string) (Pause, bool) {
+	fc.Mu.Lock()
+	defer fc.Mu.Unlock()
+	p, ok := fc.fulfilled[requestID]
+	return p, ok
 }
 
 // failedWith returns the errorReason requestID was failed with, "" when
@@ -547,6 +590,11 @@ type Hops struct {
 	Continued time.Time
 	Pauses    int    // how many interceptors paused it (navigate)
 	Failed    string // the errorReason it was failed with, "" when let go (navigate)
+	// Fulfilled is the answer the relay made for it (Fetch.fulfillRequest):
+	// its status, 0 when it made none.
+	Fulfilled int
+	// Headers are that answer's headers, by name.
+	Headers map[string]string
 }
 
 // Play replays a recorded chain of paused requests the way Chromium

@@ -283,6 +283,16 @@ func (fb *Browser) Navigate(t testing.TB, chain [][]byte) []Hops {
 					fb.networkEnd(frame, networkID, Pause{ResponseErrorReason: reason}, time.Now(), false)
 					return append(out, ht)
 				}
+				if answer, ok := ic.fc.fulfilledWith(mp.RequestID); ok {
+					// Answered where it paused, as Chromium tells a
+					// fulfilled request's answer in Network events.
+					ht.Fulfilled, ht.Headers = answer.ResponseStatusCode, map[string]string{}
+					for _, h := range answer.ResponseHeaders {
+						ht.Headers[h.Name] = h.Value
+					}
+					fb.networkEnd(frame, networkID, answer, time.Now(), false)
+					return append(out, ht)
+				}
 			}
 			sent = time.Now()
 			if ht.Paused.IsZero() {
