@@ -450,7 +450,8 @@ func isTerminal(w io.Writer) bool {
 const simulateUsage = "cdp-throttle simulate [--navigations N] [--load D] [--phases P] [--idle D] [--csv]\n" +
 	"                      [--http-nav-delay D] [--http-nav-burst N] [--rule PATTERN=SETTING]... [--rules FILE]\n" +
 	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]\n" +
-	"                      [--pages P] [--http-nav-concurrency N] [--jitter F] [--seed N]"
+	"                      [--pages P] [--http-nav-concurrency N] [--jitter F] [--seed N]\n" +
+	"                      [--host-errors N/WINDOW --down FROM-TO...]"
 
 const simulateDescription = `Replays the limiter's rule on a simulated clock: navigations back to back to
 one host (or to each --host in turn), each --load after the one before may go,
@@ -465,7 +466,9 @@ cdp-throttle simulate --phases 2 --idle 8s     # a second phase after 8 s idle
 cdp-throttle simulate --http-nav-delay 100ms   # fixed spacing
 cdp-throttle simulate --csv > schedule.csv     # one row per navigation
 cdp-throttle simulate --navigations 24 --pages 8 --load 800ms --http-nav-concurrency 2
-                                               # eight pages, 800 ms answers, two in flight at once`
+                                               # eight pages, 800 ms answers, two in flight at once
+cdp-throttle simulate --host-errors 5/1m --down 0s-90s --navigations 100 --load 1s
+                                               # a site down for 90 s, a request a second: the breaker`
 
 func simulateFlags() []cli.Flag {
 	return []cli.Flag{
@@ -478,7 +481,24 @@ func simulateFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
 		&cli.Uint64Flag{Name: "seed", Category: catReplay, Value: 1, Usage: "seed `N` of the --jitter's randomness: the same seed replays the same slots"},
 		durationFlag(catPerSite, "crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
+		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "replay the host's breaker instead of its spacing: `N/WINDOW` failures open it (with --down), such as 5/1m"},
+		&cli.StringSliceFlag{Name: "down", Category: catReplay, Usage: "with --host-errors: the site fails every answer from FROM to TO after the run's start (repeatable: `FROM-TO`, such as 0s-90s)"},
 	}
+}
+
+// downSpans reads simulate's --down spans.
+func downSpans(values []string) ([]simulate.Span, error) {
+	var out []simulate.Span
+	for _, v := range values {
+		from, to, ok := strings.Cut(strings.TrimSpace(v), "-")
+		f, err1 := time.ParseDuration(strings.TrimSpace(from))
+		t, err2 := time.ParseDuration(strings.TrimSpace(to))
+		if !ok || err1 != nil || err2 != nil || f < 0 || t <= f {
+			return nil, usagef("--down %q: want FROM-TO, two durations from the run's start, FROM before TO, such as 0s-90s", v)
+		}
+		out = append(out, simulate.Span{From: f, To: t})
+	}
+	return out, nil
 }
 
 func runSimulate(c *cli.Context, stdout io.Writer) error {
@@ -486,6 +506,12 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 	var err error
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err
+	}
+	if o.Policy.HostErrors.On() {
+		return replayBreaker(c, o, stdout)
+	}
+	if c.IsSet("down") {
+		return usagef("--down: needs --host-errors")
 	}
 	if o.Policy.Bucket == policy.ByIP {
 		return usagef("--bucket ip: simulate has no browser or network to learn addresses from; replay hosts on one address as one --host")
@@ -500,6 +526,42 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 		return usageError{err}
 	}
 	return simulate.Run(o, stdout)
+}
+
+// replayBreaker replays a host's breaker (simulate --host-errors): a page
+// asking every --load, each answer --load after its start, the site
+// failing within the --down spans.
+func replayBreaker(c *cli.Context, o simulate.Options, stdout io.Writer) error {
+	down, err := downSpans(c.StringSlice("down"))
+	if err != nil {
+		return err
+	}
+	if len(down) == 0 {
+		return usagef("--host-errors: simulate replays the breaker against a site that fails: give --down FROM-TO")
+	}
+	if err := durations(c, false, "load", &o.Load); err != nil {
+		return err
+	}
+	if o.Load <= 0 {
+		return usagef("--load: with --host-errors, the time between two requests: want a duration > 0")
+	}
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	cfg := o.Policy.HostErrors
+	fmt.Fprintf(stdout, "%d requests to one host, one every %v, each answered %v after it went; the site fails every answer within %s; --host-errors %s\n\n",
+		o.Navigations, o.Load, o.Load, spansText(down), c.String("host-errors"))
+	simulate.WriteBreaker(stdout, simulate.ReplayBreaker(simulate.BreakerOptions{Breaker: cfg, Navigations: o.Navigations, Every: o.Load, Load: o.Load, Down: down, Seed: o.Seed}))
+	return nil
+}
+
+// spansText writes --down's spans as they were given.
+func spansText(spans []simulate.Span) string {
+	var parts []string
+	for _, s := range spans {
+		parts = append(parts, s.From.String()+" to "+s.To.String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 func demoFlags() []cli.Flag {

@@ -311,3 +311,31 @@ func TestSimulateJitter(t *testing.T) {
 		t.Errorf("--jitter 1: got %v, want a usage error", err)
 	}
 }
+
+// TestSimulateBreaker: simulate --host-errors replays a host's breaker
+// against a site down for a while: five failures open it for 30 s and its
+// jitter, the failed probe for twice that, the answered probe closes it;
+// the same seed replays the same table (a golden file), and --down or
+// --host-errors alone is refused.
+func TestSimulateBreaker(t *testing.T) {
+	out, _, err := runCLI(t, "simulate", "--host-errors", "5/1m", "--down", "0s-90s", "--navigations", "130", "--load", "1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "breaker.txt", out)
+	for _, want := range []string{"0s to 4s               5  went, failed", "39s                    1  went as the probe, failed", "104s                   1  went as the probe, answered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"simulate", "--down", "0s-90s"},
+		{"simulate", "--host-errors", "5/1m"},
+		{"simulate", "--host-errors", "5/1m", "--down", "90s-10s"},
+		{"simulate", "--host-errors", "0/1m", "--down", "0s-10s"},
+	} {
+		if _, _, err := runCLI(t, args...); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}

@@ -110,5 +110,7 @@ func WriteBreaker(w io.Writer, navs []BreakerNav) {
 	}
 }
 
-// secs writes d in seconds, as short as it reads: 95.1s.
-func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s" }
+// secs writes d in seconds to the tenth, as short as it reads: 95.1s.
+func secs(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+}
