@@ -81,6 +81,12 @@ type Bucket struct {
 	// Refused counts the bucket's navigations refused because robots.txt
 	// disallows them (--robots obey).
 	Refused uint64
+	// Deferred counts its navigations answered at once with the relay's
+	// own 429 (--max-wait, --host-errors); Breaker is its breaker's phase
+	// when not closed, open until BreakerEnds from now.
+	Deferred    uint64
+	Breaker     string
+	BreakerEnds time.Duration
 }
 
 // Source gives the page the relay's state. Status must be safe for
@@ -184,7 +190,8 @@ func (h *Handler) snapshot(since uint64, n int) snapshotJSON {
 		out.Buckets = append(out.Buckets, bucketJSON{
 			Bucket: b.Name, Pressure: b.Pressure, SpacingMS: millis(b.Spacing), NextFreeMS: millis(b.NextFree),
 			Mode: b.Mode, Source: b.Source, Rule: b.Rule, CrawlDelayMS: millis(b.CrawlDelay),
-			InFlight: b.InFlight, Cap: b.Cap, Refused: b.Refused, Navigations: []markJSON{},
+			InFlight: b.InFlight, Cap: b.Cap, Refused: b.Refused, Deferred: b.Deferred, Breaker: b.Breaker, BreakerEndsMS: millis(b.BreakerEnds),
+			Navigations: []markJSON{},
 		})
 	}
 	for _, tr := range trails {
@@ -263,23 +270,26 @@ type (
 		Failure  uint64 `json:"failure"`
 	}
 	bucketJSON struct {
-		Bucket       string     `json:"bucket"`
-		Pressure     int        `json:"pressure"`
-		SpacingMS    float64    `json:"spacing_ms"`
-		NextFreeMS   float64    `json:"next_free_ms"`
-		Mode         string     `json:"mode"`
-		Source       string     `json:"source,omitempty"`
-		Rule         string     `json:"rule,omitempty"`
-		CrawlDelayMS float64    `json:"crawl_delay_ms,omitempty"`
-		InFlight     int        `json:"in_flight,omitempty"`
-		Cap          int        `json:"cap,omitempty"`
-		Refused      uint64     `json:"refused,omitempty"`
-		Passed       uint64     `json:"passed"`
-		Delayed      uint64     `json:"delayed"`
-		LastAnswer   string     `json:"last_answer,omitempty"`
-		LastStatus   int        `json:"last_status,omitempty"`
-		LastBooked   int64      `json:"last_booked,omitempty"`
-		Navigations  []markJSON `json:"navigations"`
+		Bucket        string     `json:"bucket"`
+		Pressure      int        `json:"pressure"`
+		SpacingMS     float64    `json:"spacing_ms"`
+		NextFreeMS    float64    `json:"next_free_ms"`
+		Mode          string     `json:"mode"`
+		Source        string     `json:"source,omitempty"`
+		Rule          string     `json:"rule,omitempty"`
+		CrawlDelayMS  float64    `json:"crawl_delay_ms,omitempty"`
+		InFlight      int        `json:"in_flight,omitempty"`
+		Cap           int        `json:"cap,omitempty"`
+		Refused       uint64     `json:"refused,omitempty"`
+		Deferred      uint64     `json:"deferred,omitempty"`
+		Breaker       string     `json:"breaker,omitempty"`
+		BreakerEndsMS float64    `json:"breaker_ends_ms,omitempty"`
+		Passed        uint64     `json:"passed"`
+		Delayed       uint64     `json:"delayed"`
+		LastAnswer    string     `json:"last_answer,omitempty"`
+		LastStatus    int        `json:"last_status,omitempty"`
+		LastBooked    int64      `json:"last_booked,omitempty"`
+		Navigations   []markJSON `json:"navigations"`
 	}
 	markJSON struct {
 		Seq       uint64  `json:"seq"`

@@ -660,6 +660,13 @@ type HostState struct {
 	// Refused counts the bucket's navigations refused because its
 	// robots.txt disallows them (--robots obey); a policy fills it in.
 	Refused uint64 `json:"-"`
+	// Deferred counts the bucket's navigations answered at once, never
+	// sent (--max-wait, --host-errors); Breaker is its breaker's phase
+	// when not closed ("open", "half-open"), until BreakerEnds from now
+	// (0 when half-open); a policy fills them in.
+	Deferred    uint64        `json:"-"`
+	Breaker     string        `json:"-"`
+	BreakerEnds time.Duration `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,

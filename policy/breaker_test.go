@@ -46,6 +46,19 @@ func TestBreakerDefers(t *testing.T) {
 	if r := reserve("127.0.0.1", 3*time.Second); r.Deferred != "" {
 		t.Errorf("loopback: %+v, want never deferred", r)
 	}
+	// /hosts shows the bucket's deferrals and its open breaker.
+	var shown bool
+	for _, h := range p.Busiest(at(3*time.Second), 50) {
+		if h.Host == "a.test" {
+			shown = true
+			if h.Deferred != 1 || h.Breaker != "open" || h.BreakerEnds < 29*time.Second {
+				t.Errorf("/hosts shows a.test with %d deferred, breaker %q for %v; want 1, open for about 30 s", h.Deferred, h.Breaker, h.BreakerEnds)
+			}
+		}
+	}
+	if !shown {
+		t.Error("/hosts does not show a.test")
+	}
 	after := r.Start.Sub(t0) + time.Millisecond
 	probe := reserve("a.test", after)
 	if probe.Deferred != "" || !probe.Tracked {

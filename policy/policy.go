@@ -126,6 +126,7 @@ type Policy struct {
 	lat     *limiter.Baselines // answer times; nil without --latency-backoff
 	refuses bool               // some host obeys its robots.txt's Disallow
 	refused refusals           // by bucket
+	defers  refusals           // deferred navigations, by bucket
 	headers []string           // the answer headers some setting reads (AnswerHeaders)
 	breaker breaker.Breaker    // the buckets' breakers; nil when off
 	probes  sync.Map           // bucket → struct{}: its breaker's probe went and is not answered yet
@@ -370,6 +371,7 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 		case b.Retry: // a store that cannot say holds it, as a booking it cannot make
 			return limiter.Reservation{Start: b.Until, Retry: true, Mode: set.Mode, Bucket: bucket, Source: d.source, Rule: d.rule}
 		case !b.Go:
+			p.defers.add(bucket)
 			return limiter.Reservation{Start: b.Until, Deferred: "breaker", Mode: set.Mode, Bucket: bucket, Source: d.source, Rule: d.rule}
 		case b.Probe:
 			probe = true
@@ -377,6 +379,9 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 		}
 	}
 	r := p.book.ReserveWith(bucket, set, now)
+	if r.Deferred != "" {
+		p.defers.add(bucket)
+	}
 	if probe && (r.Deferred != "" || r.Retry) {
 		// The probe does not go: another may, at once.
 		p.probes.Delete(bucket)
@@ -480,8 +485,9 @@ func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 			hs = append(hs, limiter.HostState{Host: st.Bucket, Mode: d.set.Mode, Source: d.source, Rule: d.rule})
 		}
 	}
-	for _, bucket := range p.refused.buckets() {
+	for _, bucket := range append(p.refused.buckets(), p.defers.buckets()...) {
 		if !listed[bucket] && len(hs) < n {
+			listed[bucket] = true
 			d := p.decide(bucket)
 			hs = append(hs, limiter.HostState{Host: bucket, Mode: d.set.Mode, Source: d.source, Rule: d.rule})
 		}
@@ -509,7 +515,17 @@ func (p *Policy) describe(h *limiter.HostState, now time.Time) {
 	if p.lat != nil {
 		h.Baseline, h.LastAnswer, _ = p.lat.State(h.Host, now)
 	}
-	h.Refused = p.refused.of(h.Host)
+	h.Refused, h.Deferred = p.refused.of(h.Host), p.defers.of(h.Host)
+	if p.breaker != nil && h.Deferred > 0 {
+		// Only a bucket that deferred something is asked: the fleet's
+		// breakers are in Redis, and the page asks every second.
+		switch st := p.breaker.State(h.Host, now); st.Phase {
+		case breaker.Open:
+			h.Breaker, h.BreakerEnds = st.Phase.String(), max(0, st.Until.Sub(now))
+		case breaker.HalfOpen:
+			h.Breaker = st.Phase.String()
+		}
+	}
 }
 
 // SetBrowser tells the policy the browser's User-Agent, as its

@@ -39,7 +39,8 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 	if b, ok := p.Limiter.(busiest); ok {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
-				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency, Refused: h.Refused})
+				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency, Refused: h.Refused,
+				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEnds: h.BreakerEnds})
 		}
 	}
 	return st
@@ -90,6 +91,11 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		LastAnswerMS float64 `json:"last_answer_ms,omitempty"`
 		// With --robots obey: navigations refused, robots.txt disallows them.
 		Refused uint64 `json:"refused,omitempty"`
+		// With --max-wait or --host-errors: navigations answered at once
+		// with the relay's own 429, and the breaker when not closed.
+		Deferred      uint64  `json:"deferred,omitempty"`
+		Breaker       string  `json:"breaker,omitempty"`
+		BreakerEndsMS float64 `json:"breaker_ends_ms,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
@@ -97,7 +103,8 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 			hs := host{Host: h.Host, Pressure: h.Pressure, SpacingMS: limiter.ShownMillis(spacingNow(h)), NextFreeMS: limiter.ShownMillis(h.NextFree),
 				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
 				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
-				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer), Refused: h.Refused}
+				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer), Refused: h.Refused,
+				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEndsMS: limiter.ShownMillis(h.BreakerEnds)}
 			if c, ok := p.Limiter.(hold.Capper); ok && c.Caps() {
 				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
 			}

@@ -272,6 +272,8 @@
     const last = b.last_answer ? [(b.last_status || '') + ' ' + b.last_answer, b.last_answer] : ['–', ''];
     const line2 = [['passed', fmtN(b.passed)], ['delayed', fmtN(b.delayed)]];
     if (b.refused > 0) line2.push(['refused', fmtN(b.refused)]);
+    if (b.deferred > 0) line2.push(['deferred', fmtN(b.deferred)]);
+    if (b.breaker) line2.push(['breaker', b.breaker + (b.breaker_ends_ms > 0 ? ' for ' + fmtMs(b.breaker_ends_ms) : '')]);
     line2.push(['last answer', last[0].trim(), last[1]]);
     nums(r.line2, line2);
     draw(r.svg, e, now, win, ymax);
