@@ -33,6 +33,7 @@ type Flags struct {
 	Jitter           string   // --jitter: 0 or unset, none
 	RetryAfterMax    string   // --retry-after-max: unset, limiter.DefaultRetryAfterMax
 	OverloadHeaders  []string // --overload-header, each NAME or NAME=VALUE
+	RateLimitHeaders string   // --ratelimit-headers: obey or unset, ignore
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -60,6 +61,11 @@ func FromFlags(f Flags) (Config, error) {
 	}
 	if c.Default.OverloadHeaders, err = overloadHeaders(f.OverloadHeaders); err != nil {
 		return c, err
+	}
+	if v := strings.TrimSpace(f.RateLimitHeaders); v != "" {
+		if c.Default.IgnoreServer, err = ParseRateLimitHeaders(v); err != nil {
+			return c, fmt.Errorf("--ratelimit-headers %q: %w", f.RateLimitHeaders, err)
+		}
 	}
 	if v := strings.TrimSpace(f.Concurrency); v != "" {
 		n, err := strconv.Atoi(v)

@@ -377,6 +377,15 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 	return set.Effect(o)
 }
 
+// ReadsLimits reports whether the answers of host are read for what
+// they say of the server's own limits (limiter.Outcome.Server): host is
+// spaced, and its setting obeys them (--ratelimit-headers,
+// ratelimit-headers:).
+func (p *Policy) ReadsLimits(host string) bool {
+	d := p.decide(host)
+	return d.tracked && !d.set.IgnoreServer
+}
+
 // Push moves bucket's schedule later by by, when the Booker can: a
 // navigation booked in it left the browser late (package pace). bucket is
 // a Reservation's Bucket.

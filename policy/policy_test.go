@@ -427,6 +427,7 @@ func TestFromFlagsNewErrors(t *testing.T) {
 		{Flags{OverloadHeaders: []string{"cf-mitigated="}}, `--overload-header "cf-mitigated=": an empty VALUE`},
 		{Flags{OverloadHeaders: []string{"x=a\x01b"}}, `--overload-header "x=a\x01b": a VALUE with control characters`},
 		{Flags{Rules: []string{"a.test=retry-after-max:2h"}}, `--rule "a.test=retry-after-max:2h": "retry-after-max:2h": 2h0m0s is over an hour`},
+		{Flags{RateLimitHeaders: "off"}, `--ratelimit-headers "off": want obey (a document answer's RateLimit-Policy, RateLimit and X-RateLimit headers space its host) or ignore`},
 		{Flags{Jitter: "1"}, `--jitter "1": want a fraction F from 0 up to 1, 1 excluded, such as 0.5`},
 		{Flags{Jitter: "-0.5"}, `--jitter "-0.5": want a fraction F`},
 		{Flags{Jitter: "half"}, `--jitter "half": want a fraction F`},
@@ -444,6 +445,14 @@ func TestFromFlagsNewErrors(t *testing.T) {
 	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 || c.Default.Jitter != 0.5 ||
 		c.Default.RetryAfterMax != time.Hour || c.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" {
 		t.Errorf("got %+v", c)
+	}
+	if c := mustConfig(t, Flags{RateLimitHeaders: " Ignore ", Rules: []string{"a.test=fixed:1s", "b.test=ratelimit-headers:obey"}}); !c.Default.IgnoreServer ||
+		!c.Rules[0].Setting.IgnoreServer || c.Rules[1].Setting.IgnoreServer {
+		t.Errorf("--ratelimit-headers ignore: got %v, rules %v and %v; want ignore, the rule starting from it, and obey by the rule that says so",
+			c.Default.IgnoreServer, c.Rules[0].Setting.IgnoreServer, c.Rules[1].Setting.IgnoreServer)
+	}
+	if c := mustConfig(t, Flags{RateLimitHeaders: "obey"}); c.Default.IgnoreServer {
+		t.Error("--ratelimit-headers obey: got ignore")
 	}
 	if c := mustConfig(t, Flags{}); c.Default.RetryAfterMax != 0 || c.Default.OverloadHeaders != (limiter.Headers{}) {
 		t.Errorf("unset: got Retry-After max %v, overload headers %q; want 0 (60 s) and none", c.Default.RetryAfterMax, c.Default.OverloadHeaders)
