@@ -469,7 +469,9 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	}
 	var wait time.Duration
 	var hasWait bool
-	if effect == Overload {
+	if effect == Overload && set.mode == Adaptive {
+		// Only an adaptive setting hears statuses; a fixed one is here
+		// for the server's limits alone.
 		wait, hasWait = cfg.RetryAfter(o, now)
 	}
 	t := l.nanos(now)
