@@ -448,8 +448,9 @@ func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
 }
 
 // ObserveWith is Observe for a host booked with the setting cfg
-// (ReserveWith): only an adaptive setting listens, and cfg.Overload says
-// which statuses are overload (Config.Effect).
+// (ReserveWith): only an adaptive setting listens to statuses, and
+// cfg.Overload says which are overload (Config.Effect); a fixed one
+// hears the server's limits alone, unless cfg.IgnoreServer.
 func (l *Limiter) ObserveWith(hostname string, cfg Config, o Outcome, now time.Time) {
 	l.observe(hostname, cfg.setting(), cfg, o, now)
 }
