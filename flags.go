@@ -240,6 +240,7 @@ func relayFlags() []cli.Flag {
 		durationFlag(catPerSite, "max-wait", "0", "a navigation whose slot is further ahead than this, or whose host's breaker is open, is answered at once with the relay's own 429 and a Retry-After, never reaching the site; 25s keeps under the clients' 30 s timeouts; 0 waits for every slot", env("MAX_WAIT")...),
 		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "a breaker per host: `N/WINDOW` failures of its documents (5xx, the overload statuses, no answer) pause it for 30 s, doubling up to 10 min while its one probe fails; its navigations are answered at once meanwhile (the relay's 429); such as 5/1m, or off; fleet-wide with --store", EnvVars: env("HOST_ERRORS")},
 		durationFlag(catPerSite, "retry-after-max", "60s", "longest Retry-After honoured, seconds or an HTTP-date; a longer one waits this long; from 1s to 1h (a rule says retry-after-max:5m)", env("RETRY_AFTER_MAX")...),
+		&cli.StringFlag{Name: "ratelimit-headers", Category: catPerSite, Value: "obey", Usage: "what a document answer's RateLimit-Policy, RateLimit and X-RateLimit-Remaining/-Reset headers do, `MODE`: obey (the server's policy is its host's least spacing for an hour after it was last sent; a spent quota holds the host until its reset) or ignore (a rule says ratelimit-headers:ignore)", EnvVars: env("RATELIMIT_HEADERS")},
 		&cli.StringFlag{Name: "latency-backoff", Category: catPerSite, Value: "0", Usage: "an answer slower than `FACTOR` times its host's baseline (its fastest of the last 10 minutes) and than 50ms adds the failure pressure, as a 5xx does (0: off)", EnvVars: env("LATENCY_BACKOFF")},
 		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
 		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
@@ -372,7 +373,7 @@ func limiterFlags(env func(string) []string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "http-nav-delay", Category: catPace, DefaultText: "adaptive", Usage: "spacing of navigations to one host: 0 = off, a `DURATION` = fixed (100ms, 1.5s, 100), unset = adaptive", EnvVars: env("HTTP_NAV_DELAY")},
 		&cli.StringFlag{Name: "http-nav-burst", Category: catPace, Value: strconv.Itoa(limiter.DefaultBurst), Usage: "navigations an idle host absorbs at once, a whole number `N` ≥ 0 (0 acts as 1)", EnvVars: env("HTTP_NAV_BURST")},
-		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, overload-header:NAME=VALUE, retry-after-max:D, jitter:F, robots:ignore|crawl-delay|obey (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
+		&cli.GenericFlag{Name: "rule", Category: catPace, Value: &repeated{}, Usage: "hosts matching the glob (loopback too, when it matches) get SETTING: adaptive, fixed:DURATION, off or exempt, and burst:N, concurrency:N, overload:403+429+503, overload-header:NAME=VALUE, retry-after-max:D, ratelimit-headers:ignore, jitter:F, robots:ignore|crawl-delay|obey (repeatable: `PATTERN=SETTING`)", EnvVars: env("RULE")},
 		&cli.StringFlag{Name: "rules", Category: catPerSite, Usage: "a `FILE` of rules, one a line (# comments), after the --rule ones", EnvVars: env("RULES")},
 		&cli.StringFlag{Name: "bucket", Category: catPerSite, Value: "host", Usage: "which hosts share one schedule (and cap): host, site (www.example.com and example.com share one) or ip (the hosts on one server address share one)", EnvVars: env("BUCKET")},
 		&cli.StringSliceFlag{Name: "exempt-host", Category: catPerSite, Usage: "a host `GLOB` never spaced, besides localhost, 127.0.0.1 and [::1] unless a rule names them (repeatable)", EnvVars: env("EXEMPT_HOST")},
@@ -395,7 +396,8 @@ func policyFrom(c *cli.Context) (policy.Config, error) {
 		Robots: c.String("robots"), RobotsAgent: c.String("robots-user-agent"), CrawlDelay: c.String("crawl-delay"),
 		Concurrency: c.String("http-nav-concurrency"), ConcurrencyBound: c.String("http-nav-concurrency-bound"),
 		Overload: c.String("overload-status"), LatencyBackoff: c.String("latency-backoff"), Jitter: c.String("jitter"),
-		RetryAfterMax: setOnly(c, "retry-after-max"), OverloadHeaders: headers, MaxWait: setOnly(c, "max-wait"), HostErrors: setOnly(c, "host-errors")})
+		RetryAfterMax: setOnly(c, "retry-after-max"), OverloadHeaders: headers, MaxWait: setOnly(c, "max-wait"), HostErrors: setOnly(c, "host-errors"),
+		RateLimitHeaders: c.String("ratelimit-headers")})
 	if err != nil {
 		return cfg, usageError{err}
 	}

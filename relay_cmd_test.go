@@ -342,6 +342,16 @@ func TestPolitenessFlags(t *testing.T) {
 	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.RetryAfterMax != 0 || cfg.policy.Default.OverloadHeaders.String() != "" {
 		t.Errorf("defaults: got Retry-After max %v, overload headers %q, %v; want the limiter's 60 s, none", cfg.policy.Default.RetryAfterMax, cfg.policy.Default.OverloadHeaders, err)
 	}
+	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.IgnoreServer {
+		t.Errorf("defaults: got --ratelimit-headers ignore, %v; want obey", err)
+	}
+	if cfg, err = relayConfigOf(t, "--ratelimit-headers", "ignore", "--rule", "*.api.test=ratelimit-headers:obey"); err != nil ||
+		!cfg.policy.Default.IgnoreServer || cfg.policy.Rules[0].Setting.IgnoreServer {
+		t.Errorf("--ratelimit-headers ignore: got ignore %v, the rule's %v, %v; want true, false", cfg.policy.Default.IgnoreServer, cfg.policy.Rules[0].Setting.IgnoreServer, err)
+	}
+	if _, err = relayConfigOf(t, "--ratelimit-headers", "sometimes"); err == nil || !strings.Contains(err.Error(), `--ratelimit-headers "sometimes": want obey`) {
+		t.Errorf("--ratelimit-headers sometimes: got %v, want an error naming the flag", err)
+	}
 	t.Setenv("CDP_THROTTLE_OVERLOAD_HEADER", "cf-mitigated=challenge\nx-overloaded")
 	t.Setenv("CDP_THROTTLE_RETRY_AFTER_MAX", "90s")
 	if cfg, err = relayConfigOf(t); err != nil || cfg.policy.Default.RetryAfterMax != 90*time.Second || cfg.policy.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" {

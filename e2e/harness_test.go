@@ -323,9 +323,9 @@ func defaultRoutes(w http.ResponseWriter, r *http.Request) {
 		if ra := q.Get("ra"); ra != "" {
 			w.Header().Set("Retry-After", ra)
 		}
-		if h := q.Get("hdr"); h != "" { // NAME:VALUE, such as cf-mitigated:challenge
+		for _, h := range q["hdr"] { // NAME:VALUE, such as cf-mitigated:challenge; repeatable
 			name, value, _ := strings.Cut(h, ":")
-			w.Header().Set(name, value)
+			w.Header().Add(name, value)
 		}
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(code)

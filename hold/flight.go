@@ -518,7 +518,7 @@ func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *
 	for name, value := range answer.Headers.All() {
 		o.Headers = append(o.Headers, limiter.Header{Name: name, Value: value})
 	}
-	if !answer.Limits.IsZero() {
+	if !answer.Limits.IsZero() && h.Holder.readsLimits(host) {
 		var err error
 		if o.Server, err = answer.Limits.Read(now); err != nil && h.Holder.limitsWarned.first(host) {
 			// Said once per host: a server sends the same fields with every answer.

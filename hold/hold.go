@@ -165,6 +165,17 @@ type HeaderReader interface {
 	AnswerHeaders() []string
 }
 
+// LimitsReader is what a Limiter adds when it tells whose answers it
+// reads for the server's own limits (--ratelimit-headers): the answers
+// of a host it does not read them for are not parsed, and their
+// malformed RateLimit headers are not warned about. Without it, every
+// document answer's are read into limiter.Outcome.Server.
+type LimitsReader interface {
+	// ReadsLimits reports whether the answers of host are read for
+	// what they say of the server's own limits.
+	ReadsLimits(host string) bool
+}
+
 // Holder holds the navigations of a relay's clients on every browser it
 // fronts. Set its fields, call Start, then Arm each browser; fields must
 // not change after Start. Its methods are safe for concurrent use.
@@ -368,3 +379,10 @@ func (hd *Holder) Limiting() *sync.WaitGroup { return &hd.limiting }
 // Closing reports whether the relay is shutting down (Close): the relay's
 // own connections that end are not lost then.
 func (hd *Holder) Closing() bool { return hd.closing.Load() }
+
+// readsLimits reports whether the answers of host are read for the
+// server's own limits (LimitsReader); every host's are without one.
+func (hd *Holder) readsLimits(host string) bool {
+	r, ok := hd.Limiter.(LimitsReader)
+	return !ok || r.ReadsLimits(host)
+}

@@ -468,8 +468,9 @@ func (l *Limiter) Observe(hostname string, o Outcome, now time.Time) {
 }
 
 // ObserveWith is Observe for a host booked with the setting cfg
-// (ReserveWith): only an adaptive setting listens, and cfg.Overload says
-// which statuses are overload (Config.Effect).
+// (ReserveWith): only an adaptive setting listens to statuses, and
+// cfg.Overload says which are overload (Config.Effect); a fixed one
+// hears the server's limits alone, unless cfg.IgnoreServer.
 func (l *Limiter) ObserveWith(hostname string, cfg Config, o Outcome, now time.Time) {
 	l.observe(hostname, cfg.setting(), cfg, o, now)
 }
@@ -489,7 +490,9 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	}
 	var wait time.Duration
 	var hasWait bool
-	if effect == Overload {
+	if effect == Overload && set.mode == Adaptive {
+		// Only an adaptive setting hears statuses; a fixed one is here
+		// for the server's limits alone.
 		wait, hasWait = cfg.RetryAfter(o, now)
 	}
 	t := l.nanos(now)

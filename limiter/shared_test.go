@@ -29,3 +29,4 @@ func TestSettings(t *testing.T)               { limitertest.Settings(t, newSubje
 func TestPush(t *testing.T)                   { limitertest.Push(t, newSubject) }
 func TestSlackAndHeadroom(t *testing.T)       { limitertest.SlackAndHeadroom(t, newSubject) }
 func TestJitter(t *testing.T)                 { limitertest.Jitter(t, newSubject) }
+func TestServerLimits(t *testing.T)           { limitertest.ServerLimits(t, newSubject) }

@@ -80,3 +80,20 @@ func overloadHeaders(values []string) (limiter.Headers, error) {
 	}
 	return limiter.NewHeaders(hs...), nil
 }
+
+// rateLimitHeadersWanted is what --ratelimit-headers and a rule's
+// ratelimit-headers: accept, for their errors.
+const rateLimitHeadersWanted = "want obey (a document answer's RateLimit-Policy, RateLimit and X-RateLimit headers space its host) or ignore"
+
+// ParseRateLimitHeaders reads what the server's own RateLimit headers are
+// for, as --ratelimit-headers and a rule's ratelimit-headers: take it:
+// obey or ignore. ignore is limiter.Config.IgnoreServer.
+func ParseRateLimitHeaders(s string) (ignore bool, err error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "obey":
+		return false, nil
+	case "ignore":
+		return true, nil
+	}
+	return false, errors.New(rateLimitHeadersWanted)
+}

@@ -36,6 +36,7 @@ type Flags struct {
 	OverloadHeaders  []string // --overload-header, each NAME or NAME=VALUE
 	MaxWait          string   // --max-wait: 0 or unset, no bound
 	HostErrors       string   // --host-errors N/WINDOW: unset or off, no breaker
+	RateLimitHeaders string   // --ratelimit-headers: obey or unset, ignore
 }
 
 // FromFlags reads f into a Config. Its errors name the flag, with two
@@ -74,6 +75,11 @@ func FromFlags(f Flags) (Config, error) {
 	}
 	if c.HostErrors, err = breaker.Parse(f.HostErrors); err != nil {
 		return c, err // it names the flag
+	}
+	if v := strings.TrimSpace(f.RateLimitHeaders); v != "" {
+		if c.Default.IgnoreServer, err = ParseRateLimitHeaders(v); err != nil {
+			return c, fmt.Errorf("--ratelimit-headers %q: %w", f.RateLimitHeaders, err)
+		}
 	}
 	if v := strings.TrimSpace(f.Concurrency); v != "" {
 		n, err := strconv.Atoi(v)

@@ -30,6 +30,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 	"github.com/cdp-throttle/cdp-throttle/resolve"
 )
 
@@ -396,11 +397,12 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 }
 
 // Observe feeds the answer a navigation to host got at now back into its
-// schedule, when the setting that applies to host is adaptive, and
-// returns what it is (limiter.Config.Effect): overload by the setting's
-// statuses, a failure, slow against the bucket's baseline (with
-// --latency-backoff), or calm. The answer's time (o.Took) goes into the
-// baseline.
+// schedule, when the setting that applies to host is adaptive, or fixed
+// and the answer says the server's own limits (o.Server, unless the
+// setting ignores them), and returns what it is (limiter.Config.Effect):
+// overload by the setting's statuses, a failure, slow against the
+// bucket's baseline (with --latency-backoff), or calm. The answer's time
+// (o.Took) goes into the baseline of an adaptive setting.
 func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.Effect {
 	if p.cfg.Bucket == ByIP {
 		p.cfg.Addrs.Learn(host, o.Addr) // the bucket of host's next navigation
@@ -409,11 +411,14 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 	if d.tracked && p.breaker != nil {
 		p.tellBreaker(p.Bucket(host), d.set, o, now)
 	}
-	if !d.tracked || d.set.Mode != limiter.Adaptive {
+	switch {
+	case !d.tracked:
 		return d.set.Effect(o)
+	case d.set.Mode != limiter.Adaptive && (d.set.IgnoreServer || o.Server == (ratelimit.Limits{})):
+		return d.set.Effect(o) // a fixed spacing hears nothing else
 	}
 	bucket := p.Bucket(host)
-	if p.lat != nil {
+	if p.lat != nil && d.set.Mode == limiter.Adaptive {
 		o.Slow = p.lat.Answer(bucket, o.Status, o.Took, now)
 	}
 	set := d.set
@@ -439,6 +444,15 @@ func (p *Policy) tellBreaker(bucket string, set limiter.Config, o limiter.Outcom
 		a.RetryAfter, _ = set.RetryAfter(o, now)
 	}
 	p.breaker.Observe(bucket, a, now)
+}
+
+// ReadsLimits reports whether the answers of host are read for what
+// they say of the server's own limits (limiter.Outcome.Server): host is
+// spaced, and its setting obeys them (--ratelimit-headers,
+// ratelimit-headers:).
+func (p *Policy) ReadsLimits(host string) bool {
+	d := p.decide(host)
+	return d.tracked && !d.set.IgnoreServer
 }
 
 // Push moves bucket's schedule later by by, when the Booker can: a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/inflight"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -427,6 +428,7 @@ func TestFromFlagsNewErrors(t *testing.T) {
 		{Flags{OverloadHeaders: []string{"cf-mitigated="}}, `--overload-header "cf-mitigated=": an empty VALUE`},
 		{Flags{OverloadHeaders: []string{"x=a\x01b"}}, `--overload-header "x=a\x01b": a VALUE with control characters`},
 		{Flags{Rules: []string{"a.test=retry-after-max:2h"}}, `--rule "a.test=retry-after-max:2h": "retry-after-max:2h": 2h0m0s is over an hour`},
+		{Flags{RateLimitHeaders: "off"}, `--ratelimit-headers "off": want obey (a document answer's RateLimit-Policy, RateLimit and X-RateLimit headers space its host) or ignore`},
 		{Flags{Jitter: "1"}, `--jitter "1": want a fraction F from 0 up to 1, 1 excluded, such as 0.5`},
 		{Flags{Jitter: "-0.5"}, `--jitter "-0.5": want a fraction F`},
 		{Flags{Jitter: "half"}, `--jitter "half": want a fraction F`},
@@ -444,6 +446,14 @@ func TestFromFlagsNewErrors(t *testing.T) {
 	if c.Concurrency != 3 || c.ConcurrencyBound != 10*time.Second || c.Default.Overload.String() != "403,429" || c.LatencyBackoff != 2.5 || c.Default.Jitter != 0.5 ||
 		c.Default.RetryAfterMax != time.Hour || c.Default.OverloadHeaders.String() != "cf-mitigated=challenge,x-overloaded" {
 		t.Errorf("got %+v", c)
+	}
+	if c := mustConfig(t, Flags{RateLimitHeaders: " Ignore ", Rules: []string{"a.test=fixed:1s", "b.test=ratelimit-headers:obey"}}); !c.Default.IgnoreServer ||
+		!c.Rules[0].Setting.IgnoreServer || c.Rules[1].Setting.IgnoreServer {
+		t.Errorf("--ratelimit-headers ignore: got %v, rules %v and %v; want ignore, the rule starting from it, and obey by the rule that says so",
+			c.Default.IgnoreServer, c.Rules[0].Setting.IgnoreServer, c.Rules[1].Setting.IgnoreServer)
+	}
+	if c := mustConfig(t, Flags{RateLimitHeaders: "obey"}); c.Default.IgnoreServer {
+		t.Error("--ratelimit-headers obey: got ignore")
 	}
 	if c := mustConfig(t, Flags{}); c.Default.RetryAfterMax != 0 || c.Default.OverloadHeaders != (limiter.Headers{}) {
 		t.Errorf("unset: got Retry-After max %v, overload headers %q; want 0 (60 s) and none", c.Default.RetryAfterMax, c.Default.OverloadHeaders)
@@ -486,6 +496,57 @@ func TestRetryAfterMaxByRule(t *testing.T) {
 		p.Observe(tt.host, limiter.Outcome{Status: 503, RetryAfter: tt.retryAfter}, at(0))
 		if r := p.Reserve(context.Background(), tt.host, "http://"+tt.host+"/", at(0)); r.Start.Sub(at(0)) != tt.want {
 			t.Errorf("%s answered Retry-After: %s: next slot %v later, want %v", tt.host, tt.retryAfter, r.Start.Sub(at(0)), tt.want)
+		}
+	}
+}
+
+// TestServerLimitsHeard: what an answer says of the server's own limits
+// reaches the schedule of an adaptive or a fixed setting, unless the
+// setting ignores them, and never one that is off; a fixed setting hears
+// nothing else, and an answer without them changes nothing.
+func TestServerLimitsHeard(t *testing.T) {
+	policy := ratelimit.Limits{Spacing: 200 * time.Millisecond}
+	spent := ratelimit.Limits{Wait: 3 * time.Second}
+	cfg := mustConfig(t, Flags{Delay: "20ms", Burst: "1", Rules: []string{
+		"*.adaptive.test=adaptive", "*.off.test=off", "*.ignored.test=fixed:20ms,ratelimit-headers:ignore"}})
+	tests := []struct {
+		host   string
+		answer limiter.Outcome
+		want   []float64 // the next two starts, in ms, booked at 10 ms
+		effect limiter.Effect
+	}{
+		{"a.test", limiter.Outcome{Status: 200, Server: policy}, []float64{20, 220}, limiter.Calm},
+		{"a.test", limiter.Outcome{Status: 200, Server: spent}, []float64{3010, 3030}, limiter.Calm},
+		{"a.test", limiter.Outcome{Status: 200}, []float64{20, 40}, limiter.Calm},
+		{"a.test", limiter.Outcome{Status: 503, RetryAfter: "5"}, []float64{20, 40}, limiter.Overload}, // fixed: no pressure, no Retry-After
+		{"x.adaptive.test", limiter.Outcome{Status: 200, Server: policy}, []float64{20, 220}, limiter.Calm},
+		{"x.adaptive.test", limiter.Outcome{Status: 200, Server: spent}, []float64{3010, 3030}, limiter.Calm},
+		{"x.ignored.test", limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: time.Second, Wait: 3 * time.Second}}, []float64{20, 40}, limiter.Calm},
+		{"x.off.test", limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: time.Second, Wait: 3 * time.Second}}, []float64{10, 10}, limiter.Calm},
+	}
+	for _, tt := range tests {
+		lim := limiter.New(cfg.Default)
+		p := New(cfg, lim)
+		url := "http://" + tt.host + "/"
+		p.Reserve(context.Background(), tt.host, url, at(0))
+		if got := p.Observe(tt.host, tt.answer, at(10)); got != tt.effect {
+			t.Errorf("%s, %+v: effect %v, want %v", tt.host, tt.answer, got, tt.effect)
+		}
+		var got []float64
+		for range 2 {
+			got = append(got, limiter.Millis(p.Reserve(context.Background(), tt.host, url, at(10)).Start.Sub(at(0))))
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s, %+v: next starts %v ms, want %v", tt.host, tt.answer, got, tt.want)
+		}
+		if _, ok := pressureOf(lim, tt.host, at(10)); !ok && tt.host != "x.off.test" {
+			t.Errorf("%s: not in the limiter", tt.host)
+		}
+	}
+	p := New(cfg, limiter.New(cfg.Default))
+	for host, want := range map[string]bool{"a.test": true, "x.adaptive.test": true, "x.ignored.test": false, "x.off.test": false, "localhost": false} {
+		if got := p.ReadsLimits(host); got != want {
+			t.Errorf("ReadsLimits(%s): got %v, want %v", host, got, want)
 		}
 	}
 }

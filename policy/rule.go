@@ -51,7 +51,8 @@ const maxRules = 10_000
 // fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N,
 // overload:STATUSES (429+503, or none), overload-header:NAME[=VALUE]
 // (repeatable; the rule's replace the flag's, none drops them),
-// retry-after-max:DURATION, jitter:F (0 to 1, 1 excluded) and
+// retry-after-max:DURATION, ratelimit-headers:obey or
+// ratelimit-headers:ignore, jitter:F (0 to 1, 1 excluded) and
 // robots:ignore, robots:crawl-delay or robots:obey, each after a comma or
 // a space;
 // a setting of only those keeps the mode of def. def is the setting of the
@@ -125,7 +126,7 @@ func match(pattern, host string) bool {
 	return ok
 }
 
-const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES, overload-header:NAME[=VALUE], retry-after-max:DURATION, jitter:F or robots:ignore|crawl-delay|obey"
+const settingWanted = "want adaptive, fixed:DURATION, off or exempt, optionally with burst:N, concurrency:N, overload:STATUSES, overload-header:NAME[=VALUE], retry-after-max:DURATION, ratelimit-headers:obey|ignore, jitter:F or robots:ignore|crawl-delay|obey"
 
 // MaxConcurrency bounds --http-nav-concurrency and concurrency:N.
 const MaxConcurrency = 10_000
@@ -147,7 +148,7 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("empty setting: " + settingWanted)
 	}
 	st.set.Floor = 0
-	mode, burst, overload, jitter, retryAfterMax := false, false, false, false, false
+	mode, burst, overload, jitter, retryAfterMax, serverLimits := false, false, false, false, false, false
 	var headers []limiter.Header // the rule's overload-header:s, nil when it names none
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
@@ -229,6 +230,16 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			}
 			st.set.RetryAfterMax, retryAfterMax = d, true
 			continue
+		case name == "ratelimit-headers" && hasArg:
+			ignore, err := ParseRateLimitHeaders(arg)
+			if err != nil {
+				return st, fmt.Errorf("%q: %v", f, err)
+			}
+			if serverLimits {
+				return st, fmt.Errorf("%q: one ratelimit-headers:… only", f)
+			}
+			st.set.IgnoreServer, serverLimits = ignore, true
+			continue
 		case mode:
 			return st, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
 		case name == "adaptive" && !hasArg:
@@ -257,6 +268,8 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("burst:N means nothing for hosts that are never spaced")
 	case st.set.Mode == limiter.Off && jitter:
 		return st, errors.New("jitter:F means nothing for hosts that are never spaced")
+	case st.set.Mode == limiter.Off && serverLimits:
+		return st, errors.New("ratelimit-headers:… means nothing for hosts that are never spaced")
 	case st.set.Mode != limiter.Adaptive && overload:
 		return st, errors.New("overload:STATUSES means nothing for a fixed spacing or hosts never spaced: only the adaptive rule hears answers")
 	case st.set.Mode != limiter.Adaptive && headers != nil:

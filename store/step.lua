@@ -8,7 +8,9 @@
 -- KEYS[1]  the host's hash: t = tat, p = pressure, c = clock, s = the
 --          start of its last booking as jitter moved it (absent: none),
 --          and the setting of its last booking: m = '1' adaptive or '0'
---          fixed, b = base, u = tau, f = floor.
+--          fixed, b = base, u = tau, f = floor; sf = the least spacing
+--          the host's server asked for (RateLimit-Policy) until su
+--          (absent: none).
 -- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
 --          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
@@ -21,6 +23,10 @@
 -- ARGV[8]  floor: the least spacing (a robots.txt Crawl-delay), 0 for none.
 -- ARGV[9]  jitter F in [0, 1), 0 or absent for none (limiter/jitter.go).
 -- ARGV[10] reserve with jitter: u, uniform in [−1, 1), drawn by the caller.
+-- ARGV[11] observe: the spacing the answer's server asks for, 0 or absent
+--          for none: the host's least spacing, with no burst, for
+--          SERVER_LIFE from now (limiter.Outcome.Server). Its spent quota
+--          comes as ARGV[6], as a Retry-After does.
 -- ARGV[2..4], [8] and [9] are the setting of this booking: it travels with the
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
@@ -36,6 +42,7 @@ local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
 local MAX_PRESSURE = {{MAX_PRESSURE}}  -- pressure at which the spacing reaches the cap
 local RAMP = {{RAMP}}                  -- units of pressure per extra base interval
 local MARGIN_MS = {{MARGIN_MS}}        -- kept past the moment the host is idle
+local SERVER_LIFE = {{SERVER_LIFE}}    -- how long a server's policy lasts after the answer that sent it
 
 local key, op = KEYS[1], ARGV[1]
 local adaptive = ARGV[2] == '1'
@@ -47,9 +54,24 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's')
+local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su')
 local tat, p, clock, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[8])
+local sf, su = tonumber(h[9]), tonumber(h[10])
 local known = tat ~= nil and p ~= nil and clock ~= nil
+
+-- underServer reports whether the host's server's policy holds now.
+local function underServer()
+  return sf ~= nil and su ~= nil and sf > 0 and su > now
+end
+
+-- idleAt is when the host turns idle: its booked slots have run out
+-- (tat), its pressure has drained (clock + p × COOLDOWN) and its
+-- server's policy has ended (su).
+local function idleAt()
+  local at = math.max(tat, clock + p * COOLDOWN)
+  if underServer() then at = math.max(at, su) end
+  return at
+end
 
 -- spacing is how far a booking at pressure q pushes the schedule.
 local function spacing(q)
@@ -76,29 +98,29 @@ local function drain()
   end
 end
 
--- save writes the host back and lets Redis forget it once it is idle: its
--- booked slots have run out (tat) and its pressure has drained
--- (clock + p × COOLDOWN). A host forgotten then is booked exactly as one
--- never seen, so expiry replaces limiter.Limiter's sweeps.
+-- save writes the host back and lets Redis forget it once it is idle
+-- (idleAt). A host forgotten then is booked exactly as one never seen, so
+-- expiry replaces limiter.Limiter's sweeps.
 local function save()
   local m = '0'
   if adaptive then m = '1' end
   redis.call('HSET', key, 't', string.format('%d', tat), 'p', string.format('%d', p), 'c', string.format('%d', clock),
     'm', m, 'b', string.format('%d', base), 'u', string.format('%d', tau), 'f', string.format('%d', floor))
   if last then redis.call('HSET', key, 's', string.format('%d', last)) end
-  local idle = math.max(tat, clock + p * COOLDOWN) - now
+  if underServer() then redis.call('HSET', key, 'sf', string.format('%d', sf), 'su', string.format('%d', su)) end
+  local idle = idleAt() - now
   local ttl = math.max(math.ceil(idle / 1000), 1) + MARGIN_MS
   redis.call('PEXPIRE', key, string.format('%d', ttl))
 end
 
 -- jittered is limiter/jitter.go's jittered: the start of a held
--- navigation whose unjittered start is grid, spaced by s, uniform over
--- where it may go.
-local function jittered(grid, s)
+-- navigation whose unjittered start is grid, spaced by s and at least
+-- least, uniform over where it may go.
+local function jittered(grid, s, least)
   local d = math.floor(jitter * s)
   local lo, hi = math.max(now, grid - d), grid + d
   if last then
-    lo = math.max(lo, last + math.max(s - d, floor))
+    lo = math.max(lo, last + math.max(s - d, least))
     hi = math.min(hi, last + s + d)
   end
   if lo >= hi then return lo end
@@ -120,13 +142,19 @@ if op == 'r' then
   else
     drain()
     s = spacing(p)
-    start = math.max(now, tat - tau)
-    slack, headroom = math.max(0, tat - start), start - (tat - tau)
+    local fl, tu = floor, tau
+    if underServer() then
+      -- The stricter of the rule and the server; a server's policy, as
+      -- a Crawl-delay, leaves no burst.
+      s, fl, tu = math.max(s, sf), math.max(floor, sf), 0
+    end
+    start = math.max(now, tat - tu)
+    slack, headroom = math.max(0, tat - start), start - (tat - tu)
     tat = math.max(tat, start) + s
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
     if jitter > 0 and start > now then
       -- A held slot moves; tat stays on the grid (limiter.Limiter's reserve).
-      start, slack = jittered(start, s), 0
+      start, slack = jittered(start, s, fl), 0
     end
     last = start
   end
@@ -135,7 +163,7 @@ if op == 'r' then
 end
 
 if op == 'o' then
-  local add, wait = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local add, wait, server = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[11]) or 0
   if known then
     drain()
   else
@@ -143,10 +171,18 @@ if op == 'o' then
     tat, clock, p = now, now, 0
   end
   p = math.min(p + add, MAX_PRESSURE)
+  if server > 0 then
+    -- The policy the server sends now is its policy: it replaces the one
+    -- before, and lasts while the server keeps sending it.
+    sf, su = server, now + SERVER_LIFE
+  end
   if wait >= 0 then
     -- The wait counts from the answer and the burst must not shorten it:
-    -- the next start, max(now, tat - tau), lands at now + wait.
-    tat = math.max(tat, now + wait + tau)
+    -- the next start, max(now, tat - tau), lands at now + wait (with no
+    -- burst under a server's policy, as reserve books).
+    local tu = tau
+    if underServer() then tu = 0 end
+    tat = math.max(tat, now + wait + tu)
     -- Nor may jitter: the next slot is spaced from the end of the wait.
     if jitter > 0 then last = math.max(last or now + wait, now + wait) end
   end
@@ -162,7 +198,7 @@ if op == 'l' then
     tat = tat + tonumber(ARGV[5])
     redis.call('HSET', key, 't', string.format('%d', tat))
     if last then redis.call('HSET', key, 's', string.format('%d', last + tonumber(ARGV[5]))) end
-    local idle = math.max(tat, clock + p * COOLDOWN) - now
+    local idle = idleAt() - now
     redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
   end
   return {0, 0, p or 0, now, flag(), floor, 0, 0}

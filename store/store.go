@@ -5,8 +5,9 @@
 // relay, which use it as they would a limiter.Limiter.
 //
 // Redis books with the same rule as the in-process limiter.Limiter (SPEC
-// §1). Each host is one hash (tat, pressure, clock, and the setting of its
-// last booking) under Options.Prefix + host, and each Reserve or Observe
+// §1). Each host is one hash (tat, pressure, clock, the setting of its
+// last booking, and the least spacing its server asked for, until when:
+// limiter.Outcome.Server) under Options.Prefix + host, and each Reserve or Observe
 // is one atomic server-side step: a Lua script, loaded once and run with
 // EVALSHA, reads the hash, applies the rule and writes it back. The
 // setting travels with each booking as the script's arguments
@@ -58,6 +59,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // Defaults for the zero values of Options' fields.
@@ -179,6 +181,7 @@ var step = redis.NewScript(strings.NewReplacer(
 	"{{MAX_PRESSURE}}", strconv.Itoa((limiter.MaxIntervals-1)*limiter.RampBursts),
 	"{{RAMP}}", strconv.Itoa(limiter.RampBursts),
 	"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
+	"{{SERVER_LIFE}}", us(limiter.ServerPolicyLife),
 ).Replace(stepSource))
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
@@ -328,7 +331,7 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 		if set.jitter != "0" {
 			set.u = strconv.FormatFloat(s.rand.Uniform(), 'g', -1, 64) // one draw per booking, as limiter.Limiter draws
 		}
-		v, err := s.run(host, now, "r", set, 0, -1)
+		v, err := s.run(host, now, "r", set, noArgs)
 		if err == nil {
 			s.answered(o)
 			// The slot starts v[0]-v[3] after Redis read its clock. That
@@ -385,8 +388,10 @@ func settingOf(cfg limiter.Config) setting {
 }
 
 // Observe feeds the answer to a navigation of host, received at now, back
-// into the host's pressure in Redis, as limiter.Limiter's Observe does.
-// Answers that change nothing never reach Redis. While Redis does not
+// into the host's pressure in Redis, as limiter.Limiter's Observe does,
+// with what it says of the server's own limits: its policy is kept in
+// the host's hash, where every relay's bookings find it. Answers that
+// change nothing never reach Redis. While Redis does not
 // answer, the local fallback is told instead; in FallbackClosed mode the
 // answer is dropped.
 func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
@@ -397,26 +402,39 @@ func (s *Redis) Observe(host string, o limiter.Outcome, now time.Time) {
 }
 
 // ObserveWith is Observe for a host booked with the setting cfg
-// (ReserveWith): only an adaptive setting listens, and cfg.Overload says
-// which statuses are overload (limiter.Config.Effect).
+// (ReserveWith): only an adaptive setting hears statuses, and
+// cfg.Overload says which are overload (limiter.Config.Effect); a fixed
+// one hears the server's limits alone, unless cfg.IgnoreServer.
 func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, now time.Time) {
 	set := settingOf(cfg)
-	if set.mode != limiter.Adaptive {
+	if set.mode == limiter.Off {
 		return
+	}
+	var srv ratelimit.Limits
+	if !cfg.IgnoreServer {
+		srv = o.Server
 	}
 	effect := cfg.Effect(o)
-	add := effect.Pressure()
-	if add == 0 {
-		return
-	}
-	wait := int64(-1)
-	if effect == limiter.Overload {
-		if d, ok := cfg.RetryAfter(o, now); ok {
-			wait = d.Microseconds()
+	args := noArgs
+	if set.mode == limiter.Adaptive {
+		args.add = int64(effect.Pressure())
+		if effect == limiter.Overload {
+			if d, ok := cfg.RetryAfter(o, now); ok {
+				args.wait = d.Microseconds()
+			}
 		}
 	}
+	if args.add == 0 && srv == (ratelimit.Limits{}) {
+		return
+	}
+	if srv.Wait > 0 {
+		// The server's spent quota holds the host as a Retry-After does;
+		// with both, the later.
+		args.wait = max(args.wait, srv.Wait.Microseconds())
+	}
+	args.server = srv.Spacing.Microseconds()
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
-		_, err := s.run(host, now, "o", set, add, wait)
+		_, err := s.run(host, now, "o", set, args)
 		if err == nil {
 			s.answered(o)
 			return
@@ -438,7 +456,7 @@ func (s *Redis) Push(host string, by time.Duration, now time.Time) {
 		return
 	}
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
-		_, err := s.run(host, now, "l", settingOf(s.cfg), int(max(by.Microseconds(), 1)), -1)
+		_, err := s.run(host, now, "l", settingOf(s.cfg), stepArgs{add: max(by.Microseconds(), 1), wait: -1})
 		if err == nil {
 			s.answered(o)
 			return
@@ -478,16 +496,26 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 // microseconds.
 const stepValues = 8
 
+// stepArgs are the script's arguments besides the op and the setting.
+type stepArgs struct {
+	add    int64 // observe: the pressure the answer adds; late: how far to push, in µs
+	wait   int64 // observe: how long the answer asks the host be left alone, in µs; -1 for none
+	server int64 // observe: the least spacing the answer's server asks for, in µs; 0 for none
+}
+
+// noArgs are the arguments of a step that is told nothing.
+var noArgs = stepArgs{wait: -1}
+
 // run runs one step of the script for host with the setting set and
 // returns its values.
-func (s *Redis) run(host string, now time.Time, op string, set setting, add int, wait int64) ([]int64, error) {
+func (s *Redis) run(host string, now time.Time, op string, set setting, args stepArgs) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	nowArg := ""
 	if s.callerClock {
 		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
 	}
-	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, add, wait, nowArg, set.floorU, set.jitter, set.u).Int64Slice()
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, args.add, args.wait, nowArg, set.floorU, set.jitter, set.u, args.server).Int64Slice()
 	if err == nil && len(v) != stepValues {
 		err = fmt.Errorf("script returned %d values, want %d", len(v), stepValues)
 	}
@@ -566,7 +594,7 @@ func (s *Redis) fallbackEffect() string {
 // peek reports host's pressure drained to now without changing it; ok is
 // false when Redis does not know the host.
 func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err error) {
-	v, err := s.run(host, now, "p", settingOf(s.cfg), 0, -1)
+	v, err := s.run(host, now, "p", settingOf(s.cfg), noArgs)
 	if err != nil {
 		return 0, false, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/limiter/limitertest"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 func TestMain(m *testing.M) {
@@ -91,6 +92,8 @@ func TestSameAsLimiterAtRandomSteps(t *testing.T) {
 	outcomes := []limiter.Outcome{
 		{Status: 200}, {Status: 429}, {Status: 503, RetryAfter: "1"}, {Status: 500}, {NoAnswer: true},
 		{Status: 429, RetryAfter: "120"}, {Status: 404},
+		{Status: 200, Server: ratelimit.Limits{Spacing: 150 * time.Millisecond}}, {Status: 200, Server: ratelimit.Limits{Wait: time.Second}},
+		{Status: 429, RetryAfter: "2", Server: ratelimit.Limits{Spacing: 50 * time.Millisecond, Wait: 500 * time.Millisecond}},
 	}
 	for _, cfg := range []limiter.Config{{}, {Burst: 1}, {Burst: 3}, {Mode: limiter.Fixed, Interval: 70 * time.Millisecond, Burst: 2}} {
 		t.Run(fmt.Sprintf("%v burst %d", cfg.Mode, cfg.Burst), func(t *testing.T) {
@@ -166,6 +169,52 @@ func TestTwoStoresNeverOverlap(t *testing.T) {
 		if !seen[time.Duration(i)*interval] {
 			t.Fatalf("%d bookings but no slot at %v", len(starts), time.Duration(i)*interval)
 		}
+	}
+}
+
+// TestServerLimitsShared: what one relay's answer says of the server's
+// own limits spaces the bookings another relay makes on the same Redis:
+// its policy, until it lapses, and its spent quota.
+func TestServerLimitsShared(t *testing.T) {
+	srv := startRedis(t)
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: 20 * time.Millisecond, Burst: 1}
+	a := newStore(t, srv, cfg, Options{Prefix: "shared:", Timeout: patient})
+	b := newStore(t, srv, cfg, Options{Prefix: "shared:", Timeout: patient})
+	a.callerClock, b.callerClock = true, true
+	const host = "example.com"
+	hour := float64(limiter.ServerPolicyLife / time.Millisecond)
+	for i, s := range []struct {
+		by        *Redis
+		atMS      float64
+		server    ratelimit.Limits // observed when not zero
+		wantStart float64
+	}{
+		{by: a, atMS: 0, wantStart: 0},
+		{by: a, atMS: 10, server: ratelimit.Limits{Spacing: 200 * time.Millisecond}},
+		{by: b, atMS: 10, wantStart: 20},
+		{by: b, atMS: 10, wantStart: 220},
+		{by: a, atMS: 10, wantStart: 420},
+		{by: a, atMS: 500, server: ratelimit.Limits{Wait: 3 * time.Second}},
+		{by: b, atMS: 510, wantStart: 3500},
+		{by: b, atMS: 510, wantStart: 3700},
+		{by: b, atMS: hour + 10, wantStart: hour + 10}, // the policy lapsed: the rule's 20 ms
+		{by: a, atMS: hour + 10, wantStart: hour + 30},
+	} {
+		if s.server != (ratelimit.Limits{}) {
+			s.by.Observe(host, limiter.Outcome{Status: 200, Server: s.server}, limitertest.At(s.atMS))
+			continue
+		}
+		if r := s.by.Reserve(host, limitertest.At(s.atMS)); r.Start != limitertest.At(s.wantStart) {
+			t.Errorf("step %d: Reserve at %vms: got start %v, want %vms", i, s.atMS, r.Start.Sub(limitertest.T0), s.wantStart)
+		}
+	}
+	if a.Fallbacks()+b.Fallbacks() != 0 {
+		t.Fatalf("fallbacks: %d and %d, want every step made in Redis", a.Fallbacks(), b.Fallbacks())
+	}
+	// A host under a policy is kept while the policy lasts, idle or not.
+	a.Observe("quiet.example", limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: time.Second}}, limitertest.At(0))
+	if ttl, err := a.client.PTTL(context.Background(), "shared:quiet.example").Result(); err != nil || ttl < limiter.ServerPolicyLife {
+		t.Errorf("a host under a policy expires in %v (%v), want at least %v", ttl, err, limiter.ServerPolicyLife)
 	}
 }
 

@@ -180,6 +180,7 @@ func Run(t *testing.T, newL New) {
 		{"Push", Push},
 		{"SlackAndHeadroom", SlackAndHeadroom},
 		{"Jitter", Jitter},
+		{"ServerLimits", ServerLimits},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
