@@ -27,6 +27,9 @@
 --          for none: the host's least spacing, with no burst, for
 --          SERVER_LIFE from now (limiter.Outcome.Server). Its spent quota
 --          comes as ARGV[6], as a Retry-After does.
+-- ARGV[12] reserve: the setting's MaxWait, 0 or absent for none: a
+--          navigation whose start lies further ahead books nothing, and
+--          its spacing comes back -1 (limiter.Reservation.Deferred).
 -- ARGV[2..4], [8] and [9] are the setting of this booking: it travels with the
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
@@ -48,6 +51,7 @@ local key, op = KEYS[1], ARGV[1]
 local adaptive = ARGV[2] == '1'
 local base, tau, floor = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[8]) or 0
 local jitter, u = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]) or 0
+local maxwait = tonumber(ARGV[12]) or 0
 local now = tonumber(ARGV[7])
 if not now then
   local t = redis.call('TIME')
@@ -150,12 +154,17 @@ if op == 'r' then
     end
     start = math.max(now, tat - tu)
     slack, headroom = math.max(0, tat - start), start - (tat - tu)
-    tat = math.max(tat, start) + s
-    if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
+    local booked = math.max(tat, start) + s
     if jitter > 0 and start > now then
       -- A held slot moves; tat stays on the grid (limiter.Limiter's reserve).
       start, slack = jittered(start, s, fl), 0
     end
+    if maxwait > 0 and start - now > maxwait then
+      -- Too far ahead to wait for: nothing is booked or written.
+      return {start, -1, p, now, flag(), floor, 0, 0}
+    end
+    tat = booked
+    if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
     last = start
   end
   save()

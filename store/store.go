@@ -346,6 +346,10 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				skew = time.Since(sent)
 				at = now.Add(time.Since(entered))
 			}
+			if v[1] < 0 { // too far ahead to wait for: nothing was booked
+				return limiter.Reservation{Start: at.Add(time.Duration(v[0]-v[3]) * time.Microsecond), Pressure: int(v[2]), Skew: skew,
+					Mode: set.mode, Bucket: host, Deferred: "max-wait"}
+			}
 			return limiter.Reservation{
 				Start:    at.Add(time.Duration(v[0]-v[3]) * time.Microsecond),
 				Spacing:  time.Duration(v[1]) * time.Microsecond,
@@ -374,12 +378,13 @@ type setting struct {
 	base, tau, floorU int64
 	jitter            string // F, "0" for none
 	u                 string // a reserve's draw for the jitter, "0" unless drawn
+	maxWait           int64  // a reserve's MaxWait in µs, 0 for none
 }
 
 func settingOf(cfg limiter.Config) setting {
 	mode, base, tau, floor, jitter := cfg.Params()
 	s := setting{mode: mode, adaptive: "0", base: max(base.Microseconds(), 1), floorU: floor.Microseconds(),
-		jitter: strconv.FormatFloat(jitter, 'g', -1, 64), u: "0"}
+		jitter: strconv.FormatFloat(jitter, 'g', -1, 64), u: "0", maxWait: max(cfg.MaxWait, 0).Microseconds()}
 	if mode == limiter.Adaptive {
 		s.adaptive = "1"
 	}
@@ -515,7 +520,7 @@ func (s *Redis) run(host string, now time.Time, op string, set setting, args ste
 	if s.callerClock {
 		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
 	}
-	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, args.add, args.wait, nowArg, set.floorU, set.jitter, set.u, args.server).Int64Slice()
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, args.add, args.wait, nowArg, set.floorU, set.jitter, set.u, args.server, set.maxWait).Int64Slice()
 	if err == nil && len(v) != stepValues {
 		err = fmt.Errorf("script returned %d values, want %d", len(v), stepValues)
 	}

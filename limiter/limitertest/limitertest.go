@@ -181,6 +181,7 @@ func Run(t *testing.T, newL New) {
 		{"SlackAndHeadroom", SlackAndHeadroom},
 		{"Jitter", Jitter},
 		{"ServerLimits", ServerLimits},
+		{"MaxWait", MaxWait},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newL) })
 	}
