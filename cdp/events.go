@@ -287,21 +287,33 @@ func (r *response) outcome() Outcome {
 		// Chromium writes an IPv6 address bare; brackets are read too.
 		o.RemoteIP, _ = netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(r.RemoteIP, "["), "]"))
 	}
-	// In order of name: a header sent under two spellings is read the
-	// same whatever the map's order.
-	for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
-		v := r.Headers[k]
-		if strings.EqualFold(k, "Retry-After") {
-			// Lightpanda joins repeated headers with newlines; the first counts.
-			o.RetryAfter, _, _ = strings.Cut(v, "\n")
-			continue
+	switch len(r.Headers) { // only what the reader kept: mostly none
+	case 0:
+	case 1:
+		for k, v := range r.Headers {
+			o.header(r.keep, k, v)
 		}
-		if len(r.keep) > 0 && keeps(r.keep, k) {
-			o.Headers = o.Headers.kept(k, v)
+	default:
+		// In order of name: a header sent under two spellings is read the
+		// same whatever the map's order.
+		for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+			o.header(r.keep, k, r.Headers[k])
 		}
-		o.Limits.Add(k, v) // Chromium joins them with newlines too, which Read takes as lines
 	}
 	return o
+}
+
+// header reads one header a Network event's reader kept into o.
+func (o *Outcome) header(keep []string, k, v string) {
+	if strings.EqualFold(k, "Retry-After") {
+		// Lightpanda joins repeated headers with newlines; the first counts.
+		o.RetryAfter, _, _ = strings.Cut(v, "\n")
+		return
+	}
+	if len(keep) > 0 && keeps(keep, k) {
+		o.Headers = o.Headers.kept(k, v)
+	}
+	o.Limits.Add(k, v) // Chromium joins them with newlines too, which Read takes as lines
 }
 
 // Answer is how a document request ended, from Network.responseReceived or
