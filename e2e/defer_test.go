@@ -3,17 +3,23 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/relay"
+	"github.com/cdp-throttle/cdp-throttle/store"
 )
 
 // Hosts that push back (issue 40): a host whose documents keep failing is
@@ -99,6 +105,26 @@ func runDefer(t *testing.T, timeout time.Duration, lp bool, relays []*relayed, b
 		t.Fatalf("pptr-defer.mjs printed %s: %v", out, err)
 	}
 	return gotos
+}
+
+// flakySite serves /flaky on s: 503 to its first fails requests, the page
+// after them; the request numbered slowNth (from 1; 0 none) is answered
+// slowBy late.
+func flakySite(s *site, fails, slowNth int, slowBy time.Duration) {
+	var n atomic.Int64
+	s.handle("/flaky", func(w http.ResponseWriter, r *http.Request) {
+		k := int(n.Add(1))
+		if k == slowNth {
+			time.Sleep(slowBy)
+		}
+		w.Header().Set("Content-Type", "text/html")
+		if k <= fails {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "<!doctype html><title>503</title>down")
+			return
+		}
+		fmt.Fprintf(w, "<!doctype html><title>%s</title>up", r.URL.RawQuery)
+	})
 }
 
 // reachedBy returns the documents of run that reached s on host, in the
@@ -204,6 +230,205 @@ func deferMetrics(t *testing.T, r *relayed, want int) int {
 		t.Errorf(`/metrics: outcome="unheld" %v, want 0`, unheld)
 	}
 	return deferred
+}
+
+// breakerCounts reads what the breakers of r's policy counted.
+func breakerCounts(r *relayed) breaker.Counts {
+	if p, ok := r.p.Limiter.(*policy.Policy); ok && p.Breakers() != nil {
+		return p.Breakers().Counts()
+	}
+	return breaker.Counts{}
+}
+
+// TestBreakerPausesHost: with --host-errors 5/1m, a site that answers
+// 503 sees five documents, then none for 30 s (36 at most, the jitter),
+// then one probe, which fails: none for 60 s (72 at most); the site is
+// healthy by then, so the second probe closes the breaker and the
+// client's navigations reach it again. Meanwhile each goto, one every
+// 3 s, returns at once with the relay's 429 and a Retry-After that says
+// when the probe went, within a second and the client's interval.
+// Chromium and Lightpanda side by side: about 2.5 min (E2E_LONG).
+func TestBreakerPausesHost(t *testing.T) {
+	t.Parallel()
+	const interval = 3 * time.Second
+	for _, b := range deferBrowsers {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			upstream, s, host := b.open(t)
+			flakySite(s, 6, 0, 0) // five failures, then the first probe
+			// A fixed spacing: a 503 moves nothing but the breaker.
+			r := startRelayTo(t, upstream, limiter.Config{}, withPolicy(t, policy.Flags{Delay: "1s", Burst: "1", HostErrors: "5/1m"}))
+			run := runID()
+			gotos := runDefer(t, 4*time.Minute, b.lp, []*relayed{r}, s.url(host, ""),
+				"PATH_QUERY=/flaky?run="+run, fmt.Sprint("INTERVAL=", interval.Milliseconds()), "DURATION=200000", "OKS=3")
+			docs, by := reachedBy(t, s, host, run)
+			t.Logf("the site saw:%s", describeDocs(docs))
+			if len(docs) != 9 {
+				for _, g := range gotos {
+					t.Log(g)
+				}
+				t.Fatalf("the site saw %d documents, want 9: five failures, a probe that fails, one that closes the breaker, two more", len(docs))
+			}
+			var deferred []deferGoto
+			for _, g := range gotos {
+				h, went := by[g.I]
+				switch {
+				case g.Error != "":
+					t.Errorf("%v", g)
+				case went && g.Throttle != "":
+					t.Errorf("%v: reached the site, yet answered as deferred", g)
+				case went && (slices.Index(docs, h) < 6) != (g.Status == 503):
+					t.Errorf("%v: document %d at the site, want 503 for the first six, 200 after", g, slices.Index(docs, h)+1)
+				case !went:
+					deferred = append(deferred, g)
+					// The probe is the first document after it: it went
+					// at the first goto past the breaker's end.
+					i, _ := slices.BinarySearchFunc(docs, g.at(), func(h hit, at time.Time) int { return h.At.Compare(at) })
+					if i == len(docs) {
+						t.Errorf("%v: nothing reached the site after it", g)
+						continue
+					}
+					probe, end := docs[i].At, g.retryEnd(t)
+					if end.After(probe.Add(time.Second)) || end.Before(probe.Add(-interval-time.Second)) {
+						t.Errorf("%v: Retry-After says %s, the probe reached the site at %s: want it at most a second sooner, at most %v later",
+							g, end.Format("15:04:05.000"), probe.Format("15:04:05.000"), interval+time.Second)
+					}
+				}
+			}
+			answers := checkDeferred(t, r, host, deferred, "breaker")
+			open1, open2, resumed := docs[5].At.Sub(docs[4].At), docs[6].At.Sub(docs[5].At), docs[7].At.Sub(docs[6].At)
+			t.Logf("%s: gaps at the site: %.1f s after the fifth failure, %.1f s after the failed probe, %.1f s after the probe that closed; deferred gotos: %s; breakers: %+v",
+				b.name, open1.Seconds(), open2.Seconds(), resumed.Seconds(), answers, breakerCounts(r))
+			if open1 < breaker.DefaultFirst || open1 > breaker.DefaultFirst*6/5+interval+time.Second {
+				t.Errorf("the probe reached the site %.1f s after the fifth failure, want 30 to 40 s (30 s, its jitter, the client's interval)", open1.Seconds())
+			}
+			if open2 < 2*breaker.DefaultFirst || open2 > 2*breaker.DefaultFirst*6/5+interval+time.Second {
+				t.Errorf("the second probe reached the site %.1f s after the first failed, want 60 to 76 s (twice the pause)", open2.Seconds())
+			}
+			if resumed > interval+time.Second {
+				t.Errorf("after the probe that closed the breaker, the next document came %.1f s later, want the client's next goto (%v)", resumed.Seconds(), interval)
+			}
+			if c := breakerCounts(r); c.Opened != 2 || c.Probes != 2 {
+				t.Errorf("breakers: %+v, want opened twice, two probes", c)
+			}
+			deferMetrics(t, r, len(deferred))
+		})
+	}
+}
+
+// redisBreakers books a relay's navigations in Redis at url, with the
+// breakers of the store (store.Redis.Breaker), as the relay command does
+// with --store, and the policy of the flags f. *made gets the store.
+func redisBreakers(t *testing.T, url string, f policy.Flags, made **store.Redis) func(*relay.Proxy) {
+	cfg, err := policy.FromFlags(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(p *relay.Proxy) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// A second for each call, as redisPolicy gives: a busy machine
+		// must not make a relay fall back to breakers of its own.
+		s, err := store.NewRedis(ctx, url, cfg.Default, store.Options{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		*made = s
+		c := cfg
+		c.Breakers = s.Breaker(cfg.HostErrors, nil)
+		pol := policy.New(c, s)
+		t.Cleanup(pol.Close)
+		p.Limiter = pol
+	}
+}
+
+// TestBreakerFleet: two relays on one Redis, --host-errors 5/1m. Five
+// 503s through relay A open the breaker for both: relay B's gotos are
+// answered at once with the relay's 429 too. The probe (whichever relay's
+// navigation it is) is answered 5 s late, and meanwhile nothing else
+// reaches the site from either relay: each goto of theirs is deferred.
+// Its 200 closes the breaker for both, and both relays' navigations reach
+// the site again. About a minute (E2E_LONG).
+func TestBreakerFleet(t *testing.T) {
+	t.Parallel()
+	const interval, slow = 2 * time.Second, 5 * time.Second
+	rs := startRedisServer(t)
+	s := newSite(t)
+	host := "fleet-breaker.test"
+	flakySite(s, 5, 6, slow)
+	flags := policy.Flags{Delay: "1s", Burst: "1", HostErrors: "5/1m"}
+	var sa, sb *store.Redis
+	a := startRelay(t, limiter.Config{}, redisBreakers(t, rs.url(), flags, &sa))
+	b := startRelay(t, limiter.Config{}, redisBreakers(t, rs.url(), flags, &sb))
+	run := runID()
+	gotos := runDefer(t, 3*time.Minute, false, []*relayed{a, b}, s.url(host, ""),
+		"PATH_QUERY=/flaky?run="+run, fmt.Sprint("INTERVAL=", interval.Milliseconds()), "DURATION=120000", "ALONE=5", "OKS=6")
+	docs, by := reachedBy(t, s, host, run)
+	t.Logf("the site saw:%s", describeDocs(docs))
+	if len(docs) < 7 {
+		for _, g := range gotos {
+			t.Log(g)
+		}
+		t.Fatalf("the site saw %d documents, want five failures, the probe, and more once it closed the breaker", len(docs))
+	}
+	probe := docs[5]
+	var deferred, deferredA, deferredB, duringProbe []deferGoto
+	reachedAfter := map[int]int{} // documents after the probe, by relay
+	for _, g := range gotos {
+		h, went := by[g.I]
+		switch {
+		case g.Error != "":
+			t.Errorf("%v", g)
+		case g.I < 5 && (!went || g.Relay != 0 || g.Status != 503):
+			t.Errorf("%v: want one of relay A's five failures, answered 503 by the site", g)
+		case went && g.Throttle != "":
+			t.Errorf("%v: reached the site, yet answered as deferred", g)
+		case went && h.At.After(probe.At):
+			reachedAfter[g.Relay]++
+		case !went:
+			deferred = append(deferred, g)
+			if g.Relay == 1 {
+				deferredB = append(deferredB, g)
+			} else {
+				deferredA = append(deferredA, g)
+			}
+			if g.at().After(probe.At) && g.at().Before(probe.At.Add(slow)) {
+				duringProbe = append(duringProbe, g)
+			}
+		}
+	}
+	answersA := checkDeferred(t, a, host, deferredA, "breaker")
+	answersB := checkDeferred(t, b, host, deferredB, "breaker")
+	ca, cb := breakerCounts(a), breakerCounts(b)
+	t.Logf("the probe reached the site %.1f s after the fifth failure, the next document %.1f s after it; deferred gotos: relay A %s; relay B %s; during the probe: %d; documents after the probe by relay: %v; breakers: A %+v, B %+v",
+		probe.At.Sub(docs[4].At).Seconds(), docs[6].At.Sub(probe.At).Seconds(), answersA, answersB, len(duringProbe), reachedAfter, ca, cb)
+	if gap := probe.At.Sub(docs[4].At); gap < breaker.DefaultFirst || gap > breaker.DefaultFirst*6/5+interval+time.Second {
+		t.Errorf("the probe reached the site %.1f s after the fifth failure, want 30 to 39 s", gap.Seconds())
+	}
+	if len(deferredB) == 0 {
+		t.Errorf("relay B deferred none of its navigations: the breaker relay A opened was not the fleet's")
+	}
+	if docs[6].At.Sub(probe.At) < slow {
+		t.Errorf("a document reached the site %.1f s after the probe, while the probe's answer was still %v away: two probes", docs[6].At.Sub(probe.At).Seconds(), slow)
+	}
+	if len(duringProbe) == 0 {
+		t.Errorf("no goto was tried while the probe was out: the test shows nothing of a single probe")
+	}
+	if reachedAfter[0] == 0 || reachedAfter[1] == 0 {
+		t.Errorf("documents after the probe closed the breaker, by relay: %v; want both relays'", reachedAfter)
+	}
+	if ca.Probes+cb.Probes != 1 || ca.Opened+cb.Opened != 1 {
+		t.Errorf("breakers: A %+v, B %+v; want one opening, one probe across both", ca, cb)
+	}
+	if n := sa.Outages() + sb.Outages(); n > 0 {
+		t.Errorf("Redis did not answer a call within a second %d times: the relays kept breakers of their own meanwhile", n)
+	}
+	da := deferMetrics(t, a, -1)
+	db := deferMetrics(t, b, -1)
+	if da+db != len(deferred) || db != len(deferredB) {
+		t.Errorf("/metrics: %d deferred by A, %d by B; want %d in all, %d by B", da, db, len(deferred), len(deferredB))
+	}
 }
 
 // TestMaxWaitDefers: --max-wait 2s, a site answering 429 with
