@@ -436,8 +436,8 @@ func TestBreakerFleet(t *testing.T) {
 // the relay's 429 (reason=max-wait) and a Retry-After that ends when the
 // site's 10 s do, and nothing reaches the site before those 10 s are
 // over; then navigations go again, none of the relay's 429s having
-// pushed the host's schedule further. /metrics counts each deferred one,
-// none unheld.
+// pushed the host's schedule further nor added to its pressure. /metrics
+// counts each deferred one, none unheld.
 func TestMaxWaitDefers(t *testing.T) {
 	const interval, retryAfter = time.Second, 10 * time.Second
 	for _, b := range deferBrowsers {
@@ -489,8 +489,14 @@ func TestMaxWaitDefers(t *testing.T) {
 			}
 			answers := checkDeferred(t, r, host, deferred, "max-wait")
 			next := docs[1].At.Sub(first.At)
-			t.Logf("%s: the first navigation after the 429 reached the site %.3f s after it; deferred gotos: %s",
-				b.name, next.Seconds(), answers)
+			// The site's 429 left 50 units, drained since; each of the
+			// relay's 429s fed back would have added as many.
+			pressure := hostPressure(t, r, host)
+			t.Logf("%s: the first navigation after the 429 reached the site %.3f s after it; deferred gotos: %s; the host's pressure at the end %d",
+				b.name, next.Seconds(), answers, pressure)
+			if pressure >= 100 {
+				t.Errorf("the host's pressure is %d at the end, want under 100 (the site's one 429): the relay's own 429s were fed back", pressure)
+			}
 			if len(deferred) < 6 {
 				t.Errorf("%d gotos deferred, want about 8 (one a second, until 2 s before the 10 s end)", len(deferred))
 			}
