@@ -64,7 +64,8 @@ unit: redis
 	$(GO) test -race -count=1 ./...
 
 # The tests that run minutes of wall clock, mostly idle (the wire as the
-# browser sees it, long sessions of every client, a client's host gone:
+# browser sees it, long sessions of every client, a client's host gone, a
+# host's breaker through its pauses, alone and across two relays:
 # E2E_LONG), run in a process of their own beside the others, on a
 # Chromium of their own, all of them at once (-parallel): the suite grows by
 # the longest of them, not by their sum, and not at all while the others
@@ -74,7 +75,7 @@ unit: redis
 # Redis failing over: two navigations of a host closer than it allows, at
 # the start of the run or just after a burst of navigations seconds late),
 # which is yet to be understood; a second failure fails the suite.
-E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone)$$
+E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone|TestBreakerPausesHost|TestBreakerFleet)$$
 e2e: deps
 	cd e2e && $(GO) test -tags e2e -c -o e2e.test .
 	cd e2e && { long=$$(mktemp); ./e2e.test -test.v -test.count=1 -test.timeout 20m -test.parallel 16 -test.run '$(E2E_LONG)' >"$$long" 2>&1 & pid=$$!; \
