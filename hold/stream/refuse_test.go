@@ -3,6 +3,7 @@ package stream
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -37,5 +38,44 @@ func TestStreamHoldRefusesDisallowed(t *testing.T) {
 	}
 	if n := tp.Counts.Disallowed.Load(); n != 1 {
 		t.Errorf("holding counted %d disallowed navigations, want 1", n)
+	}
+}
+
+// TestStreamHoldDefers: held in the client stream, with --max-wait, a
+// Page.navigate whose slot lies further ahead is answered at once with an
+// errorText that says the relay deferred it, its status and when to come
+// back (a command's answer has no room for a response), never reaching
+// the browser; it books nothing, and is counted deferred.
+func TestStreamHoldDefers(t *testing.T) {
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
+	cfg := holdtest.Fixed(time.Minute)
+	cfg.MaxWait = 10 * time.Second
+	tp := start(t, fb, cfg)
+	c := tp.Dial(t, "/", nil)
+	fc := fb.Accept(t)
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`))
+	if m := fc.Next(t); !strings.Contains(string(m.Data), "/1") {
+		t.Fatalf("browser got %s, want the first navigation", m.Data)
+	}
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-1"}`))
+	_, data := holdtest.ReadClient(t, c)
+	got := string(data)
+	if !strings.Contains(got, `"id":2`) || !strings.Contains(got, `"errorText":"net::ERR_HTTP_RESPONSE_CODE_FAILURE (cdp-throttle: 429 deferred, reason=max-wait, retry after `) {
+		t.Fatalf("client got %s, want Page.navigate's result with an errorText saying it was deferred", got)
+	}
+	if after := got[strings.Index(got, "retry after ")+len("retry after "):]; !strings.HasPrefix(after, "60 s") && !strings.HasPrefix(after, "59 s") {
+		t.Errorf("errorText says retry after %q, want the minute to its slot", after)
+	}
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":3,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"SID-1"}`))
+	if m := fc.Next(t); !strings.Contains(string(m.Data), "Runtime.evaluate") {
+		t.Fatalf("browser got %s, want the next command (and never the deferred navigation)", m.Data)
+	}
+	tp.Holder.Holder.Wait()
+	if n := tp.Counts.Deferred.Load(); n != 1 {
+		t.Errorf("holding counted %d deferred navigations, want 1", n)
+	}
+	if n := tp.Counts.Booked.Load(); n != 1 {
+		t.Errorf("holding booked %d navigations, want the first alone", n)
 	}
 }
