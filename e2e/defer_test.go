@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -316,6 +318,39 @@ func TestBreakerPausesHost(t *testing.T) {
 	}
 }
 
+// checkPageShowsDeferred opens the relay's live page in a Chromium of its
+// own and reads what it draws: the deferred navigations among the
+// relay's counts, and in host's row.
+func checkPageShowsDeferred(t *testing.T, r *relayed, host string, n int) {
+	t.Helper()
+	w := openWatcher(t)
+	if status, _ := w.open(t, r.url+"/"); status != 200 {
+		t.Fatalf("the relay's page answered %d", status)
+	}
+	want := fmt.Sprintf("deferred %d", n)
+	var got struct{ Navs, Row string }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		w.eval(t, fmt.Sprintf(`({navs: document.getElementById("navs").innerText.replace(/\s+/g, " "),
+			row: ([...document.querySelectorAll("#rows .bucket")].find(r => r.dataset.bucket === %q) || {innerText: ""}).innerText.replace(/\s+/g, " ")})`, host), &got)
+		if strings.Contains(got.Navs, want) && strings.Contains(got.Row, want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(got.Navs, want) {
+		t.Errorf("the page's counts read %q, want %q", got.Navs, want)
+	}
+	if !strings.Contains(got.Row, want) {
+		t.Errorf("the page's row of %s reads %q, want %q", host, got.Row, want)
+	}
+	t.Logf("the relay's page: counts %q; %s's row %q", got.Navs, host, got.Row)
+	if out := os.Getenv("DEFER_PNG"); out != "" { // to look at it
+		var shot struct{ Data string }
+		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
+		png, _ := base64.StdEncoding.DecodeString(shot.Data)
+		os.WriteFile(out, png, 0o644)
+	}
+}
+
 // redisBreakers books a relay's navigations in Redis at url, with the
 // breakers of the store (store.Redis.Breaker), as the relay command does
 // with --store, and the policy of the flags f. *made gets the store.
@@ -504,6 +539,7 @@ func TestMaxWaitDefers(t *testing.T) {
 				t.Errorf("the first navigation after the 429 reached the site %.1f s after it, want soon after the 10 s: the relay's own 429s pushed the schedule", next.Seconds())
 			}
 			deferMetrics(t, r, len(deferred))
+			checkPageShowsDeferred(t, r, host, len(deferred))
 		})
 	}
 }
