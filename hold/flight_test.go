@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
 
 // noUpstream is a browser the core never dials (the stream way).
@@ -188,5 +190,59 @@ func TestWays(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// lockedLog is a log a test reads while the core writes it.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), `"message":"`+msg+`"`)
+}
+
+// TestWarnsOncePerHost: what an answer says badly, a RateLimit field
+// that does not read or a Retry-After that is neither seconds nor a date,
+// is ignored and warned about once per host, however many answers carry
+// it: a server sends the same headers with every answer.
+func TestWarnsOncePerHost(t *testing.T) {
+	logs := &lockedLog{}
+	log := zerolog.New(logs)
+	cfg := limiter.Config{} // adaptive: an overload's Retry-After is read
+	hd := &hold.Holder{
+		Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)),
+		Ways:    hold.Ways{Stream: func(*hold.Watch) hold.ConnWay { return noWay{} }},
+		Log:     &log,
+	}
+	if !hd.Start() {
+		t.Fatal("Holder.Start: it holds nothing")
+	}
+	var done sync.WaitGroup
+	bg, stop := context.WithCancel(context.Background())
+	b, err := hd.Arm(context.Background(), bg, noUpstream{}, "", nil, &done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { hd.Close(); stop(); done.Wait(); hd.Wait() }()
+	var bad ratelimit.Fields
+	bad.Add("RateLimit-Policy", `"p";q=-1;w=1`)
+	for _, host := range []string{"a.test", "a.test", "a.test", "b.test", "b.test"} {
+		b.(*hold.BrowserHold).Observe(nil, host, cdp.Outcome{Status: 429, RetryAfter: "tomorrow", Limits: bad}, &log)
+	}
+	hd.Wait()
+	for _, msg := range []string{"malformed RateLimit headers ignored", "ignoring a Retry-After that is neither seconds nor an HTTP-date"} {
+		if n := logs.count(msg); n != 2 {
+			t.Errorf("%q said %d times, want once per host, 2", msg, n)
+		}
 	}
 }
