@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,21 +115,9 @@ func TestJitterBounds(t *testing.T) {
 	if lo < 50 || hi < 50 {
 		t.Errorf("of 500 draws, %d lengthened under 1 s and %d over 5 s, want about 83 each", lo, hi)
 	}
-	if b := run(1); !slicesEqual(a, b) {
+	if b := run(1); !slices.Equal(a, b) {
 		t.Errorf("the same seed drew other pauses")
 	}
-}
-
-func slicesEqual(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestForgets: a Local forgets a bucket once it is idle, and one that

@@ -321,11 +321,12 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 }
 
 // redisPolicy makes a relay book, and count its places in flight, in
-// Redis at url, with the policy of the flags f. Each call to Redis may
-// take a second, not the default 50 ms: on a busy machine a slower answer
-// made a store fall back to counting places alone (--store-fallback
-// local), and two relays let two each go. *made gets the store, whose
-// Outages say whether that happened anyway.
+// Redis at url, with the policy of the flags f, and with --host-errors
+// keep its breakers there, as the relay command does with --store. Each
+// call to Redis may take a second, not the default 50 ms: on a busy
+// machine a slower answer made a store fall back to counting places
+// alone (--store-fallback local), and two relays let two each go. *made
+// gets the store, whose Outages say whether that happened anyway.
 func redisPolicy(t *testing.T, url string, f policy.Flags, made **store.Redis) func(*relay.Proxy) {
 	cfg, err := policy.FromFlags(f)
 	if err != nil {
@@ -340,7 +341,11 @@ func redisPolicy(t *testing.T, url string, f policy.Flags, made **store.Redis) f
 		}
 		t.Cleanup(func() { s.Close() })
 		*made = s
-		pol := policy.New(cfg, s)
+		c := cfg
+		if c.HostErrors.On() {
+			c.Breakers = s.Breaker(c.HostErrors, nil)
+		}
+		pol := policy.New(c, s)
 		t.Cleanup(pol.Close)
 		p.Limiter = pol
 	}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
-	"github.com/cdp-throttle/cdp-throttle/relay"
 	"github.com/cdp-throttle/cdp-throttle/store"
 )
 
@@ -351,33 +349,6 @@ func checkPageShowsDeferred(t *testing.T, r *relayed, host string, n int) {
 	}
 }
 
-// redisBreakers books a relay's navigations in Redis at url, with the
-// breakers of the store (store.Redis.Breaker), as the relay command does
-// with --store, and the policy of the flags f. *made gets the store.
-func redisBreakers(t *testing.T, url string, f policy.Flags, made **store.Redis) func(*relay.Proxy) {
-	cfg, err := policy.FromFlags(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(p *relay.Proxy) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		// A second for each call, as redisPolicy gives: a busy machine
-		// must not make a relay fall back to breakers of its own.
-		s, err := store.NewRedis(ctx, url, cfg.Default, store.Options{Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		*made = s
-		c := cfg
-		c.Breakers = s.Breaker(cfg.HostErrors, nil)
-		pol := policy.New(c, s)
-		t.Cleanup(pol.Close)
-		p.Limiter = pol
-	}
-}
-
 // TestBreakerFleet: two relays on one Redis, --host-errors 5/1m. Five
 // 503s through relay A open the breaker for both: relay B's gotos are
 // answered at once with the relay's 429 too. The probe (whichever relay's
@@ -394,8 +365,8 @@ func TestBreakerFleet(t *testing.T) {
 	flakySite(s, 5, 6, slow)
 	flags := policy.Flags{Delay: "1s", Burst: "1", HostErrors: "5/1m"}
 	var sa, sb *store.Redis
-	a := startRelay(t, limiter.Config{}, redisBreakers(t, rs.url(), flags, &sa))
-	b := startRelay(t, limiter.Config{}, redisBreakers(t, rs.url(), flags, &sb))
+	a := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sa))
+	b := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sb))
 	run := runID()
 	gotos := runDefer(t, 3*time.Minute, false, []*relayed{a, b}, s.url(host, ""),
 		"PATH_QUERY=/flaky?run="+run, fmt.Sprint("INTERVAL=", interval.Milliseconds()), "DURATION=120000", "ALONE=5", "OKS=6")

@@ -89,9 +89,19 @@ func (refusing) Allowed(_ context.Context, host, _ string) (bool, string) {
 func armed(t *testing.T, spacing time.Duration, wrap func(hold.Limiter) hold.Limiter) *hold.BrowserHold {
 	t.Helper()
 	cfg := limiter.Config{Mode: limiter.Fixed, Interval: spacing, Burst: 1}
+	_, b := armWith(t, wrap(policy.New(policy.Config{Default: cfg}, limiter.New(cfg))), nil)
+	return b
+}
+
+// armWith is a browser held by a Holder over lim, logging to log (nil:
+// nowhere), with no way but one that holds nothing; it is closed when the
+// test ends.
+func armWith(t *testing.T, lim hold.Limiter, log *zerolog.Logger) (*hold.Holder, *hold.BrowserHold) {
+	t.Helper()
 	hd := &hold.Holder{
-		Limiter: wrap(policy.New(policy.Config{Default: cfg}, limiter.New(cfg))),
+		Limiter: lim,
 		Ways:    hold.Ways{Stream: func(*hold.Watch) hold.ConnWay { return noWay{} }},
+		Log:     log,
 	}
 	if !hd.Start() {
 		t.Fatal("Holder.Start: it holds nothing")
@@ -108,7 +118,7 @@ func armed(t *testing.T, spacing time.Duration, wrap func(hold.Limiter) hold.Lim
 		done.Wait()
 		hd.Wait()
 	})
-	return b.(*hold.BrowserHold)
+	return hd, b.(*hold.BrowserHold)
 }
 
 func same(l hold.Limiter) hold.Limiter { return l }
@@ -193,55 +203,23 @@ func TestWays(t *testing.T) {
 	}
 }
 
-// lockedLog is a log a test reads while the core writes it.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), `"message":"`+msg+`"`)
-}
-
 // TestWarnsOncePerHost: what an answer says badly, a RateLimit field
 // that does not read or a Retry-After that is neither seconds nor a date,
 // is ignored and warned about once per host, however many answers carry
 // it: a server sends the same headers with every answer.
 func TestWarnsOncePerHost(t *testing.T) {
-	logs := &lockedLog{}
-	log := zerolog.New(logs)
+	var logs lockedBuffer
+	log := zerolog.New(&logs)
 	cfg := limiter.Config{} // adaptive: an overload's Retry-After is read
-	hd := &hold.Holder{
-		Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)),
-		Ways:    hold.Ways{Stream: func(*hold.Watch) hold.ConnWay { return noWay{} }},
-		Log:     &log,
-	}
-	if !hd.Start() {
-		t.Fatal("Holder.Start: it holds nothing")
-	}
-	var done sync.WaitGroup
-	bg, stop := context.WithCancel(context.Background())
-	b, err := hd.Arm(context.Background(), bg, noUpstream{}, "", nil, &done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { hd.Close(); stop(); done.Wait(); hd.Wait() }()
+	hd, b := armWith(t, policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), &log)
 	var bad ratelimit.Fields
 	bad.Add("RateLimit-Policy", `"p";q=-1;w=1`)
 	for _, host := range []string{"a.test", "a.test", "a.test", "b.test", "b.test"} {
-		b.(*hold.BrowserHold).Observe(nil, host, cdp.Outcome{Status: 429, RetryAfter: "tomorrow", Limits: bad}, &log)
+		b.Observe(nil, host, cdp.Outcome{Status: 429, RetryAfter: "tomorrow", Limits: bad}, &log)
 	}
 	hd.Wait()
 	for _, msg := range []string{"malformed RateLimit headers ignored", "ignoring a Retry-After that is neither seconds nor an HTTP-date"} {
-		if n := logs.count(msg); n != 2 {
+		if n := strings.Count(logs.String(), `"message":"`+msg+`"`); n != 2 {
 			t.Errorf("%q said %d times, want once per host, 2", msg, n)
 		}
 	}

@@ -2,7 +2,6 @@ package hold_test
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -79,18 +78,7 @@ func TestAnswerLimitsRead(t *testing.T) {
 			var logs lockedBuffer
 			log := zerolog.New(&logs).Level(zerolog.WarnLevel)
 			lim := &heard{Limiter: policy.New(cfg, limiter.New(cfg.Default)), server: map[string]ratelimit.Limits{}}
-			hd := &hold.Holder{Limiter: lim, Log: &log, Ways: hold.Ways{Stream: func(*hold.Watch) hold.ConnWay { return noWay{} }}}
-			if !hd.Start() {
-				t.Fatal("Holder.Start: it holds nothing")
-			}
-			var done sync.WaitGroup
-			bg, stop := context.WithCancel(context.Background())
-			b, err := hd.Arm(context.Background(), bg, noUpstream{}, "", nil, &done)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { hd.Close(); stop(); done.Wait(); hd.Wait() }()
-			h := b.(*hold.BrowserHold)
+			hd, h := armWith(t, lim, &log)
 			var answer cdp.Outcome
 			answer.Status = 200
 			answer.Limits.Add("RateLimit-Policy", `"p";q=5;w=1`)
