@@ -355,9 +355,18 @@ func TestLongSessions(t *testing.T) {
 		name     string
 		upstream func(t *testing.T) string
 		shots    bool
+		// slack is how much closer than the spacing two navigations may
+		// reach the site. Lightpanda says a request left when it answers
+		// Fetch.continueRequest, before its HTTP client has opened a
+		// connection for it: the first load after an idle gap, on a new
+		// connection, reaches the site later than it left by the
+		// connection's opening, which the relay cannot see (1,993.1 ms
+		// after the one before, at 2 s, in a run beside the whole suite;
+		// every departure was on time by Lightpanda's answers).
+		slack time.Duration
 	}{
-		{"chromium", func(*testing.T) string { return browser.http }, true},
-		{"lightpanda", func(t *testing.T) string { return startLightpanda(t) }, false},
+		{"chromium", func(*testing.T) string { return browser.http }, true, exactSlack},
+		{"lightpanda", func(t *testing.T) string { return startLightpanda(t) }, false, 15 * time.Millisecond},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -421,7 +430,7 @@ func TestLongSessions(t *testing.T) {
 						t.Errorf("the site saw %d documents, want %d", len(docs), want)
 					}
 					if len(docs) > 1 {
-						_, n := checkSpacedAtSite(t, r, host, docs, longSpacing, exactSlack)
+						_, n := checkSpacedAtSite(t, r, host, docs, longSpacing, b.slack)
 						held.Add(int64(n))
 					}
 					checkHeldWhenDue(t, r, host, longSpacing)
