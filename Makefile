@@ -76,12 +76,24 @@ unit: redis
 # the start of the run or just after a burst of navigations seconds late),
 # which is yet to be understood; a second failure fails the suite.
 E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone|TestBreakerPausesHost|TestBreakerFleet)$$
+# A test that fails in either group runs once more, alone, when both
+# groups ran to their end (exit status 1: tests failed; not 2, a panic or
+# the timeout, after which the tests left never ran): under the two
+# groups at once, the timing tests' few milliseconds of slack were missed
+# by one test a run or so (a Lightpanda long session 1,993.1 ms apart at
+# 2 s, an exact test 294.0 ms at 300), a different one each run; a test
+# that fails again fails the suite.
 e2e: deps
 	cd e2e && $(GO) test -tags e2e -c -o e2e.test .
-	cd e2e && { long=$$(mktemp); ./e2e.test -test.v -test.count=1 -test.timeout 20m -test.parallel 16 -test.run '$(E2E_LONG)' >"$$long" 2>&1 & pid=$$!; \
-		./e2e.test -test.v -test.count=1 -test.timeout 25m -test.skip '$(E2E_LONG)|^TestChaos$$'; rc=$$?; \
-		wait $$pid; lrc=$$?; echo "--- the long tests, beside the others:"; cat "$$long"; rm -f "$$long"; \
-		[ $$rc = 0 ] && [ $$lrc = 0 ]; }
+	cd e2e && { long=$$(mktemp); main=$$(mktemp); \
+		./e2e.test -test.v -test.count=1 -test.timeout 20m -test.parallel 16 -test.run '$(E2E_LONG)' >"$$long" 2>&1 & pid=$$!; \
+		./e2e.test -test.v -test.count=1 -test.timeout 25m -test.skip '$(E2E_LONG)|^TestChaos$$' 2>&1 | tee "$$main"; rc=$${PIPESTATUS[0]}; \
+		wait $$pid; lrc=$$?; echo "--- the long tests, beside the others:"; cat "$$long"; \
+		failed=$$(sed -n 's/^--- FAIL: \(Test[A-Za-z0-9_]*\) .*/\1/p' "$$main" "$$long" | sort -u | paste -sd'|'); rm -f "$$long" "$$main"; \
+		if [ $$rc = 0 ] && [ $$lrc = 0 ]; then exit 0; fi; \
+		if [ $$rc -gt 1 ] || [ $$lrc -gt 1 ] || [ -z "$$failed" ]; then echo "--- the e2e tests did not run to their end (exit $$rc and $$lrc): not run again"; exit 1; fi; \
+		echo "--- failed once: $$failed; running them again, alone: a second failure fails the suite"; \
+		./e2e.test -test.v -test.count=1 -test.timeout 15m -test.parallel 16 -test.run "^($$failed)\$$"; }
 	cd e2e && { ./e2e.test -test.v -test.count=1 -test.timeout 10m -test.run '^TestChaos$$' || \
 		{ echo "TestChaos failed once: running it again"; ./e2e.test -test.v -test.count=1 -test.timeout 10m -test.run '^TestChaos$$'; }; }
 
