@@ -54,6 +54,22 @@ var deferBrowsers = []struct {
 	{"lightpanda", true, func(t *testing.T) (string, *site, string) { return startLightpanda(t), newSiteAt(t, lpHost), lpHost }},
 }
 
+// ownChromium starts a Chromium for one test alone. The long tests share
+// theirs (E2E_LONG), and under their full-page screenshots it took about
+// 4 s to pause each of the breaker tests' documents, in a run beside the
+// whole suite (their relay answered the pause at once): a deferred goto
+// then took as long, where it takes tens of milliseconds in a Chromium of
+// its own.
+func ownChromium(t *testing.T) string {
+	t.Helper()
+	http, _, stop, err := startChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return http
+}
+
 // deferGoto is one goto of js/pptr-defer.mjs.
 type deferGoto struct {
 	I, Relay   int
@@ -255,6 +271,9 @@ func TestBreakerPausesHost(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			upstream, s, host := b.open(t)
+			if !b.lp {
+				upstream = ownChromium(t)
+			}
 			flakySite(s, 6, 0, 0) // five failures, then the first probe
 			// A fixed spacing: a 503 moves nothing but the breaker.
 			r := startRelayTo(t, upstream, limiter.Config{}, withPolicy(t, policy.Flags{Delay: "1s", Burst: "1", HostErrors: "5/1m"}))
@@ -365,8 +384,9 @@ func TestBreakerFleet(t *testing.T) {
 	flakySite(s, 5, 6, slow)
 	flags := policy.Flags{Delay: "1s", Burst: "1", HostErrors: "5/1m"}
 	var sa, sb *store.Redis
-	a := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sa))
-	b := startRelay(t, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sb))
+	chromium := ownChromium(t)
+	a := startRelayTo(t, chromium, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sa))
+	b := startRelayTo(t, chromium, limiter.Config{}, redisPolicy(t, rs.url(), flags, &sb))
 	run := runID()
 	gotos := runDefer(t, 3*time.Minute, false, []*relayed{a, b}, s.url(host, ""),
 		"PATH_QUERY=/flaky?run="+run, fmt.Sprint("INTERVAL=", interval.Milliseconds()), "DURATION=120000", "ALONE=5", "OKS=6")
