@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/cdp-throttle/cdp-throttle/hold/claims"
 )
 
 // via is how the navigations of one browser are held.
@@ -47,7 +49,7 @@ type BrowserHold struct {
 
 	way      atomic.Int32 // a via
 	fetch    FetchWay     // the relay's own connections; nil unless Fetch was chosen
-	Claims   Claims       // the pages of the relay's own clients, for Fetch
+	Claims   claims.Set   // the pages of the relay's own clients, for Fetch
 	waiting  atomic.Int64 // navigations waiting for their slot now
 	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
 
@@ -113,7 +115,7 @@ func (c *Counts) countOf(key []byte) int {
 func newBrowserHold(hd *Holder, up Upstream, browser string) *BrowserHold {
 	h := &BrowserHold{Holder: hd, Up: up, browser: browser, armed: make(chan struct{}), answering: make(map[string]*answering), conns: make(map[*Watch]struct{})}
 	h.Lightpanda = strings.HasPrefix(strings.ToLower(browser), "lightpanda")
-	h.Claims.init()
+	h.Claims.Init()
 	return h
 }
 
@@ -246,7 +248,7 @@ func PageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
 // it opens is that client's, and its first request may pause before the
 // answer names it.
 func (h *BrowserHold) NewPage(url string) (created func(target string)) {
-	h.Claims.creating()
+	h.Claims.Creating()
 	done := func() {}
 	if h.fetch != nil && h.via() == viaFetch && url != "" && url != "about:blank" {
 		// The page's first request leaves before any session can
@@ -257,7 +259,7 @@ func (h *BrowserHold) NewPage(url string) (created func(target string)) {
 		<-covered
 	}
 	return func(target string) {
-		h.Claims.created(target)
+		h.Claims.Created(target)
 		h.coveredThen(target, done)
 	}
 }

@@ -46,7 +46,7 @@ import (
 //
 //	Watch.mu (Watch.Lock) → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
 //
-// and, after any of them, the leaves BrowserHold.mu, Claims.mu, Counts.mu
+// and, after any of them, the leaves BrowserHold.mu, claims.Set's mu, Counts.mu
 // and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
 // and warnOnce.mu are leaves taken under none of them.
 // The session and stream ways keep their state under Watch.mu. Each

@@ -130,7 +130,7 @@ func (w *Watch) Ended() {
 	w.detachAllLocked()
 	w.mu.Unlock()
 	for _, done := range creates {
-		w.Browser.Claims.created("")
+		w.Browser.Claims.Created("")
 		if done != nil {
 			done()
 		}
@@ -205,7 +205,7 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 				cover, done = f.CreatingWithURL()
 			}
 			w.creates[key] = done
-			w.Browser.Claims.creating()
+			w.Browser.Claims.Creating()
 		}
 	case cdp.Drives(hd.Method):
 		if si, ok := w.sessions[session]; ok && si.Type == "page" {
@@ -497,7 +497,7 @@ func (w *Watch) answered(key CmdKey, msg []byte) bool {
 		}
 		result, _, _ := cdp.ReadReply(msg)
 		json.Unmarshal(result, &r)
-		w.Browser.Claims.created(r.TargetID)
+		w.Browser.Claims.Created(r.TargetID)
 		if done != nil {
 			w.Browser.coveredThen(r.TargetID, done)
 		}
