@@ -9,15 +9,16 @@
 // the first made ALONE gotos (0 by default). The very first goto goes to
 // BASE + FIRST instead, when FIRST is set. All stop after DURATION ms, or
 // once OKS gotos were answered 2xx by the site after the relay deferred
-// one. With LP=1 (Lightpanda: one page per connection, no browser
-// contexts of its own) each page is its connection's.
+// one, or after GOTOS gotos of all pages together when it is set. With
+// LP=1 (Lightpanda: one page per connection, no browser contexts of its
+// own) each page is its connection's.
 //
 // It prints one JSON array, a goto each, in the order they were asked
 // for: i, relay (its index in RELAYS), start (Date.now() when it was asked
 // for), took (ms until goto returned), status, retryAfter and throttle
 // (the Retry-After and X-Cdp-Throttle headers of its answer), error.
 //
-// env: RELAYS, BASE, PATH_QUERY, INTERVAL, DURATION; FIRST, ALONE, OKS, LP.
+// env: RELAYS, BASE, PATH_QUERY, INTERVAL, DURATION; FIRST, ALONE, OKS, GOTOS, LP.
 import puppeteer from 'puppeteer-core';
 import { env, sleep } from './lib.mjs';
 
@@ -29,6 +30,7 @@ const duration = Number(env('DURATION'));
 const first = process.env.FIRST || '';
 const alone = Number(process.env.ALONE || 0);
 const oks = Number(process.env.OKS || 0);
+const most = Number(process.env.GOTOS || 0);
 const lp = !!process.env.LP;
 
 const opened = [];
@@ -46,7 +48,7 @@ let n = 0; // gotos asked for, of all pages
 let firstDone = 0; // gotos of the first page that returned
 let deferred = false;
 let okAfter = 0;
-const done = () => Date.now() - t0 >= duration || (oks > 0 && okAfter >= oks);
+const done = () => Date.now() - t0 >= duration || (oks > 0 && okAfter >= oks) || (most > 0 && n >= most);
 
 async function loop(k) {
   while (k > 0 && firstDone < alone && !done()) await sleep(20);
