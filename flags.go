@@ -520,7 +520,7 @@ func simulateFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
 		&cli.Uint64Flag{Name: "seed", Category: catReplay, Value: 1, Usage: "seed `N` of the --jitter's randomness: the same seed replays the same slots"},
 		durationFlag(catPerSite, "crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
-		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "replay the host's breaker instead of its spacing: `N/WINDOW` failures open it (with --down), such as 5/1m"},
+		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "replay the host's breaker instead of its spacing: `N/WINDOW` failures open it (with --down or --answer), such as 5/1m"},
 		&cli.GenericFlag{Name: "answer", Category: catReplay, Value: &repeated{}, Usage: "the site answers each document it answers from FROM up to TO after the run's start with STATUS and these headers, which the limiter reads as the relay's answers (Retry-After, RateLimit-Policy, RateLimit, X-RateLimit-Remaining/-Reset, --overload-header); the first whose span holds it counts, else a 200 (repeatable: `" + simulate.AnswerSyntax + "`, such as '10s-11s=429;Retry-After: 10')"},
 		&cli.StringSliceFlag{Name: "down", Category: catReplay, Usage: "the site fails every answer from FROM up to TO after the run's start, as --answer FROM-TO=503 does; with --host-errors, what opens the breaker (repeatable: `FROM-TO`, such as 0s-90s)"},
 	}
@@ -590,17 +590,14 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 
 // replayBreaker replays a host's breaker (simulate --host-errors): a page
 // asking every --load, each answer --load after its start, the site
-// failing within the --down spans.
+// failing within the --down spans, and answering as --answer says.
 func replayBreaker(c *cli.Context, o simulate.Options, stdout io.Writer) error {
-	if len(o.Answers) > 0 {
-		return usagef("--answer: simulate --host-errors replays a site that fails within --down spans")
-	}
 	down, err := downSpans(c.StringSlice("down"))
 	if err != nil {
 		return err
 	}
-	if len(down) == 0 {
-		return usagef("--host-errors: simulate replays the breaker against a site that fails: give --down FROM-TO")
+	if len(down) == 0 && len(o.Answers) == 0 {
+		return usagef("--host-errors: simulate replays the breaker against a site that fails: give --down FROM-TO or --answer " + simulate.AnswerSyntax)
 	}
 	if err := durations(c, false, "load", &o.Load); err != nil {
 		return err
@@ -612,9 +609,18 @@ func replayBreaker(c *cli.Context, o simulate.Options, stdout io.Writer) error {
 		return err
 	}
 	cfg := o.Policy.HostErrors
-	fmt.Fprintf(stdout, "%d requests to one host, one every %v, each answered %v after it went; the site fails every answer within %s; --host-errors %s\n\n",
-		o.Navigations, o.Load, o.Load, spansText(down), c.String("host-errors"))
-	simulate.WriteBreaker(stdout, simulate.ReplayBreaker(simulate.BreakerOptions{Breaker: cfg, Navigations: o.Navigations, Every: o.Load, Load: o.Load, Down: down, Seed: o.Seed}))
+	fails := ""
+	if len(down) > 0 {
+		fails = "; the site fails every answer within " + spansText(down)
+	}
+	fmt.Fprintf(stdout, "%d requests to one host, one every %v, each answered %v after it went%s; --host-errors %s\n",
+		o.Navigations, o.Load, o.Load, fails, c.String("host-errors"))
+	for _, a := range o.Answers {
+		fmt.Fprintf(stdout, "the site answers %s after the start\n", a)
+	}
+	fmt.Fprintln(stdout)
+	simulate.WriteBreaker(stdout, simulate.ReplayBreaker(simulate.BreakerOptions{Breaker: cfg, Navigations: o.Navigations, Every: o.Load, Load: o.Load,
+		Down: down, Answers: o.Answers, Policy: o.Policy, Seed: o.Seed}))
 	return nil
 }
 

@@ -322,8 +322,9 @@ func TestSimulateJitter(t *testing.T) {
 // TestSimulateBreaker: simulate --host-errors replays a host's breaker
 // against a site down for a while: five failures open it for 30 s and its
 // jitter, the failed probe for twice that, the answered probe closes it;
-// the same seed replays the same table (a golden file), and --host-errors
-// without a site that fails is refused.
+// the same seed replays the same table (a golden file), an --answer's
+// long Retry-After holds it open longer, and --host-errors without a site
+// that fails is refused.
 func TestSimulateBreaker(t *testing.T) {
 	out, _, err := runCLI(t, "simulate", "--host-errors", "5/1m", "--down", "0s-90s", "--navigations", "130", "--load", "1s")
 	if err != nil {
@@ -334,6 +335,13 @@ func TestSimulateBreaker(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+	// --answer replays it too: a 429's Retry-After of 120 s, honoured
+	// whole under --retry-after-max 5m, holds it open past its 30 s.
+	long, _, err := runCLI(t, "simulate", "--host-errors", "5/1m", "--answer", "0s-20s=429;Retry-After: 120", "--retry-after-max", "5m", "--navigations", "200", "--load", "1s")
+	if err != nil || !strings.Contains(long, "the site answers 429 (Retry-After: 120) from 0s up to 20s after the start\n") ||
+		!strings.Contains(long, "5s to 124s           120  deferred until 125s\n") {
+		t.Errorf("--host-errors 5/1m with a 429 asking for 120 s: got %v\n%s", err, long)
 	}
 	for _, args := range [][]string{
 		{"simulate", "--host-errors", "5/1m"},

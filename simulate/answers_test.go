@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -91,6 +92,11 @@ func mustAnswer(t *testing.T, s string) Answer {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// breakerConfig is --host-errors 5/1m without jitter.
+func breakerConfig() breaker.Config {
+	return breaker.Config{Failures: 5, Window: time.Minute, Jitter: -1}
 }
 
 func fixed(d time.Duration) limiter.Config {
@@ -210,5 +216,34 @@ func TestReplayAnswers(t *testing.T) {
 	if plain[20].Pressure != counted[19].Pressure || counted[20].Pressure < plain[20].Pressure+45 {
 		t.Errorf("a 200 with cf-mitigated: challenge at 1s: pressure %d then %d with --overload-header, %d without; want 50 more with it",
 			counted[19].Pressure, counted[20].Pressure, plain[20].Pressure)
+	}
+}
+
+// TestReplayBreakerAnswers: --answer replays a breaker too: a 429's
+// Retry-After longer than the pause lengthens it, capped by
+// --retry-after-max; a 200 with an overload header is a failure.
+func TestReplayBreakerAnswers(t *testing.T) {
+	o := BreakerOptions{
+		Breaker:     breakerConfig(),
+		Navigations: 200,
+		Every:       time.Second,
+		Load:        time.Second,
+		Answers:     []Answer{mustAnswer(t, "0s-20s=429;Retry-After: 120")},
+	}
+	until := func(navs []BreakerNav) time.Duration { return navs[5].Until }
+	if got := until(ReplayBreaker(o)); got != 65*time.Second {
+		t.Errorf("Retry-After: 120 under the default --retry-after-max: deferred until %v, want 65s (5s + 60s)", got)
+	}
+	o.Policy.Default.RetryAfterMax = 5 * time.Minute
+	if got := until(ReplayBreaker(o)); got != 125*time.Second {
+		t.Errorf("Retry-After: 120 under --retry-after-max 5m: deferred until %v, want 125s", got)
+	}
+	o.Answers = []Answer{mustAnswer(t, "0s-20s=200;cf-mitigated: challenge")}
+	if navs := ReplayBreaker(o); !navs[5].Went {
+		t.Errorf("a challenge without --overload-header opened the breaker: %+v", navs[5])
+	}
+	o.Policy.Default.OverloadHeaders = limiter.NewHeaders(limiter.Header{Name: "cf-mitigated"})
+	if navs := ReplayBreaker(o); navs[5].Went || !navs[4].Failed {
+		t.Errorf("a challenge with --overload-header cf-mitigated: %+v then %+v, want a failure and the breaker open", navs[4], navs[5])
 	}
 }
