@@ -179,7 +179,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Usage:        "replay the limiter on a simulated clock and print the schedule",
 				UsageText:    simulateUsage,
 				Description:  simulateDescription,
-				Flags:        oneWay(append(simulateFlags(), limiterFlags(noEnv)...)),
+				Flags:        oneWay(append(simulateFlags(), append(limiterFlags(noEnv), answerFlags(noEnv)...)...)),
 				OnUsageError: onUsage,
 				Action:       func(c *cli.Context) error { return runSimulate(c, stdout) },
 			},
@@ -230,17 +230,17 @@ type relayConfig struct {
 }
 
 func relayFlags() []cli.Flag {
-	return []cli.Flag{
+	answers := answerFlags(env) // kept in the order help lists them: host-errors after max-wait
+	flags := []cli.Flag{
 		&cli.StringFlag{Name: "bucket-ip-source", Category: catPerSite, Value: "both", DefaultText: "both, or resolver for a browser the relay sees is behind a proxy", Usage: "with --bucket ip, where a host's address comes from: both (the browser's answers, and the system resolver for a host it has not answered for yet), browser, or resolver (for a browser behind an HTTP proxy)", EnvVars: env("BUCKET_IP_SOURCE")},
 		&cli.StringFlag{Name: "robots", Category: catPerSite, Value: "ignore", Usage: "what each site's robots.txt is read for, `MODE`: ignore; crawl-delay (its Crawl-delay is the site's least spacing); obey (that, and a navigation it disallows is refused: net::ERR_BLOCKED_BY_CLIENT); a rule says robots:MODE", EnvVars: env("ROBOTS")},
 		&cli.StringFlag{Name: "robots-user-agent", Category: catPerSite, DefaultText: "the browser's product token, such as HeadlessChrome", Usage: "whose robots.txt group to read: a product `TOKEN`", EnvVars: env("ROBOTS_USER_AGENT")},
 		durationFlag(catPerSite, "http-nav-concurrency-bound", inflight.DefaultBound.String(), "longest a navigation keeps its place among its host's navigations in flight when its end is never seen", env("HTTP_NAV_CONCURRENCY_BOUND")...),
-		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
-		&cli.GenericFlag{Name: "overload-header", Category: catPerSite, Value: &repeated{}, Usage: "a document answer carrying this header counts as overload whatever its status, its Retry-After honoured: with any value when =VALUE is left out, name and value whatever their case, such as cf-mitigated=challenge (repeatable: `NAME[=VALUE]`; a rule says overload-header:NAME=VALUE)", EnvVars: env("OVERLOAD_HEADER")},
-		durationFlag(catPerSite, "max-wait", "0", "a navigation whose slot is further ahead than this, or whose host's breaker is open, is answered at once with the relay's own 429 and a Retry-After, never reaching the site; 25s keeps under the clients' 30 s timeouts; 0 waits for every slot", env("MAX_WAIT")...),
-		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "a breaker per host: `N/WINDOW` failures of its documents (5xx, the overload statuses, no answer) pause it for 30 s, doubling up to 10 min while its one probe fails; its navigations are answered at once meanwhile (the relay's 429); such as 5/1m, or off; fleet-wide with --store", EnvVars: env("HOST_ERRORS")},
-		durationFlag(catPerSite, "retry-after-max", "60s", "longest Retry-After honoured, seconds or an HTTP-date; a longer one waits this long; from 1s to 1h (a rule says retry-after-max:5m)", env("RETRY_AFTER_MAX")...),
-		&cli.StringFlag{Name: "ratelimit-headers", Category: catPerSite, Value: "obey", Usage: "what a document answer's RateLimit-Policy, RateLimit and X-RateLimit-Remaining/-Reset headers do, `MODE`: obey (the server's policy is its host's least spacing for an hour after it was last sent; a spent quota holds the host until its reset) or ignore (a rule says ratelimit-headers:ignore)", EnvVars: env("RATELIMIT_HEADERS")},
+	}
+	flags = append(flags, answers[:3]...)
+	flags = append(flags, &cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "a breaker per host: `N/WINDOW` failures of its documents (5xx, the overload statuses, no answer) pause it for 30 s, doubling up to 10 min while its one probe fails; its navigations are answered at once meanwhile (the relay's 429); such as 5/1m, or off; fleet-wide with --store", EnvVars: env("HOST_ERRORS")})
+	flags = append(flags, answers[3:]...)
+	return append(flags, []cli.Flag{
 		&cli.StringFlag{Name: "latency-backoff", Category: catPerSite, Value: "0", Usage: "an answer slower than `FACTOR` times its host's baseline (its fastest of the last 10 minutes) and than 50ms adds the failure pressure, as a 5xx does (0: off)", EnvVars: env("LATENCY_BACKOFF")},
 		&cli.StringFlag{Name: "listen", Category: catRelay, Value: defaultListen, Usage: "the `HOST:PORT` the relay serves; clients connect here instead of to the browser", EnvVars: env("LISTEN")},
 		&cli.StringSliceFlag{Name: "upstream", Category: catRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: env("UPSTREAM")},
@@ -263,6 +263,20 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow-origin", Category: catSecurity, Usage: "an `ORIGIN` a websocket upgrade may carry, like Chrome's --remote-allow-origins (repeatable)", EnvVars: env("ALLOW_ORIGIN")},
 		&cli.StringSliceFlag{Name: "allow-host", Category: catSecurity, Usage: "a `NAME` a request's Host header may carry besides IP addresses and localhost (repeatable)", EnvVars: env("ALLOW_HOST")},
 		&cli.Int64Flag{Name: "max-message-size", Category: catSecurity, Value: relay.DefaultMaxMessageSize, Usage: "largest message read from either side, in `BYTES`; its sender gets a close (1009), the other side's connection ends", EnvVars: env("MAX_MESSAGE_SIZE")},
+	}...)
+}
+
+// answerFlags are the relay's flags of what an answer does, and of how far
+// ahead a slot may lie, which simulate replays too (with noEnv): the
+// overload statuses and headers, --max-wait, the longest Retry-After and
+// the server's RateLimit headers.
+func answerFlags(env func(string) []string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "overload-status", Category: catPerSite, Value: "429,503", Usage: "answer `STATUSES` that add the overload pressure and whose Retry-After is honoured: 403,429,503, or none; other 5xx add the failure pressure (a rule says overload:403+429+503)", EnvVars: env("OVERLOAD_STATUS")},
+		&cli.GenericFlag{Name: "overload-header", Category: catPerSite, Value: &repeated{}, Usage: "a document answer carrying this header counts as overload whatever its status, its Retry-After honoured: with any value when =VALUE is left out, name and value whatever their case, such as cf-mitigated=challenge (repeatable: `NAME[=VALUE]`; a rule says overload-header:NAME=VALUE)", EnvVars: env("OVERLOAD_HEADER")},
+		durationFlag(catPerSite, "max-wait", "0", "a navigation whose slot is further ahead than this, or whose host's breaker is open, is answered at once with the relay's own 429 and a Retry-After, never reaching the site; 25s keeps under the clients' 30 s timeouts; 0 waits for every slot", env("MAX_WAIT")...),
+		durationFlag(catPerSite, "retry-after-max", "60s", "longest Retry-After honoured, seconds or an HTTP-date; a longer one waits this long; from 1s to 1h (a rule says retry-after-max:5m)", env("RETRY_AFTER_MAX")...),
+		&cli.StringFlag{Name: "ratelimit-headers", Category: catPerSite, Value: "obey", Usage: "what a document answer's RateLimit-Policy, RateLimit and X-RateLimit-Remaining/-Reset headers do, `MODE`: obey (the server's policy is its host's least spacing for an hour after it was last sent; a spent quota holds the host until its reset) or ignore (a rule says ratelimit-headers:ignore)", EnvVars: env("RATELIMIT_HEADERS")},
 	}
 }
 
@@ -453,7 +467,9 @@ const simulateUsage = "cdp-throttle simulate [--navigations N] [--load D] [--pha
 	"                      [--http-nav-delay D] [--http-nav-burst N] [--rule PATTERN=SETTING]... [--rules FILE]\n" +
 	"                      [--bucket host|site] [--exempt-host GLOB]... [--host H]... [--crawl-delay D]\n" +
 	"                      [--pages P] [--http-nav-concurrency N] [--jitter F] [--seed N]\n" +
-	"                      [--host-errors N/WINDOW --down FROM-TO...]"
+	"                      [--answer FROM-TO=STATUS[;NAME: VALUE]...]... [--down FROM-TO]... [--max-wait D]\n" +
+	"                      [--overload-status LIST] [--overload-header NAME[=VALUE]]... [--retry-after-max D]\n" +
+	"                      [--ratelimit-headers obey|ignore] [--host-errors N/WINDOW]"
 
 const simulateDescription = `Replays the limiter's rule on a simulated clock: navigations back to back to
 one host (or to each --host in turn), each --load after the one before may go,
@@ -470,7 +486,28 @@ cdp-throttle simulate --csv > schedule.csv     # one row per navigation
 cdp-throttle simulate --navigations 24 --pages 8 --load 800ms --http-nav-concurrency 2
                                                # eight pages, 800 ms answers, two in flight at once
 cdp-throttle simulate --host-errors 5/1m --down 0s-90s --navigations 100 --load 1s
-                                               # a site down for 90 s, a request a second: the breaker`
+                                               # a site down for 90 s, a request a second: the breaker
+cdp-throttle simulate --max-wait 2s --answer '10s-11s=429;Retry-After: 10' --navigations 60 --load 500ms
+                                               # a 429 asking for 10 s: what is asked for meanwhile is deferred
+cdp-throttle simulate --http-nav-delay 20ms --answer '0s-1h=200;RateLimit-Policy: "p";q=5;w=1' --navigations 30 --load 10ms
+                                               # the server's policy, 5 a second, spaces its pages 200 ms apart
+
+Each document is answered --load after it went: a 200, or what the first
+--answer whose span holds that instant says (--down FROM-TO is
+--answer FROM-TO=503). The answer goes back to the limiter as the relay
+feeds a real one back: its status, Retry-After (seconds, or an HTTP-date
+counted from the replay's start, Thu, 01 Jan 2026 00:00:00 GMT), the
+server's RateLimit-Policy, RateLimit and X-RateLimit-Remaining/-Reset
+(--ratelimit-headers), the --overload-status and --overload-header it
+matches. A ';' starts a header only when a NAME and a colon follow it, so
+RateLimit-Policy: "p";q=5;w=1 is one header. With --max-wait, a
+navigation whose slot lies further ahead is deferred: answered at once
+with the relay's 429 (Retry-After the seconds until its slot, rounded
+up), it never reaches the site and books nothing, and its page asks for
+its next navigation --load later, as a crawler that keeps going would.
+The tables count the navigations that reached the site; under them, what
+the site answered and how many were deferred, per phase (--csv: the
+status, deferred and retry_after_s columns).`
 
 func simulateFlags() []cli.Flag {
 	return []cli.Flag{
@@ -483,8 +520,9 @@ func simulateFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Category: catReplay, Usage: "print one row per navigation instead of the tables"},
 		&cli.Uint64Flag{Name: "seed", Category: catReplay, Value: 1, Usage: "seed `N` of the --jitter's randomness: the same seed replays the same slots"},
 		durationFlag(catPerSite, "crawl-delay", "0", "a robots.txt Crawl-delay every host asks for: the least spacing"),
-		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "replay the host's breaker instead of its spacing: `N/WINDOW` failures open it (with --down), such as 5/1m"},
-		&cli.StringSliceFlag{Name: "down", Category: catReplay, Usage: "with --host-errors: the site fails every answer from FROM to TO after the run's start (repeatable: `FROM-TO`, such as 0s-90s)"},
+		&cli.StringFlag{Name: "host-errors", Category: catPerSite, Value: "off", Usage: "replay the host's breaker instead of its spacing: `N/WINDOW` failures open it (with --down or --answer), such as 5/1m"},
+		&cli.GenericFlag{Name: "answer", Category: catReplay, Value: &repeated{}, Usage: "the site answers each document it answers from FROM up to TO after the run's start with STATUS and these headers, which the limiter reads as the relay's answers (Retry-After, RateLimit-Policy, RateLimit, X-RateLimit-Remaining/-Reset, --overload-header); the first whose span holds it counts, else a 200 (repeatable: `" + simulate.AnswerSyntax + "`, such as '10s-11s=429;Retry-After: 10')"},
+		&cli.StringSliceFlag{Name: "down", Category: catReplay, Usage: "the site fails every answer from FROM up to TO after the run's start, as --answer FROM-TO=503 does; with --host-errors, what opens the breaker (repeatable: `FROM-TO`, such as 0s-90s)"},
 	}
 }
 
@@ -492,13 +530,26 @@ func simulateFlags() []cli.Flag {
 func downSpans(values []string) ([]simulate.Span, error) {
 	var out []simulate.Span
 	for _, v := range values {
-		from, to, ok := strings.Cut(strings.TrimSpace(v), "-")
-		f, err1 := time.ParseDuration(strings.TrimSpace(from))
-		t, err2 := time.ParseDuration(strings.TrimSpace(to))
-		if !ok || err1 != nil || err2 != nil || f < 0 || t <= f {
-			return nil, usagef("--down %q: want FROM-TO, two durations from the run's start, FROM before TO, such as 0s-90s", v)
+		s, err := simulate.ParseSpan(v)
+		if err != nil {
+			return nil, usagef("--down %q: %v", v, err)
 		}
-		out = append(out, simulate.Span{From: f, To: t})
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// answersOf reads simulate's --answer values.
+func answersOf(c *cli.Context) ([]simulate.Answer, error) {
+	var out []simulate.Answer
+	if r, ok := c.Generic("answer").(*repeated); ok {
+		for _, v := range *r {
+			a, err := simulate.ParseAnswer(v)
+			if err != nil {
+				return nil, usageError{err}
+			}
+			out = append(out, a)
+		}
 	}
 	return out, nil
 }
@@ -509,11 +560,18 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 	if o.Policy, err = policyFrom(c); err != nil {
 		return err
 	}
+	if o.Answers, err = answersOf(c); err != nil {
+		return err
+	}
 	if o.Policy.HostErrors.On() {
 		return replayBreaker(c, o, stdout)
 	}
-	if c.IsSet("down") {
-		return usagef("--down: needs --host-errors")
+	down, err := downSpans(c.StringSlice("down"))
+	if err != nil {
+		return err
+	}
+	for _, s := range down { // after --answer's: the first that holds an answer counts
+		o.Answers = append(o.Answers, simulate.Answer{Span: s, Status: 503})
 	}
 	if o.Policy.Bucket == policy.ByIP {
 		return usagef("--bucket ip: simulate has no browser or network to learn addresses from; replay hosts on one address as one --host")
@@ -532,14 +590,14 @@ func runSimulate(c *cli.Context, stdout io.Writer) error {
 
 // replayBreaker replays a host's breaker (simulate --host-errors): a page
 // asking every --load, each answer --load after its start, the site
-// failing within the --down spans.
+// failing within the --down spans, and answering as --answer says.
 func replayBreaker(c *cli.Context, o simulate.Options, stdout io.Writer) error {
 	down, err := downSpans(c.StringSlice("down"))
 	if err != nil {
 		return err
 	}
-	if len(down) == 0 {
-		return usagef("--host-errors: simulate replays the breaker against a site that fails: give --down FROM-TO")
+	if len(down) == 0 && len(o.Answers) == 0 {
+		return usagef("--host-errors: simulate replays the breaker against a site that fails: give --down FROM-TO or --answer " + simulate.AnswerSyntax)
 	}
 	if err := durations(c, false, "load", &o.Load); err != nil {
 		return err
@@ -551,9 +609,18 @@ func replayBreaker(c *cli.Context, o simulate.Options, stdout io.Writer) error {
 		return err
 	}
 	cfg := o.Policy.HostErrors
-	fmt.Fprintf(stdout, "%d requests to one host, one every %v, each answered %v after it went; the site fails every answer within %s; --host-errors %s\n\n",
-		o.Navigations, o.Load, o.Load, spansText(down), c.String("host-errors"))
-	simulate.WriteBreaker(stdout, simulate.ReplayBreaker(simulate.BreakerOptions{Breaker: cfg, Navigations: o.Navigations, Every: o.Load, Load: o.Load, Down: down, Seed: o.Seed}))
+	fails := ""
+	if len(down) > 0 {
+		fails = "; the site fails every answer within " + spansText(down)
+	}
+	fmt.Fprintf(stdout, "%d requests to one host, one every %v, each answered %v after it went%s; --host-errors %s\n",
+		o.Navigations, o.Load, o.Load, fails, c.String("host-errors"))
+	for _, a := range o.Answers {
+		fmt.Fprintf(stdout, "the site answers %s after the start\n", a)
+	}
+	fmt.Fprintln(stdout)
+	simulate.WriteBreaker(stdout, simulate.ReplayBreaker(simulate.BreakerOptions{Breaker: cfg, Navigations: o.Navigations, Every: o.Load, Load: o.Load,
+		Down: down, Answers: o.Answers, Policy: o.Policy, Seed: o.Seed}))
 	return nil
 }
 

@@ -132,6 +132,13 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"simulate", "--load", "soon"}, "soon"},
 		{[]string{"simulate", "--no-such-flag"}, "no-such-flag"},
 		{[]string{"--http-nav-delay", "x"}, `--http-nav-delay "x"`},
+		{[]string{"simulate", "--answer", "10s-11s"}, `--answer "10s-11s": want FROM-TO=STATUS[;NAME: VALUE]...`},
+		{[]string{"simulate", "--answer", "10s-11s=429;Retry-After 10"}, `--answer "10s-11s=429;Retry-After 10": header "Retry-After 10": want NAME: VALUE`},
+		{[]string{"simulate", "--down", "90s-10s"}, `--down "90s-10s": want FROM-TO`},
+		{[]string{"simulate", "--max-wait", "2h"}, `--max-wait "2h": at most an hour`},
+		{[]string{"simulate", "--ratelimit-headers", "maybe"}, `--ratelimit-headers "maybe"`},
+		{[]string{"simulate", "--retry-after-max", "500ms"}, `--retry-after-max "500ms"`},
+		{[]string{"simulate", "--overload-header", "a b"}, `--overload-header "a b"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -315,8 +322,9 @@ func TestSimulateJitter(t *testing.T) {
 // TestSimulateBreaker: simulate --host-errors replays a host's breaker
 // against a site down for a while: five failures open it for 30 s and its
 // jitter, the failed probe for twice that, the answered probe closes it;
-// the same seed replays the same table (a golden file), and --down or
-// --host-errors alone is refused.
+// the same seed replays the same table (a golden file), an --answer's
+// long Retry-After holds it open longer, and --host-errors without a site
+// that fails is refused.
 func TestSimulateBreaker(t *testing.T) {
 	out, _, err := runCLI(t, "simulate", "--host-errors", "5/1m", "--down", "0s-90s", "--navigations", "130", "--load", "1s")
 	if err != nil {
@@ -328,14 +336,104 @@ func TestSimulateBreaker(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
+	// --answer replays it too: a 429's Retry-After of 120 s, honoured
+	// whole under --retry-after-max 5m, holds it open past its 30 s.
+	long, _, err := runCLI(t, "simulate", "--host-errors", "5/1m", "--answer", "0s-20s=429;Retry-After: 120", "--retry-after-max", "5m", "--navigations", "200", "--load", "1s")
+	if err != nil || !strings.Contains(long, "the site answers 429 (Retry-After: 120) from 0s up to 20s after the start\n") ||
+		!strings.Contains(long, "5s to 124s           120  deferred until 125s\n") {
+		t.Errorf("--host-errors 5/1m with a 429 asking for 120 s: got %v\n%s", err, long)
+	}
 	for _, args := range [][]string{
-		{"simulate", "--down", "0s-90s"},
 		{"simulate", "--host-errors", "5/1m"},
+		{"simulate", "--down", "90s-10s"},
 		{"simulate", "--host-errors", "5/1m", "--down", "90s-10s"},
 		{"simulate", "--host-errors", "0/1m", "--down", "0s-10s"},
 	} {
 		if _, _, err := runCLI(t, args...); err == nil {
 			t.Errorf("%q: no error", args)
 		}
+	}
+}
+
+// TestSimulateAnswers replays answers with headers and --max-wait (issue
+// 40): a 429 asking for 10 s under --max-wait 2s defers what is asked
+// for meanwhile, each answered at once with the relay's 429 and the
+// seconds to the slot, and nothing reaches the site until it; the
+// server's RateLimit-Policy spaces a fixed 20 ms rule 200 ms apart
+// (unless --ratelimit-headers ignore); a spent quota holds the next
+// navigation 3 s. --down FROM-TO replays as --answer FROM-TO=503.
+func TestSimulateAnswers(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		contains []string
+	}{
+		{"maxwait-429.txt", []string{"--max-wait", "2s", "--answer", "10s-11s=429;Retry-After: 10", "--navigations", "60", "--load", "500ms"}, []string{
+			"the site answers 429 (Retry-After: 10) from 10s up to 11s after the start\n",
+			"--max-wait 2s: a navigation whose slot lies further ahead is answered at once with the relay's 429 and never reaches the site; its page asks again 500ms later\n",
+			"10500ms       21                   20.00s\n",
+			"adaptive      1    44     31.50    1.4    500.0    500.0  10500.0\n",
+			"phase 1: 44 of 60 reached the site\n  43 answered 200\n  1 answered 429 (Retry-After: 10), at 10s\n",
+			"  16 deferred (max-wait), asked from 10s to 17.5s, answered at once with the relay's 429, Retry-After 3 to 10 s\n",
+		}},
+		{"ratelimit-policy.txt", []string{"--http-nav-delay", "20ms", "--answer", `0s-1h=200;RateLimit-Policy: "p";q=5;w=1`, "--navigations", "30", "--load", "10ms"}, []string{
+			"200ms         3                    0.22s\n",
+			"fixed20       1    30      5.62    5.2    200.0    200.0    200.0\n",
+			"gap (ms) ph 1    20.0  200.0  200.0  200.0",
+		}},
+		{"ratelimit-spent.txt", []string{"--http-nav-delay", "20ms", "--http-nav-burst", "1", "--answer", `1s-1.02s=200;RateLimit: "p";r=0;t=3`, "--navigations", "60", "--load", "20ms"}, []string{
+			"3020ms        51                   4.00s\n",
+			"fixed20       1    60      4.18   14.1     20.0     20.0   3020.0\n",
+			`  1 answered 200 (RateLimit: "p";r=0;t=3), at 1s` + "\n",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.contains {
+				if !strings.Contains(out, c) {
+					t.Errorf("output lacks %q:\n%s", c, out)
+				}
+			}
+			golden(t, tt.name, out)
+		})
+	}
+
+	ignored, _, err := runCLI(t, "simulate", "--http-nav-delay", "20ms", "--answer", `0s-1h=200;RateLimit-Policy: "p";q=5;w=1`, "--navigations", "30", "--load", "10ms", "--ratelimit-headers", "ignore")
+	if err != nil || !strings.Contains(ignored, "fixed20       1    30      0.40   72.5     10.0     20.0     20.0\n") {
+		t.Errorf("--ratelimit-headers ignore: got %v, want the rule's 20 ms:\n%s", err, ignored)
+	}
+
+	// The CSV: a deferred navigation has no gap, the reason and the
+	// Retry-After of the relay's 429; the next that reached the site its
+	// gap from the last that did.
+	csv, _, err := runCLI(t, "simulate", "--csv", "--max-wait", "2s", "--answer", "2s-2.5s=429;Retry-After: 5", "--navigations", "12", "--load", "500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csv), "\n")
+	for i, want := range map[int]string{
+		0:  "phase,nav,start_ms,gap_ms,wait_ms,spacing_ms,pressure,status,deferred,retry_after_s",
+		4:  "1,4,1500.000,500.000,0.000,20.000,1,429,,",
+		5:  "1,5,2000.000,,0.000,0.000,50,,max-wait,5",
+		10: "1,10,4500.000,,0.000,0.000,25,,max-wait,3",
+		11: "1,11,7000.000,5500.000,2000.000,60.000,21,200,,",
+	} {
+		if i >= len(lines) || lines[i] != want {
+			t.Errorf("CSV line %d: got %q, want %q\n%s", i, lines[min(i, len(lines)-1)], want, csv)
+		}
+	}
+	golden(t, "maxwait.csv", csv)
+
+	down, _, err := runCLI(t, "simulate", "--down", "1s-2s", "--navigations", "40", "--load", "100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered, _, _ := runCLI(t, "simulate", "--answer", "1s-2s=503", "--navigations", "40", "--load", "100ms")
+	if down != answered || !strings.Contains(down, "answered 503, from 1s to 1.6s") {
+		t.Errorf("--down 1s-2s:\n%s\n--answer 1s-2s=503:\n%s", down, answered)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/policy"
 )
 
 // BreakerOptions is a replay of one bucket's circuit breaker (package
@@ -25,6 +26,14 @@ type BreakerOptions struct {
 	// Down are the spans of time, from the run's start, in which the site
 	// fails every answer (a 503, say).
 	Down []Span
+	// Answers say how the site answers within spans of time (--answer),
+	// the first whose span holds an answer, before Down's 503s; a 200
+	// otherwise. Policy reads each answer as the relay's policy tells its
+	// breaker of it: a failure is a 5xx, an overload status or header
+	// (--overload-status, --overload-header); an overload's Retry-After
+	// longer than the pause lengthens it.
+	Answers []Answer
+	Policy  policy.Config
 	// Seed seeds the breaker's jitter, so a replay is the same each time.
 	Seed uint64
 }
@@ -46,37 +55,62 @@ type BreakerNav struct {
 // ReplayBreaker replays o on a simulated clock, never sleeping.
 func ReplayBreaker(o BreakerOptions) []BreakerNav {
 	b := breaker.NewLocal(o.Breaker, limiter.NewRand(o.Seed))
-	origin := time.Now()
+	origin := Origin
 	const bucket = DefaultHost
-	type answer struct {
-		at         time.Duration
-		failed, pr bool
+	answers := slices.Clone(o.Answers)
+	for _, s := range o.Down {
+		answers = append(answers, Answer{Span: s, Status: 503})
 	}
-	var pending []answer // soonest first
+	pol := policy.New(o.Policy, nil) // reads answers; books nothing
+	set, _, _ := pol.Setting(bucket)
+	var pending []breakerAnswer // soonest first
 	var out []BreakerNav
-	down := func(t time.Duration) bool {
-		return slices.ContainsFunc(o.Down, func(s Span) bool { return s.From <= t && t < s.To })
-	}
 	for i := range o.Navigations {
 		at := time.Duration(i) * o.Every
 		for len(pending) > 0 && pending[0].at <= at {
 			a := pending[0]
 			pending = pending[1:]
-			b.Observe(bucket, breaker.Answer{Failed: a.failed, Probe: a.pr}, origin.Add(a.at))
+			b.Observe(bucket, a.Answer, origin.Add(a.at))
 		}
 		d := b.Allow(bucket, origin.Add(at))
 		n := BreakerNav{At: at, Went: d.Go, Probe: d.Probe}
 		if d.Go {
 			end := at + o.Load
-			n.Failed = down(end)
-			k, _ := slices.BinarySearchFunc(pending, end, func(a answer, t time.Duration) int { return int(a.at - t) })
-			pending = slices.Insert(pending, k, answer{end, n.Failed, d.Probe})
+			got := Answer{Status: 200}
+			if i := answerAt(answers, end); i > 0 {
+				got = answers[i-1]
+			}
+			a := failure(pol, set, got, o.Load, origin.Add(end))
+			a.Probe, n.Failed = d.Probe, a.Failed
+			k, _ := slices.BinarySearchFunc(pending, end, func(a breakerAnswer, t time.Duration) int { return int(a.at - t) })
+			pending = slices.Insert(pending, k, breakerAnswer{end, a})
 		} else {
 			n.Until = d.Until.Sub(origin)
 		}
 		out = append(out, n)
 	}
 	return out
+}
+
+// breakerAnswer is an answer on its way to the breaker, at from the
+// run's start.
+type breakerAnswer struct {
+	at time.Duration
+	breaker.Answer
+}
+
+// failure is what the site's answer a, received at now, tells the
+// breaker, as policy.Policy tells it of an answer: a failure when the
+// setting reads it as overload or failure (limiter.Config.Effect), with
+// an overload's Retry-After.
+func failure(pol *policy.Policy, set limiter.Config, a Answer, took time.Duration, now time.Time) breaker.Answer {
+	o := outcome(pol, DefaultHost, a, took, now)
+	e := set.Effect(o)
+	b := breaker.Answer{Failed: e == limiter.Overload || e == limiter.Failure}
+	if e == limiter.Overload {
+		b.RetryAfter, _ = set.RetryAfter(o, now)
+	}
+	return b
 }
 
 // WriteBreaker writes a replay as runs of requests alike: those that went
