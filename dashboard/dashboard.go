@@ -72,7 +72,7 @@ type Bucket struct {
 	NextFree   time.Duration // until a navigation would go at once
 	CrawlDelay time.Duration
 	Mode       string
-	Source     string // flag, rule N, robots.txt
+	Source     string // flag, rule N, robots.txt, server
 	Rule       string
 	// InFlight and Cap are the bucket's navigations between release and
 	// answer and the most it may have, for a limiter that caps them; a
@@ -87,6 +87,11 @@ type Bucket struct {
 	Deferred    uint64
 	Breaker     string
 	BreakerEnds time.Duration
+	// ServerFloor is the least spacing the server's own RateLimit-Policy
+	// asks for while it holds, until ServerFloorEnds from now unless sent
+	// again; ServerReset is how long until the quota the server said was
+	// spent resets, while the bucket waits for it. Zero: none.
+	ServerFloor, ServerFloorEnds, ServerReset time.Duration
 }
 
 // Source gives the page the relay's state. Status must be safe for
@@ -191,6 +196,7 @@ func (h *Handler) snapshot(since uint64, n int) snapshotJSON {
 			Bucket: b.Name, Pressure: b.Pressure, SpacingMS: millis(b.Spacing), NextFreeMS: millis(b.NextFree),
 			Mode: b.Mode, Source: b.Source, Rule: b.Rule, CrawlDelayMS: millis(b.CrawlDelay),
 			InFlight: b.InFlight, Cap: b.Cap, Refused: b.Refused, Deferred: b.Deferred, Breaker: b.Breaker, BreakerEndsMS: millis(b.BreakerEnds),
+			ServerFloorMS: millis(b.ServerFloor), ServerFloorEndsMS: millis(b.ServerFloorEnds), ServerResetMS: millis(b.ServerReset),
 			Navigations: []markJSON{},
 		})
 	}
@@ -270,26 +276,31 @@ type (
 		Failure  uint64 `json:"failure"`
 	}
 	bucketJSON struct {
-		Bucket        string     `json:"bucket"`
-		Pressure      int        `json:"pressure"`
-		SpacingMS     float64    `json:"spacing_ms"`
-		NextFreeMS    float64    `json:"next_free_ms"`
-		Mode          string     `json:"mode"`
-		Source        string     `json:"source,omitempty"`
-		Rule          string     `json:"rule,omitempty"`
-		CrawlDelayMS  float64    `json:"crawl_delay_ms,omitempty"`
-		InFlight      int        `json:"in_flight,omitempty"`
-		Cap           int        `json:"cap,omitempty"`
-		Refused       uint64     `json:"refused,omitempty"`
-		Deferred      uint64     `json:"deferred,omitempty"`
-		Breaker       string     `json:"breaker,omitempty"`
-		BreakerEndsMS float64    `json:"breaker_ends_ms,omitempty"`
-		Passed        uint64     `json:"passed"`
-		Delayed       uint64     `json:"delayed"`
-		LastAnswer    string     `json:"last_answer,omitempty"`
-		LastStatus    int        `json:"last_status,omitempty"`
-		LastBooked    int64      `json:"last_booked,omitempty"`
-		Navigations   []markJSON `json:"navigations"`
+		Bucket        string  `json:"bucket"`
+		Pressure      int     `json:"pressure"`
+		SpacingMS     float64 `json:"spacing_ms"`
+		NextFreeMS    float64 `json:"next_free_ms"`
+		Mode          string  `json:"mode"`
+		Source        string  `json:"source,omitempty"`
+		Rule          string  `json:"rule,omitempty"`
+		CrawlDelayMS  float64 `json:"crawl_delay_ms,omitempty"`
+		InFlight      int     `json:"in_flight,omitempty"`
+		Cap           int     `json:"cap,omitempty"`
+		Refused       uint64  `json:"refused,omitempty"`
+		Deferred      uint64  `json:"deferred,omitempty"`
+		Breaker       string  `json:"breaker,omitempty"`
+		BreakerEndsMS float64 `json:"breaker_ends_ms,omitempty"`
+		// The server's RateLimit-Policy while it holds, how long until it
+		// lapses, and how long until a spent quota resets (ms from now).
+		ServerFloorMS     float64    `json:"server_floor_ms,omitempty"`
+		ServerFloorEndsMS float64    `json:"server_floor_ends_ms,omitempty"`
+		ServerResetMS     float64    `json:"server_reset_ms,omitempty"`
+		Passed            uint64     `json:"passed"`
+		Delayed           uint64     `json:"delayed"`
+		LastAnswer        string     `json:"last_answer,omitempty"`
+		LastStatus        int        `json:"last_status,omitempty"`
+		LastBooked        int64      `json:"last_booked,omitempty"`
+		Navigations       []markJSON `json:"navigations"`
 	}
 	markJSON struct {
 		Seq       uint64  `json:"seq"`

@@ -184,6 +184,35 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// TestStatusServer: a bucket whose server said its limits carries them in
+// /status, in ms, as the page reads them: the policy's spacing, how long
+// until it lapses, and how long until a spent quota resets; a bucket
+// whose server said none carries none of the three.
+func TestStatusServer(t *testing.T) {
+	src := &fakeSource{Mode: "fixed", Buckets: []Bucket{
+		{Name: "api.test", Spacing: 200 * time.Millisecond, NextFree: 2500 * time.Millisecond, Mode: "fixed", Source: "server", Rule: "RateLimit-Policy: 200ms",
+			ServerFloor: 200 * time.Millisecond, ServerFloorEnds: time.Hour - 1234567*time.Microsecond, ServerReset: 2500 * time.Millisecond},
+		{Name: "plain.test", Spacing: 20 * time.Millisecond, Mode: "fixed", Source: "flag"},
+	}}
+	rec := get(t, &Handler{Source: src, Timeline: &Timeline{}}, "GET", "/status")
+	var st struct{ Buckets []map[string]any }
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Buckets) != 2 {
+		t.Fatalf("GET /status: %v: %s", err, rec.Body)
+	}
+	want := map[string]any{"source": "server", "rule": "RateLimit-Policy: 200ms", "spacing_ms": 200.0,
+		"server_floor_ms": 200.0, "server_floor_ends_ms": 3598765.4, "server_reset_ms": 2500.0}
+	for k, v := range want {
+		if got := st.Buckets[0][k]; got != v {
+			t.Errorf("api.test's %s: got %v, want %v", k, got, v)
+		}
+	}
+	for _, k := range []string{"server_floor_ms", "server_floor_ends_ms", "server_reset_ms"} {
+		if got, ok := st.Buckets[1][k]; ok {
+			t.Errorf("plain.test's %s: got %v, want none", k, got)
+		}
+	}
+}
+
 // BenchmarkStatus is what one answer of /status costs the relay with its
 // timeline full (50 buckets × 1,200 navigations): without since (a page's
 // first poll), and since the last poll a second ago, ten navigations of

@@ -53,7 +53,7 @@ type Booking struct {
 	Spacing  time.Duration
 	Pressure int
 	// Mode, Source and Rule say which setting booked it and where that
-	// came from ("flag", "rule N", "robots.txt").
+	// came from ("flag", "rule N", "robots.txt", "server").
 	Mode, Source, Rule string
 }
 

@@ -3,7 +3,13 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +40,10 @@ func limitsURL(s *site, host, run string, i int, hdrs ...string) string {
 // RateLimit-Policy: "p";q=5;w=1 (5 requests a second) sees the
 // navigations after the first answer at least 200 ms apart (less the
 // exact tests' slack), though the relay's rule spaces them by 20 ms; with
-// --ratelimit-headers ignore, by the rule alone.
+// --ratelimit-headers ignore, by the rule alone. Obeyed, the relay shows
+// the server's policy as what spaces the host, in /hosts and on its live
+// page (checkServerShown), with a spent quota's reset after one more
+// answer says RateLimit: "p";r=0;t=30.
 func TestRateLimitPolicy(t *testing.T) {
 	const policy = `RateLimit-Policy:"p";q=5;w=1`
 	const n = 6
@@ -79,6 +88,10 @@ func TestRateLimitPolicy(t *testing.T) {
 					t.Errorf("with --ratelimit-headers ignore the relay spaced a navigation by %v, want its rule's %v at most", most, ruleSpacing)
 				case ignore && least >= 200*time.Millisecond-exactSlack:
 					t.Errorf("with --ratelimit-headers ignore every gap was %.1f ms or more, want the rule's, not the server's:%s", ms(least), describe(hits))
+				}
+				if !ignore {
+					rc.mustCall(session, "Page.navigate", map[string]any{"url": limitsURL(s, host, run, n, policy, `RateLimit:"p";r=0;t=30`)})
+					checkServerShown(t, r, host, b.name)
 				}
 			})
 		}
@@ -129,5 +142,94 @@ func TestRateLimitSpent(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// serverLine is a bucket's line of /hosts as far as the server's own
+// limits go.
+type serverLine struct {
+	Host        string  `json:"host"`
+	SpacingMS   float64 `json:"spacing_ms"`
+	NextFreeMS  float64 `json:"next_free_ms"`
+	Source      string  `json:"source"`
+	Rule        string  `json:"rule"`
+	FloorMS     float64 `json:"server_floor_ms"`
+	FloorEndsMS float64 `json:"server_floor_ends_ms"`
+	ResetMS     float64 `json:"server_reset_ms"`
+}
+
+// checkServerShown reads host's line of the relay's /hosts once its last
+// answer, RateLimit-Policy: "p";q=5;w=1 with RateLimit: "p";r=0;t=30, is
+// in: the server is the source of its spacing, 200 ms, for about an hour,
+// and its quota resets within 30 s. Then it opens the relay's live page
+// in a Chromium of its own and reads host's row, which must say the same;
+// with RATELIMIT_PNG=DIR it writes the page's screenshot there, one per
+// browser behind the relay (NAME.png).
+func checkServerShown(t *testing.T, r *relayed, host, name string) {
+	t.Helper()
+	var line serverLine
+	var body []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if body, err = httpGet(r.url + "/hosts"); err != nil {
+			t.Fatal(err)
+		}
+		var hosts []json.RawMessage
+		if err := json.Unmarshal(body, &hosts); err != nil {
+			t.Fatalf("/hosts: %v: %s", err, body)
+		}
+		for _, h := range hosts {
+			var l serverLine
+			if json.Unmarshal(h, &l); l.Host == host {
+				line, body = l, h
+			}
+		}
+		if line.ResetMS > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("/hosts after RateLimit-Policy and a spent quota: %s", body)
+	switch {
+	case line.Host != host:
+		t.Fatalf("/hosts does not list %s", host)
+	case line.Source != "server" || line.Rule != "RateLimit-Policy: 200ms":
+		t.Errorf("/hosts: %s's source %q, rule %q; want server, RateLimit-Policy: 200ms", host, line.Source, line.Rule)
+	case line.FloorMS != 200 || line.FloorEndsMS > 3600e3 || line.FloorEndsMS < 3590e3:
+		t.Errorf("/hosts: %s's server floor %.1f ms for %.1f ms; want 200 ms for about an hour", host, line.FloorMS, line.FloorEndsMS)
+	case line.ResetMS > 30e3 || line.ResetMS < 25e3 || line.NextFreeMS < line.ResetMS:
+		t.Errorf("/hosts: %s's quota resets in %.1f ms, its next navigation free in %.1f; want within 30 s, and nothing before it", host, line.ResetMS, line.NextFreeMS)
+	}
+
+	w := openWatcher(t)
+	if status, _ := w.open(t, r.url+"/"); status != 200 {
+		t.Fatalf("the relay's page answered %d", status)
+	}
+	var row struct{ Setting, Server string }
+	shows := regexp.MustCompile(`^server 200 ms until \d\d:\d\d:\d\d quota resets in \d+(\.\d+)? s$`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		w.eval(t, fmt.Sprintf(`(() => { const r = [...document.querySelectorAll("#rows .bucket")].find(r => r.dataset.bucket === %q);
+			if (!r) return {setting: "", server: ""};
+			const s = r.querySelector(".nums.server");
+			return {setting: r.querySelector(".setting").innerText, server: s.hidden ? "" : s.innerText.replace(/\s+/g, " ").trim()}; })()`, host), &row)
+		if shows.MatchString(row.Server) || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("the relay's page: %s's row reads %q, %q", host, row.Setting, row.Server)
+	if want := "fixed · server: RateLimit-Policy: 200ms"; row.Setting != want {
+		t.Errorf("the page's row of %s says %q, want %q", host, row.Setting, want)
+	}
+	if !shows.MatchString(row.Server) {
+		t.Errorf("the page's row of %s reads %q, want the server's 200 ms until a time, and its quota's reset", host, row.Server)
+	}
+	if dir := os.Getenv("RATELIMIT_PNG"); dir != "" { // to look at it
+		var shot struct{ Data string }
+		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
+		raw, _ := base64.StdEncoding.DecodeString(shot.Data)
+		out := filepath.Join(dir, name+".png")
+		if err := os.WriteFile(out, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot written to %s", out)
 	}
 }

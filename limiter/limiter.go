@@ -318,12 +318,19 @@ type Reservation struct {
 	Bucket string
 	// Source says where the booking's setting came from, for logs and the
 	// status page: "flag" (the global flags), "rule N" (the N-th rule),
-	// "robots.txt" (a Crawl-delay set the spacing), "loopback" or
-	// "exempt-host". The limiter leaves it empty; a policy fills it in.
+	// "robots.txt" (a Crawl-delay set the spacing), "server" (the
+	// server's own policy did: Server), "loopback" or "exempt-host". The
+	// limiter leaves it empty; a policy fills it in.
 	Source string
 	// Rule is the text of what Source names: the rule as written, the
-	// Crawl-delay, the exempt host pattern. Empty for the flags.
+	// Crawl-delay, the server's policy, the exempt host pattern. Empty
+	// for the flags.
 	Rule string
+	// Server is the least spacing the host's server asked for
+	// (Outcome.Server's Spacing) that the booking kept to, while it
+	// holds (ServerPolicyLife); 0 when none held. A policy reads it to
+	// say the server set the spacing (Spacing == Server).
+	Server time.Duration
 }
 
 // Limiter books navigation slots per host. It is safe for concurrent use by
@@ -348,10 +355,12 @@ type host struct {
 	set   setting // of the host's last booking, for Busiest
 	last  int64   // start of the host's last booking, as jitter moved it; noLast when none
 	// srvFloor is the least spacing the host's server asked for
-	// (Outcome.Server), until srvUntil; 0 when none.
-	srvFloor, srvUntil int64
-	pressure           int32
-	gone               bool // the record was forgotten by its shard: look the host up again
+	// (Outcome.Server), until srvUntil; 0 when none. srvReset is when
+	// the quota its server said was spent resets (Outcome.Server's
+	// Wait after the answer), for Busiest; 0 when none was.
+	srvFloor, srvUntil, srvReset int64
+	pressure                     int32
+	gone                         bool // the record was forgotten by its shard: look the host up again
 }
 
 // New returns a limiter that books with cfg unless a booking brings a
@@ -422,10 +431,12 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	h.set = set
 	spacing := set.spacing(h.pressure)
 	floor, tau := set.floor, set.tau
-	if h.srvUntil > t && h.srvFloor > 0 {
+	var server time.Duration
+	if h.underServer(t) {
 		// The stricter of the rule and the server; a server's policy, as
 		// a Crawl-delay, leaves no burst.
-		spacing, floor, tau = max(spacing, time.Duration(h.srvFloor)), max(floor, h.srvFloor), 0
+		server = time.Duration(h.srvFloor)
+		spacing, floor, tau = max(spacing, server), max(floor, h.srvFloor), 0
 	}
 	start := max(t, h.tat-tau)
 	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
@@ -451,7 +462,7 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	pressure := int(h.pressure)
 	rec.mu.Unlock()
 	return Reservation{Start: now.Add(time.Duration(start - t)), Spacing: spacing, Pressure: pressure, Slack: time.Duration(slack), Headroom: time.Duration(headroom),
-		Tracked: true, Mode: set.mode, Bucket: hostname}
+		Tracked: true, Mode: set.mode, Bucket: hostname, Server: server}
 }
 
 // Observe feeds the answer to a navigation of host, received at now, back
@@ -513,13 +524,16 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 		// The server's spent quota holds the host as a Retry-After does;
 		// with both, the later.
 		wait, hasWait = max(wait, srv.Wait), true
+		if reset := t + int64(srv.Wait); h.srvReset == 0 || reset > h.srvReset {
+			h.srvReset = reset // the later, as tat keeps
+		}
 	}
 	if hasWait {
 		// The wait is measured from the answer and the burst allowance must
 		// not shorten it: the next start, max(now, tat-tau), lands at t+wait
 		// (with no burst under a server's policy, as reserve books).
 		tau := set.tau
-		if h.srvUntil > t && h.srvFloor > 0 {
+		if h.underServer(t) {
 			tau = 0
 		}
 		h.tat = max(h.tat, t+int64(wait)+tau)
@@ -632,9 +646,13 @@ func (h *host) drain(t int64) {
 }
 
 // idle reports whether h is indistinguishable at t from a host never seen.
+// A spent quota's reset (srvReset) is never later than tat.
 func (h *host) idle(t int64) bool {
-	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown) && (h.srvFloor == 0 || h.srvUntil <= t)
+	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown) && !h.underServer(t)
 }
+
+// underServer reports whether a server's policy is h's least spacing at t.
+func (h *host) underServer(t int64) bool { return h.srvFloor > 0 && h.srvUntil > t }
 
 // HostState is what the limiter knows of one host at an instant.
 type HostState struct {
@@ -670,6 +688,13 @@ type HostState struct {
 	Deferred    uint64        `json:"-"`
 	Breaker     string        `json:"-"`
 	BreakerEnds time.Duration `json:"-"`
+	// Server is the least spacing the host's server asks for
+	// (RateLimit-Policy: Outcome.Server's Spacing), until ServerEnds from
+	// now unless an answer sends it again; 0 when none holds. Spacing is
+	// never less. ServerReset is how long from now until the quota the
+	// server said was spent resets (Outcome.Server's Wait), while the host
+	// waits for it; 0 otherwise.
+	Server, ServerEnds, ServerReset time.Duration `json:"-"`
 }
 
 // Busiest returns up to n of the hosts under the most pressure at now,
@@ -694,14 +719,23 @@ func (l *Limiter) Busiest(now time.Time, n int) []HostState {
 				h := r.host
 				r.mu.Unlock()
 				h.drain(t)
-				all = append(all, entry{HostState{
+				hs := HostState{
 					Host:     name,
 					Pressure: int(h.pressure),
 					Mode:     h.set.mode,
 					Floor:    time.Duration(h.set.floor),
 					Spacing:  h.set.spacing(h.pressure),
 					NextFree: time.Duration(max(0, h.tat-h.set.tau-t)),
-				}, h.tat})
+				}
+				if h.underServer(t) {
+					// As reserve books: the stricter, with no burst.
+					hs.Server, hs.ServerEnds = time.Duration(h.srvFloor), time.Duration(h.srvUntil-t)
+					hs.Spacing, hs.NextFree = max(hs.Spacing, hs.Server), time.Duration(max(0, h.tat-t))
+				}
+				if h.srvReset != 0 && h.srvReset > t {
+					hs.ServerReset = time.Duration(h.srvReset - t)
+				}
+				all = append(all, entry{hs, h.tat})
 			}
 		}
 		s.mu.Unlock()

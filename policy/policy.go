@@ -100,6 +100,9 @@ const (
 	SourceRobots   = "robots.txt"
 	SourceLoopback = "loopback"
 	SourceExempt   = "exempt-host"
+	// SourceServer says the server's own policy set the spacing
+	// (limiter.Outcome.Server, RateLimit-Policy), stricter than the setting.
+	SourceServer = "server"
 )
 
 // decision is what applies to one host.
@@ -393,8 +396,17 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 		r.Source, r.Rule = SourceRobots, "Crawl-delay: "+set.Floor.String()
 	}
 	p.labels.put(bucket, label{source: r.Source, rule: r.Rule, floor: set.Floor})
+	if r.Server > 0 && r.Spacing == r.Server {
+		// Said, not labelled: the server's policy lapses by itself, and
+		// Busiest asks the Booker whether it still holds.
+		r.Source, r.Rule = SourceServer, serverRule(r.Server)
+	}
 	return r
 }
+
+// serverRule is the text of SourceServer: the spacing the server's
+// policy asks for, w/q of the strictest (package ratelimit).
+func serverRule(spacing time.Duration) string { return "RateLimit-Policy: " + spacing.String() }
 
 // Observe feeds the answer a navigation to host got at now back into its
 // schedule, when the setting that applies to host is adaptive, or fixed
@@ -468,7 +480,8 @@ func (p *Policy) Push(bucket string, by time.Duration, now time.Time) {
 
 // Busiest returns up to n of the buckets under the most pressure at now,
 // as the Booker's Busiest does, each with the source and rule of its last
-// booking; nil when the Booker cannot tell.
+// booking, or SourceServer while its server's policy is what sets its
+// spacing; nil when the Booker cannot tell.
 func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 	b, ok := p.book.(interface {
 		Busiest(now time.Time, n int) []limiter.HostState
@@ -480,14 +493,17 @@ func (p *Policy) Busiest(now time.Time, n int) []limiter.HostState {
 	listed := make(map[string]bool, len(hs))
 	for i := range hs {
 		listed[hs[i].Host] = true
-		if l, ok := p.labels.get(hs[i].Host); ok {
+		switch l, ok := p.labels.get(hs[i].Host); {
+		case hs[i].Server > 0 && hs[i].Spacing == hs[i].Server:
+			hs[i].Source, hs[i].Rule = SourceServer, serverRule(hs[i].Server)
+		case ok:
 			hs[i].Source, hs[i].Rule = l.source, l.rule
-			continue
+		default:
+			// Booked by another relay of a shared store, or long ago:
+			// what applies to the bucket's own name.
+			d := p.decide(hs[i].Host)
+			hs[i].Source, hs[i].Rule = d.source, d.rule
 		}
-		// Booked by another relay of a shared store, or long ago: what
-		// applies to the bucket's own name.
-		d := p.decide(hs[i].Host)
-		hs[i].Source, hs[i].Rule = d.source, d.rule
 	}
 	// Buckets with navigations in flight or waiting here that the
 	// schedule has forgotten (idle, or never spaced) are shown too, and

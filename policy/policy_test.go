@@ -551,6 +551,57 @@ func TestServerLimitsHeard(t *testing.T) {
 	}
 }
 
+// TestServerSource: while a server's policy is what spaces a bucket, its
+// booking and its line of /hosts say the server (SourceServer, with the
+// spacing its policy asks for) and the line carries the policy, until
+// when it holds, and a spent quota's reset; a rule stricter than the
+// server keeps its own name, and the bucket's own source is back once the
+// policy has lapsed.
+func TestServerSource(t *testing.T) {
+	cfg := mustConfig(t, Flags{Delay: "20ms", Burst: "1", Rules: []string{"*.strict.test=fixed:1s"}})
+	p := New(cfg, limiter.New(cfg.Default))
+	ctx := context.Background()
+	line := func(host string, now time.Time) limiter.HostState {
+		t.Helper()
+		for _, h := range p.Busiest(now, 50) {
+			if h.Host == host {
+				return h
+			}
+		}
+		t.Fatalf("/hosts does not show %s", host)
+		return limiter.HostState{}
+	}
+	asked := ratelimit.Limits{Spacing: 200 * time.Millisecond, Wait: 3 * time.Second}
+	for _, host := range []string{"api.test", "x.strict.test"} {
+		p.Reserve(ctx, host, "http://"+host+"/", at(0))
+		p.Observe(host, limiter.Outcome{Status: 200, Server: asked}, at(10))
+	}
+	r := p.Reserve(ctx, "api.test", "http://api.test/", at(10))
+	if r.Source != SourceServer || r.Rule != "RateLimit-Policy: 200ms" || r.Spacing != 200*time.Millisecond || r.Start != at(3010) {
+		t.Errorf("booked under the server's policy: got source %q, rule %q, spacing %v, start %v; want server, RateLimit-Policy: 200ms, 200ms, at 3010 ms",
+			r.Source, r.Rule, r.Spacing, r.Start.Sub(at(0)))
+	}
+	h := line("api.test", at(1010))
+	if h.Source != SourceServer || h.Rule != "RateLimit-Policy: 200ms" || h.Server != 200*time.Millisecond || h.Spacing != 200*time.Millisecond ||
+		h.ServerEnds != limiter.ServerPolicyLife-time.Second || h.ServerReset != 2*time.Second {
+		t.Errorf("api.test's line: got source %q, rule %q, server %v for %v, spacing %v, reset in %v; want server, RateLimit-Policy: 200ms, 200ms for an hour less 1s, 200ms, 2s",
+			h.Source, h.Rule, h.Server, h.ServerEnds, h.Spacing, h.ServerReset)
+	}
+	if r := p.Reserve(ctx, "x.strict.test", "http://x.strict.test/", at(10)); r.Source != "rule 1" || r.Spacing != time.Second {
+		t.Errorf("a rule stricter than the server: got source %q, spacing %v; want rule 1, 1s", r.Source, r.Spacing)
+	}
+	if h := line("x.strict.test", at(1010)); h.Source != "rule 1" || h.Server != 200*time.Millisecond || h.Spacing != time.Second {
+		t.Errorf("x.strict.test's line: got source %q, server %v, spacing %v; want rule 1, the server's 200ms beside it, 1s", h.Source, h.Server, h.Spacing)
+	}
+	later := at(10).Add(limiter.ServerPolicyLife)
+	if h := line("api.test", later); h.Source != SourceFlags || h.Rule != "" || h.Server != 0 || h.ServerEnds != 0 || h.ServerReset != 0 {
+		t.Errorf("an hour after the policy: got %+v, want the flags' own line, no server", h)
+	}
+	if r := p.Reserve(ctx, "api.test", "http://api.test/", later); r.Source != SourceFlags || r.Spacing != 20*time.Millisecond {
+		t.Errorf("booked an hour after the policy: got source %q, spacing %v; want flag, 20ms", r.Source, r.Spacing)
+	}
+}
+
 // pressureOf reads a host's pressure from the limiter's status list.
 func pressureOf(l *limiter.Limiter, host string, now time.Time) (int, bool) {
 	for _, h := range l.Busiest(now, 1000) {

@@ -40,7 +40,7 @@ func (p *Proxy) Status(now time.Time, n int) dashboard.Status {
 		for _, h := range b.Busiest(now, n) {
 			st.Buckets = append(st.Buckets, dashboard.Bucket{Name: h.Host, Pressure: h.Pressure, Spacing: spacingNow(h), NextFree: h.NextFree,
 				CrawlDelay: h.Floor, Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, InFlight: h.InFlight, Cap: h.Concurrency, Refused: h.Refused,
-				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEnds: h.BreakerEnds})
+				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEnds: h.BreakerEnds, ServerFloor: h.Server, ServerFloorEnds: h.ServerEnds, ServerReset: h.ServerReset})
 		}
 	}
 	return st
@@ -78,7 +78,7 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		SpacingMS    float64 `json:"spacing_ms"`
 		NextFreeMS   float64 `json:"next_free_ms"`
 		Mode         string  `json:"mode"`
-		Source       string  `json:"source,omitempty"` // flag, rule N, robots.txt
+		Source       string  `json:"source,omitempty"` // flag, rule N, robots.txt, server
 		Rule         string  `json:"rule,omitempty"`
 		CrawlDelayMS float64 `json:"crawl_delay_ms,omitempty"`
 		// With a cap on navigations in flight (zero without one).
@@ -96,6 +96,12 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 		Deferred      uint64  `json:"deferred,omitempty"`
 		Breaker       string  `json:"breaker,omitempty"`
 		BreakerEndsMS float64 `json:"breaker_ends_ms,omitempty"`
+		// While the server's RateLimit-Policy holds: the least spacing it
+		// asks for, and how long until it lapses unless sent again; while
+		// the bucket waits for a spent quota's reset, how long until it.
+		ServerFloorMS     float64 `json:"server_floor_ms,omitempty"`
+		ServerFloorEndsMS float64 `json:"server_floor_ends_ms,omitempty"`
+		ServerResetMS     float64 `json:"server_reset_ms,omitempty"`
 	}
 	out := []host{}
 	if b, ok := p.Limiter.(busiest); ok {
@@ -104,7 +110,8 @@ func (p *Proxy) serveHosts(w http.ResponseWriter, r *http.Request) {
 				Mode: h.Mode.String(), Source: h.Source, Rule: h.Rule, CrawlDelayMS: limiter.ShownMillis(h.Floor),
 				Concurrency: h.Concurrency, ConcurrencySource: h.ConcurrencySource,
 				BaselineMS: limiter.ShownMillis(h.Baseline), LastAnswerMS: limiter.ShownMillis(h.LastAnswer), Refused: h.Refused,
-				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEndsMS: limiter.ShownMillis(h.BreakerEnds)}
+				Deferred: h.Deferred, Breaker: h.Breaker, BreakerEndsMS: limiter.ShownMillis(h.BreakerEnds),
+				ServerFloorMS: limiter.ShownMillis(h.Server), ServerFloorEndsMS: limiter.ShownMillis(h.ServerEnds), ServerResetMS: limiter.ShownMillis(h.ServerReset)}
 			if c, ok := p.Limiter.(hold.Capper); ok && c.Caps() {
 				hs.InFlight, hs.Waiting = &h.InFlight, &h.Waiting // 0 is news here
 			}

@@ -10,7 +10,8 @@
 --          and the setting of its last booking: m = '1' adaptive or '0'
 --          fixed, b = base, u = tau, f = floor; sf = the least spacing
 --          the host's server asked for (RateLimit-Policy) until su
---          (absent: none).
+--          (absent: none), sr = when the quota its server said was spent
+--          resets (absent: none; shown by Busiest only).
 -- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
 --          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
@@ -30,15 +31,20 @@
 -- ARGV[12] reserve: the setting's MaxWait, 0 or absent for none: a
 --          navigation whose start lies further ahead books nothing, and
 --          its spacing comes back -1 (limiter.Reservation.Deferred).
+-- ARGV[13] observe: the server's own wait for its spent quota, 0 or
+--          absent for none (already in ARGV[6]): kept as sr, for Busiest.
 -- ARGV[2..4], [8] and [9] are the setting of this booking: it travels with the
 -- booking, so relays with different rules for a host share its schedule,
 -- each booking spaced by its own relay's setting. Peek ignores them and
 -- reads the setting of the host's last booking.
 -- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor, slack,
--- headroom}; slack and headroom are those of limiter.Reservation (reserve
--- only, 0 otherwise). Peek writes nothing, returns the start a navigation
--- would get and the spacing it would add, and pressure -1 for a host it
--- does not know.
+-- headroom, server, server until, reset}; slack and headroom are those of
+-- limiter.Reservation (reserve only, 0 otherwise); server is sf while the
+-- server's policy holds (until su), else 0 and 0; reset is sr while it is
+-- ahead, else 0 (limiter.HostState's Server, ServerEnds, ServerReset).
+-- Peek writes nothing, returns the start a navigation would get and the
+-- spacing it would add (the server's policy counted, as reserve counts
+-- it), and pressure -1 for a host it does not know.
 
 local COOLDOWN = {{COOLDOWN}}          -- elapsed time that forgives one unit
 local MAX_SPACING = {{MAX_SPACING}}    -- spacing cap
@@ -58,9 +64,9 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su')
+local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su', 'sr')
 local tat, p, clock, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[8])
-local sf, su = tonumber(h[9]), tonumber(h[10])
+local sf, su, sr = tonumber(h[9]), tonumber(h[10]), tonumber(h[11])
 local known = tat ~= nil and p ~= nil and clock ~= nil
 
 -- underServer reports whether the host's server's policy holds now.
@@ -112,6 +118,7 @@ local function save()
     'm', m, 'b', string.format('%d', base), 'u', string.format('%d', tau), 'f', string.format('%d', floor))
   if last then redis.call('HSET', key, 's', string.format('%d', last)) end
   if underServer() then redis.call('HSET', key, 'sf', string.format('%d', sf), 'su', string.format('%d', su)) end
+  if sr and sr > now then redis.call('HSET', key, 'sr', string.format('%d', sr)) end
   local idle = idleAt() - now
   local ttl = math.max(math.ceil(idle / 1000), 1) + MARGIN_MS
   redis.call('PEXPIRE', key, string.format('%d', ttl))
@@ -134,6 +141,21 @@ end
 local function flag()
   if adaptive then return 1 end
   return 0
+end
+
+-- server returns the server's policy and until when it holds, and when
+-- its spent quota resets: the last three values of every answer.
+local function server()
+  local f, u, r = 0, 0, 0
+  if underServer() then f, u = sf, su end
+  if sr and sr > now then r = sr end
+  return f, u, r
+end
+
+-- reply is the script's answer: the values given, then server()'s.
+local function reply(start, s, q, adaptiveFlag, fl, slack, headroom)
+  local f, u, r = server()
+  return {start, s, q, now, adaptiveFlag, fl, slack, headroom, f, u, r}
 end
 
 if op == 'r' then
@@ -161,18 +183,18 @@ if op == 'r' then
     end
     if maxwait > 0 and start - now > maxwait then
       -- Too far ahead to wait for: nothing is booked or written.
-      return {start, -1, p, now, flag(), floor, 0, 0}
+      return reply(start, -1, p, flag(), floor, 0, 0)
     end
     tat = booked
     if adaptive then p = math.min(p + 1, MAX_PRESSURE) end
     last = start
   end
   save()
-  return {start, s, p, now, flag(), floor, slack, headroom}
+  return reply(start, s, p, flag(), floor, slack, headroom)
 end
 
 if op == 'o' then
-  local add, wait, server = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[11]) or 0
+  local add, wait, asked, spent = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[11]) or 0, tonumber(ARGV[13]) or 0
   if known then
     drain()
   else
@@ -180,11 +202,12 @@ if op == 'o' then
     tat, clock, p = now, now, 0
   end
   p = math.min(p + add, MAX_PRESSURE)
-  if server > 0 then
+  if asked > 0 then
     -- The policy the server sends now is its policy: it replaces the one
     -- before, and lasts while the server keeps sending it.
-    sf, su = server, now + SERVER_LIFE
+    sf, su = asked, now + SERVER_LIFE
   end
+  if spent > 0 and (not sr or now + spent > sr) then sr = now + spent end
   if wait >= 0 then
     -- The wait counts from the answer and the burst must not shorten it:
     -- the next start, max(now, tat - tau), lands at now + wait (with no
@@ -196,7 +219,7 @@ if op == 'o' then
     if jitter > 0 then last = math.max(last or now + wait, now + wait) end
   end
   save()
-  return {0, 0, p, now, flag(), floor, 0, 0}
+  return reply(0, 0, p, flag(), floor, 0, 0)
 end
 
 if op == 'l' then
@@ -210,19 +233,23 @@ if op == 'l' then
     local idle = idleAt() - now
     redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))
   end
-  return {0, 0, p or 0, now, flag(), floor, 0, 0}
+  return reply(0, 0, p or 0, flag(), floor, 0, 0)
 end
 
 if op == 'p' then
-  if not known then return {0, 0, -1, now, flag(), floor, 0, 0} end
+  if not known then return reply(0, 0, -1, flag(), floor, 0, 0) end
   if h[4] then
     -- The setting of the host's last booking, whichever relay made it.
     adaptive = h[4] == '1'
     base, tau, floor = tonumber(h[5]) or base, tonumber(h[6]) or tau, tonumber(h[7]) or 0
   end
   drain()
-  -- The earliest a navigation would go: max(now, tat - tau).
-  return {math.max(now, tat - tau), spacing(p), p, now, flag(), floor, 0, 0}
+  -- The earliest a navigation would go, max(now, tat - tau), and its
+  -- spacing, as reserve books them: under the server's policy, the
+  -- stricter, with no burst.
+  local s, tu = spacing(p), tau
+  if underServer() then s, tu = math.max(s, sf), 0 end
+  return reply(math.max(now, tat - tu), s, p, flag(), floor, 0, 0)
 end
 
 return redis.error_reply('cdp-throttle: unknown op ' .. tostring(op))

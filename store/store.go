@@ -6,8 +6,9 @@
 //
 // Redis books with the same rule as the in-process limiter.Limiter (SPEC
 // §1). Each host is one hash (tat, pressure, clock, the setting of its
-// last booking, and the least spacing its server asked for, until when:
-// limiter.Outcome.Server) under Options.Prefix + host, and each Reserve or Observe
+// last booking, and the least spacing its server asked for, until when,
+// and when the quota it said was spent resets: limiter.Outcome.Server)
+// under Options.Prefix + host, and each Reserve or Observe
 // is one atomic server-side step: a Lua script, loaded once and run with
 // EVALSHA, reads the hash, applies the rule and writes it back. The
 // setting travels with each booking as the script's arguments
@@ -360,6 +361,7 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Skew:     skew,
 				Mode:     set.mode,
 				Bucket:   host,
+				Server:   time.Duration(v[8]) * time.Microsecond,
 			}
 		}
 		s.failed(o, err)
@@ -434,8 +436,9 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 	}
 	if srv.Wait > 0 {
 		// The server's spent quota holds the host as a Retry-After does;
-		// with both, the later.
+		// with both, the later. Its own reset is kept for Busiest.
 		args.wait = max(args.wait, srv.Wait.Microseconds())
+		args.spent = srv.Wait.Microseconds()
 	}
 	args.server = srv.Spacing.Microseconds()
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
@@ -497,15 +500,17 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 }
 
 // stepValues is how many values the script returns: {start, spacing,
-// pressure, now, adaptive, floor, slack, headroom}, times in
-// microseconds.
-const stepValues = 8
+// pressure, now, adaptive, floor, slack, headroom, server, server until,
+// reset}, times in microseconds (server until and reset on Redis's clock,
+// as now, 0 for none).
+const stepValues = 11
 
 // stepArgs are the script's arguments besides the op and the setting.
 type stepArgs struct {
 	add    int64 // observe: the pressure the answer adds; late: how far to push, in µs
 	wait   int64 // observe: how long the answer asks the host be left alone, in µs; -1 for none
 	server int64 // observe: the least spacing the answer's server asks for, in µs; 0 for none
+	spent  int64 // observe: how long the server's spent quota asks the host be left alone, in µs (also in wait); 0 for none
 }
 
 // noArgs are the arguments of a step that is told nothing.
@@ -520,7 +525,7 @@ func (s *Redis) run(host string, now time.Time, op string, set setting, args ste
 	if s.callerClock {
 		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
 	}
-	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, args.add, args.wait, nowArg, set.floorU, set.jitter, set.u, args.server, set.maxWait).Int64Slice()
+	v, err := step.Run(ctx, s.client, []string{s.prefix + host}, op, set.adaptive, set.base, set.tau, args.add, args.wait, nowArg, set.floorU, set.jitter, set.u, args.server, set.maxWait, args.spent).Int64Slice()
 	if err == nil && len(v) != stepValues {
 		err = fmt.Errorf("script returned %d values, want %d", len(v), stepValues)
 	}
@@ -615,7 +620,9 @@ const maxScan = 10_000
 
 // Busiest returns up to n of the hosts under the most pressure at now, as
 // limiter.Limiter's Busiest does, from the first maxScan keys of the store,
-// each with the setting of its last booking, whichever relay made it.
+// each with the setting of its last booking, whichever relay made it, and
+// its server's policy and spent quota, whichever relay heard them: the
+// step that peeks returns them with the rest, so nothing is asked more.
 // It reads Redis with its own, longer timeout; while Redis is down it
 // reports what the local fallback knows.
 func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
@@ -634,7 +641,7 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 	keys = slices.DeleteFunc(keys, func(k string) bool {
 		return strings.HasPrefix(k, s.prefix+inflightInfix) || strings.HasPrefix(k, s.prefix+breakerInfix)
 	})
-	cmds := s.peekAll(ctx, keys)
+	cmds := s.peekAll(ctx, keys, now)
 	out := make([]limiter.HostState, 0, len(keys))
 	for i, c := range cmds {
 		v, err := c.Int64Slice()
@@ -645,14 +652,22 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 		if v[4] == 1 {
 			mode = limiter.Adaptive
 		}
-		out = append(out, limiter.HostState{
+		h := limiter.HostState{
 			Host:     strings.TrimPrefix(keys[i], s.prefix),
 			Pressure: int(v[2]),
 			Mode:     mode,
 			Floor:    time.Duration(v[5]) * time.Microsecond,
 			Spacing:  time.Duration(v[1]) * time.Microsecond,
 			NextFree: time.Duration(v[0]-v[3]) * time.Microsecond,
-		})
+			Server:   time.Duration(v[8]) * time.Microsecond,
+		}
+		if h.Server > 0 {
+			h.ServerEnds = time.Duration(v[9]-v[3]) * time.Microsecond
+		}
+		if v[10] > 0 {
+			h.ServerReset = time.Duration(v[10]-v[3]) * time.Microsecond
+		}
+		out = append(out, h)
 	}
 	slices.SortFunc(out, func(a, b limiter.HostState) int {
 		if a.Pressure != b.Pressure {
@@ -666,14 +681,19 @@ func (s *Redis) Busiest(now time.Time, n int) []limiter.HostState {
 // peekAll peeks at keys in one pipeline. EVALSHA in a pipeline cannot
 // fall back to EVAL as step.Run does alone: when Redis lost the script
 // (NOSCRIPT: a restart that kept its keys, a SCRIPT FLUSH, a failover),
-// peekAll loads it again and runs the pipeline once more.
-func (s *Redis) peekAll(ctx context.Context, keys []string) []*redis.Cmd {
+// peekAll loads it again and runs the pipeline once more. Like run, it
+// reads Redis's clock, not now, unless the store runs on the caller's.
+func (s *Redis) peekAll(ctx context.Context, keys []string, now time.Time) []*redis.Cmd {
 	set := settingOf(s.cfg)
+	nowArg := ""
+	if s.callerClock {
+		nowArg = strconv.FormatInt(now.UnixMicro(), 10)
+	}
 	for try := 0; ; try++ {
 		pipe := s.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(keys))
 		for i, k := range keys {
-			cmds[i] = step.EvalSha(ctx, pipe, []string{k}, "p", set.adaptive, set.base, set.tau, 0, -1, "", set.floorU)
+			cmds[i] = step.EvalSha(ctx, pipe, []string{k}, "p", set.adaptive, set.base, set.tau, 0, -1, nowArg, set.floorU)
 		}
 		pipe.Exec(ctx)
 		if try > 0 || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }) {

@@ -649,6 +649,61 @@ func TestBusiest(t *testing.T) {
 	}
 }
 
+// TestBusiestShowsServer: the status page reads a host's server policy,
+// how long it holds and its spent quota's reset from Redis as the
+// in-process limiter keeps them, on the simulated clock, and the spacing
+// and next slot as booked under them; an hour after the last answer that
+// sent it, the policy is gone. A booking under it says so.
+func TestBusiestShowsServer(t *testing.T) {
+	srv := startRedis(t)
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: 20 * time.Millisecond}
+	s, l := simulated(t, srv, cfg), limiter.New(cfg)
+	at := limitertest.At
+	const host = "api.example"
+	of := func(b interface {
+		Busiest(time.Time, int) []limiter.HostState
+	}, now time.Time) limiter.HostState {
+		for _, h := range b.Busiest(now, 10) {
+			if h.Host == host {
+				return h
+			}
+		}
+		return limiter.HostState{}
+	}
+	hour := float64(limiter.ServerPolicyLife / time.Millisecond)
+	steps := []struct {
+		atMS    float64
+		outcome *limiter.Outcome // nil: a booking
+	}{
+		{0, nil},
+		{100, &limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: 200 * time.Millisecond}}},
+		{100, nil},
+		{150, &limiter.Outcome{}}, // nothing: Busiest is read here
+		{1000, &limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: 200 * time.Millisecond, Wait: 3 * time.Second}}},
+		{2000, &limiter.Outcome{}},
+		{4000, &limiter.Outcome{}},
+		{1000 + hour - 1, &limiter.Outcome{}},
+		{1000 + hour, nil},
+	}
+	for _, st := range steps {
+		now := at(st.atMS)
+		if st.outcome != nil {
+			s.Observe(host, *st.outcome, now)
+			l.Observe(host, *st.outcome, now)
+		} else if got, want := s.Reserve(host, now), l.Reserve(host, now); got != want {
+			t.Fatalf("Reserve at %vms: got %+v, want %+v", st.atMS, got, want)
+		}
+		got, want := of(s, now), of(l, now)
+		if got != want {
+			t.Errorf("Busiest at %vms: got %+v, want %+v", st.atMS, got, want)
+		}
+		t.Logf("at %vms: server %v for %v, reset in %v, spacing %v, next free in %v", st.atMS, got.Server, got.ServerEnds, got.ServerReset, got.Spacing, got.NextFree)
+	}
+	if h := of(s, at(2000)); h.Server != 200*time.Millisecond || h.ServerEnds != limiter.ServerPolicyLife-time.Second || h.ServerReset != 2*time.Second {
+		t.Errorf("at 2 s: got server %v for %v, reset in %v; want 200ms for an hour less 1s, reset in 2s", h.Server, h.ServerEnds, h.ServerReset)
+	}
+}
+
 // TestBusiestAfterRestart: /hosts still reads the hosts after Redis
 // restarted with its keys (an append-only file) but without its script
 // cache, before any booking ran the script again: the status page's

@@ -146,6 +146,7 @@
     const d = new Date(ms);
     return d.toLocaleTimeString('en-GB', { hour12: false }) + '.' + String(d.getMilliseconds()).padStart(3, '0');
   };
+  const clockS = (ms) => new Date(ms).toLocaleTimeString('en-GB', { hour12: false });
   // The charts' vertical scale is logarithmic, from 10 ms at the bottom
   // (shorter waits, and none, sit on it) to the decade above everything
   // shown: the rule's steps of 20 ms read as well as a 30 s Retry-After.
@@ -241,7 +242,8 @@
     const setting = el('div', 'setting');
     const line1 = el('div', 'nums');
     const line2 = el('div', 'nums');
-    info.append(title, setting, line1, line2);
+    const server = el('div', 'nums server'); // the server's own limits, when it said them
+    info.append(title, setting, line1, line2, server);
     const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
     svg.setAttribute('class', 'chart');
     svg.setAttribute('role', 'img');
@@ -249,15 +251,33 @@
     svg.addEventListener('mousemove', (ev) => tip(svg, ev));
     svg.addEventListener('mouseleave', () => { $('tip').hidden = true; });
     root.append(info, svg);
-    return { root, setting, line1, line2, svg };
+    return { root, setting, line1, line2, server, svg };
   }
 
   function nums(box, items) {
-    box.replaceChildren(...items.map(([label, value, cls]) => {
+    box.replaceChildren(...items.map(([label, value, cls, title]) => {
       const s = el('span', cls || '', label + ' ');
       s.append(el('b', '', value));
+      if (title) s.title = title;
       return s;
     }));
+  }
+
+  // serverLine is what the bucket's server said of its own limits, while
+  // it holds: its RateLimit-Policy's spacing and until when, a spent
+  // quota's reset.
+  function serverLine(b, now) {
+    const items = [];
+    if (b.server_floor_ms > 0) {
+      const until = now + (b.server_floor_ends_ms || 0);
+      items.push(['server', fmtMs(b.server_floor_ms) + ' until ' + clockS(until), '',
+        'the server\'s RateLimit-Policy asks for ' + fmtMs(b.server_floor_ms) + ' between requests: the least spacing until ' + clockS(until) + ', an hour after the last answer that sent it']);
+    }
+    if (b.server_reset_ms > 0) {
+      items.push(['quota resets', 'in ' + fmtMs(b.server_reset_ms), 'overload',
+        'the server said its quota is spent (RateLimit r=0, X-RateLimit-Remaining: 0): nothing goes before ' + clockS(now + b.server_reset_ms)]);
+    }
+    return items;
   }
 
   function fillRow(r, e, now, win, ymax) {
@@ -276,6 +296,9 @@
     if (b.breaker) line2.push(['breaker', b.breaker + (b.breaker_ends_ms > 0 ? ' for ' + fmtMs(b.breaker_ends_ms) : '')]);
     line2.push(['last answer', last[0].trim(), last[1]]);
     nums(r.line2, line2);
+    const server = serverLine(b, now);
+    nums(r.server, server);
+    r.server.hidden = server.length === 0;
     draw(r.svg, e, now, win, ymax);
   }
 
