@@ -79,7 +79,7 @@ const (
 )
 
 // Mode selects how the spacing is chosen.
-type Mode int
+type Mode uint8
 
 const (
 	// Adaptive spaces navigations by pressure, starting near zero (the default).
@@ -155,18 +155,26 @@ type Config struct {
 // setting is a Config normalised for booking: the mode it really has, and
 // its durations in nanoseconds.
 type setting struct {
-	mode  Mode
-	base  int64 // spacing unit: AdaptiveInterval, or Interval when fixed
-	tau   int64 // burst allowance: (burst-1) × base, 0 with a floor
-	floor int64
+	shape
+	mode Mode
 	// jitter is Config.Jitter when it is in (0, 1), else 0.
 	jitter float64
 	// maxWait is Config.MaxWait, 0 for none.
 	maxWait int64
 }
 
+// shape is what a host keeps of its last booking's setting, besides its
+// mode, for Busiest: what a booking alone uses (jitter, maxWait) stays
+// out of the host's record, which a million hosts pay for.
+type shape struct {
+	base  int64 // spacing unit: AdaptiveInterval, or Interval when fixed
+	tau   int64 // burst allowance: (burst-1) × base, 0 with a floor
+	floor int64
+}
+
 func (c Config) setting() setting {
-	s := setting{mode: c.Mode, base: int64(AdaptiveInterval), jitter: c.jitter(), maxWait: int64(max(c.MaxWait, 0))}
+	s := setting{mode: c.Mode, jitter: c.jitter(), maxWait: int64(max(c.MaxWait, 0))}
+	s.base = int64(AdaptiveInterval)
 	if s.mode == Fixed {
 		if c.Interval > 0 {
 			s.base = int64(c.Interval)
@@ -350,18 +358,33 @@ type Limiter struct {
 
 // host is one host's schedule. Times are nanoseconds since Limiter.epoch.
 type host struct {
-	tat   int64   // when the host's booked slots run out
-	clock int64   // up to when elapsed time has been credited against pressure
-	set   setting // of the host's last booking, for Busiest
-	last  int64   // start of the host's last booking, as jitter moved it; noLast when none
-	// srvFloor is the least spacing the host's server asked for
-	// (Outcome.Server), until srvUntil; 0 when none. srvReset is when
-	// the quota its server said was spent resets (Outcome.Server's
-	// Wait after the answer), for Busiest; 0 when none was.
-	srvFloor, srvUntil, srvReset int64
-	pressure                     int32
-	gone                         bool // the record was forgotten by its shard: look the host up again
+	tat      int64   // when the host's booked slots run out
+	clock    int64   // up to when elapsed time has been credited against pressure
+	set      shape   // of the host's last booking, with mode, for Busiest
+	last     int64   // start of the host's last booking, as jitter moved it; noLast when none
+	srv      *server // what its server said of its own limits; nil when it said nothing
+	pressure int32
+	mode     Mode // of the host's last booking
+	gone     bool // the record was forgotten by its shard: look the host up again
 }
+
+// server is what a host's server said of its own limits (Outcome.Server):
+// floor, the least spacing its policy asks for, until until (0 when none),
+// and reset, when the quota it said was spent resets, for Busiest (0 when
+// none was). A record points to one only once its server said so, and
+// never writes it in place: Busiest reads it after the record's lock.
+type server struct{ floor, until, reset int64 }
+
+// server returns what h's server said, zero when nothing.
+func (h *host) server() server {
+	if h.srv == nil {
+		return server{}
+	}
+	return *h.srv
+}
+
+// setting returns what h keeps of its last booking's setting.
+func (h *host) setting() setting { return setting{shape: h.set, mode: h.mode} }
 
 // New returns a limiter that books with cfg unless a booking brings a
 // setting of its own (ReserveWith).
@@ -418,7 +441,7 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	rec := s.lock(hostname, t)
 	if rec == nil { // s.mu is held
 		spacing := set.spacing(0)
-		h := host{tat: t + int64(spacing), clock: t, set: set, last: t}
+		h := host{tat: t + int64(spacing), clock: t, set: set.shape, mode: set.mode, last: t}
 		if set.mode == Adaptive {
 			h.pressure = 1
 		}
@@ -428,15 +451,15 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	}
 	h := &rec.host
 	h.drain(t)
-	h.set = set
+	h.set, h.mode = set.shape, set.mode
 	spacing := set.spacing(h.pressure)
 	floor, tau := set.floor, set.tau
 	var server time.Duration
 	if h.underServer(t) {
 		// The stricter of the rule and the server; a server's policy, as
 		// a Crawl-delay, leaves no burst.
-		server = time.Duration(h.srvFloor)
-		spacing, floor, tau = max(spacing, server), max(floor, h.srvFloor), 0
+		server = time.Duration(h.srv.floor)
+		spacing, floor, tau = max(spacing, server), max(floor, h.srv.floor), 0
 	}
 	start := max(t, h.tat-tau)
 	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
@@ -509,24 +532,28 @@ func (l *Limiter) observe(hostname string, set setting, cfg Config, o Outcome, n
 	t := l.nanos(now)
 	s := l.shardFor(hostname)
 	rec := s.lock(hostname, t)
-	h := host{tat: t, clock: t, set: set, last: noLast}
+	h := host{tat: t, clock: t, set: set.shape, mode: set.mode, last: noLast}
 	if rec != nil {
 		h = rec.host
 		h.drain(t)
 	}
 	h.pressure = min(h.pressure+add, maxPressure)
-	if srv.Spacing > 0 {
-		// The policy the server sends now is its policy: it replaces the
-		// one before, and lasts while the server keeps sending it.
-		h.srvFloor, h.srvUntil = int64(srv.Spacing), t+int64(ServerPolicyLife)
-	}
-	if srv.Wait > 0 {
-		// The server's spent quota holds the host as a Retry-After does;
-		// with both, the later.
-		wait, hasWait = max(wait, srv.Wait), true
-		if reset := t + int64(srv.Wait); h.srvReset == 0 || reset > h.srvReset {
-			h.srvReset = reset // the later, as tat keeps
+	if srv != (ratelimit.Limits{}) {
+		said := h.server()
+		if srv.Spacing > 0 {
+			// The policy the server sends now is its policy: it replaces
+			// the one before, and lasts while the server keeps sending it.
+			said.floor, said.until = int64(srv.Spacing), t+int64(ServerPolicyLife)
 		}
+		if srv.Wait > 0 {
+			// The server's spent quota holds the host as a Retry-After
+			// does; with both, the later.
+			wait, hasWait = max(wait, srv.Wait), true
+			if reset := t + int64(srv.Wait); said.reset == 0 || reset > said.reset {
+				said.reset = reset // the later, as tat keeps
+			}
+		}
+		h.srv = &said
 	}
 	if hasWait {
 		// The wait is measured from the answer and the burst allowance must
@@ -646,13 +673,13 @@ func (h *host) drain(t int64) {
 }
 
 // idle reports whether h is indistinguishable at t from a host never seen.
-// A spent quota's reset (srvReset) is never later than tat.
+// A spent quota's reset (server.reset) is never later than tat.
 func (h *host) idle(t int64) bool {
 	return h.tat <= t && int64(h.pressure) <= (t-h.clock)/int64(cooldown) && !h.underServer(t)
 }
 
 // underServer reports whether a server's policy is h's least spacing at t.
-func (h *host) underServer(t int64) bool { return h.srvFloor > 0 && h.srvUntil > t }
+func (h *host) underServer(t int64) bool { return h.srv != nil && h.srv.floor > 0 && h.srv.until > t }
 
 // HostState is what the limiter knows of one host at an instant.
 type HostState struct {
@@ -722,18 +749,18 @@ func (l *Limiter) Busiest(now time.Time, n int) []HostState {
 				hs := HostState{
 					Host:     name,
 					Pressure: int(h.pressure),
-					Mode:     h.set.mode,
+					Mode:     h.mode,
 					Floor:    time.Duration(h.set.floor),
-					Spacing:  h.set.spacing(h.pressure),
+					Spacing:  h.setting().spacing(h.pressure),
 					NextFree: time.Duration(max(0, h.tat-h.set.tau-t)),
 				}
 				if h.underServer(t) {
 					// As reserve books: the stricter, with no burst.
-					hs.Server, hs.ServerEnds = time.Duration(h.srvFloor), time.Duration(h.srvUntil-t)
+					hs.Server, hs.ServerEnds = time.Duration(h.srv.floor), time.Duration(h.srv.until-t)
 					hs.Spacing, hs.NextFree = max(hs.Spacing, hs.Server), time.Duration(max(0, h.tat-t))
 				}
-				if h.srvReset != 0 && h.srvReset > t {
-					hs.ServerReset = time.Duration(h.srvReset - t)
+				if said := h.server(); said.reset != 0 && said.reset > t {
+					hs.ServerReset = time.Duration(said.reset - t)
 				}
 				all = append(all, entry{hs, h.tat})
 			}
