@@ -613,3 +613,39 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 		})
 	}
 }
+
+// TestNavHoldOnlyItsClientsPages: a page the client attached to but never
+// drove (another relay's client's, as Playwright attaches to every page)
+// navigates: its document is neither counted unheld nor fed back; once
+// the client drives the page, the same navigation is counted unheld (a
+// link click, say) and its answer fed back.
+func TestNavHoldOnlyItsClientsPages(t *testing.T) {
+	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
+	attached, session, _ := pageSession(t, sess)
+	var events []fakebrowser.RecordedMsg // the navigation as the browser tells it, with no command of the client's
+	for _, rm := range navigation(t, sess, "/page?first") {
+		if rm.From == "browser" && rm.Wire.Method != "" {
+			events = append(events, rm)
+		}
+	}
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	fb.Hush()
+	tp := start(t, fb, limiter.Config{})
+	c := tp.Dial(t, "/", nil)
+	fc := fb.Accept(t)
+	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
+	replay(t, c, fc, events, nil)
+	tp.Holder.Holder.Wait()
+	if n, fed, hosts := tp.Counts.Unheld.Load(), tp.Counts.Fed.Load(), tp.Lim.Len(); n != 0 || fed != 0 || hosts != 0 {
+		t.Fatalf("another's page navigated: %d unheld, %d answers fed back, %d hosts booked; want none", n, fed, hosts)
+	}
+	drive := fmt.Sprintf(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":%q}`, session)
+	done := fmt.Sprintf(`{"id":1,"result":{"result":{"type":"number","value":1,"description":"1"}},"sessionId":%q}`, session)
+	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "client", Msg: []byte(drive)}, {From: "browser", Msg: []byte(done)}}, nil)
+	replay(t, c, fc, events, nil)
+	tp.Holder.Holder.Wait()
+	if n, fed := tp.Counts.Unheld.Load(), tp.Counts.Fed.Load(); n != 1 || fed != 1 {
+		t.Errorf("the client's page navigated unheld: %d unheld, %d answers fed back; want 1 and 1", n, fed)
+	}
+}

@@ -467,6 +467,13 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		w.Lock()
 		prev, had := s.docs[key]
 		w.Unlock()
+		if target, known := w.PageOf(session); !had && known && target != "" && !w.Browser.Claims.Claimed(target) {
+			// Another's page (another relay's client's, a direct
+			// client's), which a client of this relay attached to as
+			// Playwright attaches to every page: not this relay's to
+			// hold, count or hear the answer of.
+			return false
+		}
 		if ev.Redirect != nil && had {
 			w.Browser.Observe(prev.fl, prev.host, *ev.Redirect, w.NavLog(session))
 		}
