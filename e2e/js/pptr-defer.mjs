@@ -9,9 +9,10 @@
 // the first made ALONE gotos (0 by default). The very first goto goes to
 // BASE + FIRST instead, when FIRST is set. All stop after DURATION ms, or
 // once OKS gotos were answered 2xx by the site after the relay deferred
-// one, or after GOTOS gotos of all pages together when it is set. With
-// LP=1 (Lightpanda: one page per connection, no browser contexts of its
-// own) each page is its connection's.
+// one (answered its 429, or, with --intercept navigate, failed with its
+// errorText), or after GOTOS gotos of all pages together when it is set.
+// With LP=1 (Lightpanda: one page per connection, no browser contexts of
+// its own) each page is its connection's.
 //
 // It prints one JSON array, a goto each, in the order they were asked
 // for: i, relay (its index in RELAYS), start (Date.now() when it was asked
@@ -76,7 +77,7 @@ async function loop(k) {
     gotos.push(g);
     if (process.env.E2E_TRACE) console.error(JSON.stringify(g));
     if (k === 0) firstDone++;
-    if (g.throttle) deferred = true;
+    if (g.throttle || /cdp-throttle: 429 deferred/.test(g.error ?? '')) deferred = true;
     else if (deferred && g.status >= 200 && g.status < 300) okAfter++;
   }
 }
