@@ -42,13 +42,36 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
+// simulateCase is a replay whose output must contain each of contains,
+// and be its golden file, name, in testdata/simulate.
+type simulateCase struct {
+	name     string
+	args     []string
+	contains []string
+}
+
+// runGoldens replays each case, a subtest each.
+func runGoldens(t *testing.T, tests []simulateCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.contains {
+				if !strings.Contains(out, c) {
+					t.Errorf("output lacks %q:\n%s", c, out)
+				}
+			}
+			golden(t, tt.name, out)
+		})
+	}
+}
+
 // The seed's numbers, which the golden files must keep showing.
 func TestSimulateSeedTables(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		contains []string
-	}{
+	tests := []simulateCase{
 		{"load0.txt", []string{"--load", "0ms"}, []string{
 			"0ms           1 to 10              0s\n",
 			"20ms          11                   0.02s\n",
@@ -76,20 +99,7 @@ func TestSimulateSeedTables(t *testing.T) {
 			"off           1   400      1.80",
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range tt.contains {
-				if !strings.Contains(out, c) {
-					t.Errorf("output lacks %q:\n%s", c, out)
-				}
-			}
-			golden(t, tt.name, out)
-		})
-	}
+	runGoldens(t, tests)
 }
 
 func TestSimulateCSV(t *testing.T) {
@@ -194,11 +204,7 @@ func errorsAs(err error, target *usageError) bool { return errors.As(err, target
 // site for two hosts in turn (the span of one host's 200 navigations, where
 // two hosts of their own would go much faster), and a Crawl-delay.
 func TestSimulatePolicy(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		contains []string
-	}{
+	tests := []simulateCase{
 		{"rule-fixed300.txt", []string{"--navigations", "20", "--rule", "example.com=fixed:300ms,burst:1", "--rule", "*=off"}, []string{
 			"; burst 1, by rule 1\n",
 			"fixed300      1    20      5.70    3.3    300.0    300.0    300.0\n",
@@ -219,20 +225,7 @@ func TestSimulatePolicy(t *testing.T) {
 	if err != nil || !strings.Contains(one, "adaptive      1   200     16.06") {
 		t.Fatalf("one host, 200 navigations: got %v\n%s", err, one)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range tt.contains {
-				if !strings.Contains(out, c) {
-					t.Errorf("output lacks %q:\n%s", c, out)
-				}
-			}
-			golden(t, tt.name, out)
-		})
-	}
+	runGoldens(t, tests)
 }
 
 // TestSimulateConcurrency replays a cap on navigations in flight: eight
@@ -363,11 +356,7 @@ func TestSimulateBreaker(t *testing.T) {
 // (unless --ratelimit-headers ignore); a spent quota holds the next
 // navigation 3 s. --down FROM-TO replays as --answer FROM-TO=503.
 func TestSimulateAnswers(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		contains []string
-	}{
+	tests := []simulateCase{
 		{"maxwait-429.txt", []string{"--max-wait", "2s", "--answer", "10s-11s=429;Retry-After: 10", "--navigations", "60", "--load", "500ms"}, []string{
 			"the site answers 429 (Retry-After: 10) from 10s up to 11s after the start\n",
 			"--max-wait 2s: a navigation whose slot lies further ahead is answered at once with the relay's 429 and never reaches the site; its page asks again 500ms later\n",
@@ -387,20 +376,7 @@ func TestSimulateAnswers(t *testing.T) {
 			`  1 answered 200 (RateLimit: "p";r=0;t=3), at 1s` + "\n",
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range tt.contains {
-				if !strings.Contains(out, c) {
-					t.Errorf("output lacks %q:\n%s", c, out)
-				}
-			}
-			golden(t, tt.name, out)
-		})
-	}
+	runGoldens(t, tests)
 
 	ignored, _, err := runCLI(t, "simulate", "--http-nav-delay", "20ms", "--answer", `0s-1h=200;RateLimit-Policy: "p";q=5;w=1`, "--navigations", "30", "--load", "10ms", "--ratelimit-headers", "ignore")
 	if err != nil || !strings.Contains(ignored, "fixed20       1    30      0.40   72.5     10.0     20.0     20.0\n") {
