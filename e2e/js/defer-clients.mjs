@@ -18,7 +18,7 @@
 // env: CLIENT, RELAY, DEFERRED, BASELINE, RUN, N; LP.
 import puppeteer from 'puppeteer-core';
 import { chromium } from 'playwright-core';
-import { env } from './lib.mjs';
+import { env, timedGoto } from './lib.mjs';
 
 const client = env('CLIENT');
 const relay = env('RELAY');
@@ -49,19 +49,7 @@ if (client === 'puppeteer') {
 
 const gotos = [];
 async function go(kind, i, url) {
-  const g = { kind, i, start: Date.now() };
-  const began = performance.now();
-  try {
-    const res = await page.goto(url, { timeout: 30000 });
-    g.took = performance.now() - began;
-    g.status = res ? res.status() : 0;
-    const h = res ? res.headers() : {};
-    g.retryAfter = h['retry-after'] ?? '';
-    g.throttle = h['x-cdp-throttle'] ?? '';
-  } catch (e) {
-    g.took = performance.now() - began;
-    g.error = String(e.message || e).split('\n')[0];
-  }
+  const g = await timedGoto(page, url, { kind, i, start: Date.now() }, 30000);
   gotos.push(g);
   if (process.env.E2E_TRACE) console.error(JSON.stringify(g));
 }

@@ -74,3 +74,22 @@ export async function warm(page, origin, slotMs = 300) {
   await sleep(slotMs + 100);
   await page.goto(warmURL(origin));
 }
+
+// timedGoto goes to url on page and writes into g how long it took (ms),
+// and its answer's status, Retry-After and X-Cdp-Throttle, or its error:
+// what a crawler's retry code reads of a goto.
+export async function timedGoto(page, url, g, timeout) {
+  const began = performance.now();
+  try {
+    const res = await page.goto(url, { timeout });
+    g.took = performance.now() - began;
+    g.status = res ? res.status() : 0;
+    const h = res ? res.headers() : {};
+    g.retryAfter = h['retry-after'] ?? '';
+    g.throttle = h['x-cdp-throttle'] ?? '';
+  } catch (e) {
+    g.took = performance.now() - began;
+    g.error = String(e.message || e).split('\n')[0];
+  }
+  return g;
+}

@@ -21,7 +21,7 @@
 //
 // env: RELAYS, BASE, PATH_QUERY, INTERVAL, DURATION; FIRST, ALONE, OKS, GOTOS, LP.
 import puppeteer from 'puppeteer-core';
-import { env, sleep } from './lib.mjs';
+import { env, sleep, timedGoto } from './lib.mjs';
 
 const relays = env('RELAYS').split(',');
 const base = env('BASE');
@@ -61,19 +61,7 @@ async function loop(k) {
     last = Date.now();
     const i = n++;
     const url = i === 0 && first ? base + first : `${base}${path}&i=${i}`;
-    const g = { i, relay: k, start: Date.now() };
-    const began = performance.now();
-    try {
-      const res = await pages[k].goto(url, { timeout: 45000 });
-      g.took = performance.now() - began;
-      g.status = res ? res.status() : 0;
-      const h = res ? res.headers() : {};
-      g.retryAfter = h['retry-after'] ?? '';
-      g.throttle = h['x-cdp-throttle'] ?? '';
-    } catch (e) {
-      g.took = performance.now() - began;
-      g.error = String(e.message || e).split('\n')[0];
-    }
+    const g = await timedGoto(pages[k], url, { i, relay: k, start: Date.now() }, 45000);
     gotos.push(g);
     if (process.env.E2E_TRACE) console.error(JSON.stringify(g));
     if (k === 0) firstDone++;
