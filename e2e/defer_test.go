@@ -232,7 +232,7 @@ func answered429(g deferGoto, reason string) (bool, string) {
 		"the relay's 429 with X-Cdp-Throttle: deferred; reason=" + reason + " and a Retry-After"
 }
 
-// deferredErrorText is hold.Refusal's ErrorText of a deferred navigation,
+// deferredErrorText is refusal.Reason's ErrorText of a deferred navigation,
 // as a client's error carries it: its reason and its retry after.
 var deferredErrorText = regexp.MustCompile(`net::ERR_HTTP_RESPONSE_CODE_FAILURE \(cdp-throttle: 429 deferred, reason=([a-z-]+), retry after (\d+) s\)`)
 
@@ -298,7 +298,7 @@ func medianMost(ds []time.Duration) string {
 	return fmt.Sprintf("%.1f ms (median, most %.1f ms)", ms(ds[len(ds)/2]), ms(ds[len(ds)-1]))
 }
 
-// relayDeferredStatus is hold.DeferredStatus, as the client sees it.
+// relayDeferredStatus is refusal.Status, as the client sees it.
 const relayDeferredStatus = 429
 
 // deferMetrics checks r's /metrics: deferred navigations as many as want,

@@ -13,6 +13,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // Flight follows one held navigation from its hold to its end: its place
@@ -184,7 +185,7 @@ type Holding interface {
 	Waits()
 	// Refused takes a navigation the Limiter refuses or defers (r says
 	// which): nothing is booked, and the way answers it at once.
-	Refused(r Refusal)
+	Refused(r refusal.Reason)
 	// Release lets the navigation go: its slot came.
 	Release()
 	// Done ends the hold.
@@ -197,7 +198,7 @@ type NoHolding struct{}
 
 func (NoHolding) Booked(time.Time, *pace.Nav) {}
 func (NoHolding) Waits()                      {}
-func (NoHolding) Refused(Refusal)             {}
+func (NoHolding) Refused(refusal.Reason)      {}
 func (NoHolding) release()                    {}
 func (NoHolding) Done()                       {}
 
@@ -218,7 +219,7 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 		defer h.Holder.limiting.Done()
 		hw := &holdWait{h: h, ctx: ctx, n: n, w: w}
 		if n.Refusable && h.refused(ctx, n.Host, n.URL, n.Log) {
-			w.Refused(Disallowed) // before a place or a slot: it books nothing
+			w.Refused(refusal.Disallowed) // before a place or a slot: it books nothing
 			h.end(w, false, n.Flight)
 			return
 		}
@@ -315,7 +316,7 @@ func (w *holdWait) book() bool {
 	if r.Deferred != "" {
 		// Answered at once, by the way, which ends its flight: it never
 		// reaches the site.
-		w.w.Refused(Refusal{Deferred: r.Deferred, Until: r.Start})
+		w.w.Refused(refusal.Reason{Deferred: r.Deferred, Until: r.Start})
 		w.h.end(w.w, false, w.n.Flight)
 		return true // ended here
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // noUpstream is a browser the core never dials (the stream way).
@@ -59,7 +60,7 @@ func (m *moments) note(what string) {
 
 func (m *moments) Booked(time.Time, *pace.Nav) { m.note("booked") }
 func (m *moments) Waits()                      { m.note("waits") }
-func (m *moments) Refused(hold.Refusal)        { m.note("refused") }
+func (m *moments) Refused(refusal.Reason)      { m.note("refused") }
 func (m *moments) Release()                    { m.note("release") }
 func (m *moments) Done()                       { m.note("done"); close(m.over) }
 

@@ -2,18 +2,13 @@ package hold
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"net/url"
-	"strconv"
-	"time"
-
-	"github.com/chromedp/cdproto/fetch"
 
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/redact"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // Refuser is what a Limiter adds when it refuses some navigations
@@ -32,66 +27,6 @@ type Refuser interface {
 	// limiter.Key(rawURL), may go; rule says what refused it. It may
 	// block (to read robots.txt), never past ctx.
 	Allowed(ctx context.Context, host, rawURL string) (ok bool, rule string)
-}
-
-// BlockedByClient is the net error a refused navigation fails with, as
-// Chromium names it in Page.navigate's errorText and Puppeteer throws it.
-const BlockedByClient = "net::ERR_BLOCKED_BY_CLIENT"
-
-// Refusal is why a navigation is answered at once and never reaches its
-// site (Holding.Refused): its site's robots.txt disallows it, or the
-// Limiter deferred it (limiter.Reservation.Deferred).
-type Refusal struct {
-	// Deferred says why the Limiter deferred it: "max-wait" (its slot
-	// lay further ahead than --max-wait), "breaker" (its host's breaker
-	// is open); "" for a navigation robots.txt disallows.
-	Deferred string
-	// Until is when its host takes navigations again: its slot, or its
-	// breaker's end. Zero when not deferred.
-	Until time.Time
-}
-
-// Disallowed is the Refusal of a navigation robots.txt disallows.
-var Disallowed = Refusal{}
-
-// DeferredStatus is the status of the answer the relay makes itself for
-// a deferred navigation, as a site that limits its rate answers: clients'
-// retry middlewares (Scrapy's, Crawlee's) already wait and retry on it.
-const DeferredStatus = 429
-
-// DeferredHeader names the header of that answer which says the relay
-// made it, and why (its value: "deferred; reason=max-wait"): a client
-// tells it from a 429 of the site.
-const DeferredHeader = "X-Cdp-Throttle"
-
-// RetryAfter is the Retry-After of a deferred navigation's answer, in
-// whole seconds until Until, at least 1: a client that waits that long
-// finds its host taking navigations again.
-func (r Refusal) RetryAfter(now time.Time) int {
-	return max(1, int(math.Ceil(r.Until.Sub(now).Seconds())))
-}
-
-// Fulfill is the answer the relay makes for the paused request id of a
-// deferred navigation: its 429, Retry-After, the header that says the
-// relay made it, and a line of text for whoever reads the page.
-func (r Refusal) Fulfill(id string, now time.Time) *fetch.FulfillRequestParams {
-	after := r.RetryAfter(now)
-	body := fmt.Sprintf("cdp-throttle deferred this navigation (%s): its host takes navigations again in %d s.\n", r.Deferred, after)
-	return &fetch.FulfillRequestParams{RequestID: fetch.RequestID(id), ResponseCode: DeferredStatus, ResponseHeaders: []*fetch.HeaderEntry{
-		{Name: "Retry-After", Value: strconv.Itoa(after)},
-		{Name: DeferredHeader, Value: "deferred; reason=" + r.Deferred},
-		{Name: "Content-Type", Value: "text/plain; charset=utf-8"},
-		{Name: "Cache-Control", Value: "no-store"},
-	}, Body: []byte(body)} // base64 on the wire, as Body is bytes
-}
-
-// ErrorText is the errorText of a deferred Page.navigate's answer, when
-// the relay holds commands in the stream and no answer can be made.
-func (r Refusal) ErrorText(now time.Time) string {
-	if r.Deferred == "" {
-		return BlockedByClient
-	}
-	return fmt.Sprintf("net::ERR_HTTP_RESPONSE_CODE_FAILURE (cdp-throttle: %d deferred, reason=%s, retry after %d s)", DeferredStatus, r.Deferred, r.RetryAfter(now))
 }
 
 // refuser returns the Limiter as a Refuser when it refuses anything.
@@ -145,7 +80,7 @@ func (h *BrowserHold) CheckThen(ctx context.Context, n Request, w Holding) {
 		defer h.Holder.limiting.Done()
 		switch {
 		case h.refused(ctx, n.Host, n.URL, n.Log):
-			w.Refused(Disallowed)
+			w.Refused(refusal.Disallowed)
 		case ctx.Err() == nil:
 			w.Release()
 		}

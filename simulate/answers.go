@@ -3,7 +3,6 @@ package simulate
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // Origin is the instant a replay starts at, on its simulated clock: an
@@ -183,8 +183,8 @@ func outcome(pol *policy.Policy, host string, a Answer, took time.Duration, now 
 }
 
 // retryAfter is the Retry-After of the relay's own 429 for a navigation
-// deferred until a slot d ahead: whole seconds, rounded up, at least 1,
-// as hold.Refusal.RetryAfter writes it.
+// deferred until a slot d ahead (refusal.Reason.RetryAfter).
 func retryAfter(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
+	var at time.Time
+	return refusal.Reason{Until: at.Add(d)}.RetryAfter(at)
 }

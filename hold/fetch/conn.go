@@ -16,6 +16,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // connRole is what one of the relay's own connections to a Chromium does.
@@ -114,10 +115,10 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 	return fc, nil
 }
 
-// refusal says why a command of the relay's own connection failed: an
+// refusedOrSilent says why a command of the relay's own connection failed: an
 // error answer is a refusal; no answer in time is silence (a refusal when
 // Fetch is required: Start then fails with it).
-func refusal(what string, r *hold.Reply, err error, mode hold.Intercept) error {
+func refusedOrSilent(what string, r *hold.Reply, err error, mode hold.Intercept) error {
 	err = fmt.Errorf("hold: %s: %w", what, err)
 	switch {
 	case r != nil:
@@ -233,10 +234,10 @@ func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, i
 // refuse answers a paused document request the Limiter refused: one
 // robots.txt disallows fails as one its client blocked (Chromium reports
 // net::ERR_BLOCKED_BY_CLIENT), one it deferred gets the relay's own 429
-// (hold.Refusal); and it ends its navigation fl. th, its hop when the
+// (refusal.Reason); and it ends its navigation fl. th, its hop when the
 // pages connection follows it (nil otherwise), books nothing: its
 // answer is no answer of the site.
-func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight, r hold.Refusal) {
+func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight, r refusal.Reason) {
 	if th != nil {
 		fc.mu.Lock()
 		th.booked = false

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // fetchHold holds a Chromium's navigations through two connections of the
@@ -103,15 +104,15 @@ type navKey struct{ frame, method, url string }
 
 // heldNav is a document request held for its slot.
 type heldNav struct {
-	by       *fetchConn    // guarded by fetchHold.mu; the connection holding it
-	session  string        // guarded by fetchHold.mu; of by, "" at the browser level
-	url      string        // its URL, as net's pattern for it
-	named    bool          // guarded by fetchHold.mu; net's patterns name it
-	orphaned time.Time     // guarded by fetchHold.mu; when its connection dropped
-	booked   chan struct{} // closed once start is known
-	start    time.Time     // set before booked is closed
-	fl       *hold.Flight  // set once: the navigation, whichever connection holds it
-	refused  *hold.Refusal // guarded by fetchHold.mu; refused, not let go: whoever holds it answers it so
+	by       *fetchConn      // guarded by fetchHold.mu; the connection holding it
+	session  string          // guarded by fetchHold.mu; of by, "" at the browser level
+	url      string          // its URL, as net's pattern for it
+	named    bool            // guarded by fetchHold.mu; net's patterns name it
+	orphaned time.Time       // guarded by fetchHold.mu; when its connection dropped
+	booked   chan struct{}   // closed once start is known
+	start    time.Time       // set before booked is closed
+	fl       *hold.Flight    // set once: the navigation, whichever connection holds it
+	refused  *refusal.Reason // guarded by fetchHold.mu; refused, not let go: whoever holds it answers it so
 }
 
 // passedNav is a document request a connection let go.
@@ -233,7 +234,7 @@ func (f *fetchHold) dialDiscovering(ctx context.Context, role connRole) (*fetchC
 	}
 	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
-		return nil, refusal("browser refused target discovery", r, err, f.h.Holder.Intercept)
+		return nil, refusedOrSilent("browser refused target discovery", r, err, f.h.Holder.Intercept)
 	}
 	return fc, nil
 }
@@ -268,7 +269,7 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	f.netMu.Unlock()
 	if err != nil {
 		fc.close()
-		return nil, refusal("browser refused browser-level Fetch", r, err, mode)
+		return nil, refusedOrSilent("browser refused browser-level Fetch", r, err, mode)
 	}
 	return fc, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // echoWindow is how long after one connection let a request go the other
@@ -403,7 +404,7 @@ func (n netHold) Booked(start time.Time, _ *pace.Nav) {
 	close(n.hn.booked)
 }
 
-func (n netHold) Refused(r hold.Refusal) {
+func (n netHold) Refused(r refusal.Reason) {
 	n.fc.setHop(n.id, hop{host: n.hop.host, frame: n.hop.frame, fl: n.hop.fl})
 	n.fc.refuse("", n.id, nil, n.hop.fl, r)
 }

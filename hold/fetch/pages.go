@@ -11,6 +11,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // The pages connection attaches to every page of the browser
@@ -65,11 +66,11 @@ func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
 	// Pages announced before the reply are all of them: arm the clients'.
 	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		fc.close()
-		return nil, refusal("browser refused auto-attaching to pages", r, err, mode)
+		return nil, refusedOrSilent("browser refused auto-attaching to pages", r, err, mode)
 	}
 	if err := fc.armClaimed(ctx); err != nil {
 		fc.close()
-		return nil, refusal("browser did not enable Fetch on a page", nil, err, mode)
+		return nil, refusedOrSilent("browser did not enable Fetch on a page", nil, err, mode)
 	}
 	return fc, nil
 }
@@ -533,7 +534,7 @@ type pagesHop struct {
 	key         navKey
 }
 
-func (h pagesHop) Refused(r hold.Refusal) { h.fc.refuse(h.session, h.id, h.th, h.fl, r) }
+func (h pagesHop) Refused(r refusal.Reason) { h.fc.refuse(h.session, h.id, h.th, h.fl, r) }
 
 func (h pagesHop) Release() {
 	h.fc.f.pass(h.key, h.fc)

@@ -10,6 +10,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // holdPage holds a client page's document request paused in the pages
@@ -70,7 +71,7 @@ func (p pagedHold) Waits() {
 	f.updateNet()
 }
 
-func (p pagedHold) Refused(r hold.Refusal) {
+func (p pagedHold) Refused(r refusal.Reason) {
 	p.f.mu.Lock()
 	p.hn.refused = &r // handed to net meanwhile: net answers it (handedOver)
 	p.f.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // rewritten is chain with one URL's path and query replaced.
@@ -161,15 +162,15 @@ func TestFetchHolderDefers(t *testing.T) {
 	next := pol.Busiest(time.Now(), 50)[0].NextFree
 	for i := range 2 {
 		hops := fb.Navigate(t, chain)
-		if len(hops) != 1 || hops[0].Fulfilled != hold.DeferredStatus {
-			t.Fatalf("navigation %d: got %+v, want answered at once with %d", i+2, hops, hold.DeferredStatus)
+		if len(hops) != 1 || hops[0].Fulfilled != refusal.Status {
+			t.Fatalf("navigation %d: got %+v, want answered at once with %d", i+2, hops, refusal.Status)
 		}
 		h := hops[0].Headers
 		if after, err := strconv.Atoi(h["Retry-After"]); err != nil || after < 55 || after > 60 {
 			t.Errorf("navigation %d: Retry-After %q, want the 60 s to its slot", i+2, h["Retry-After"])
 		}
-		if got := h[hold.DeferredHeader]; got != "deferred; reason=max-wait" {
-			t.Errorf("navigation %d: %s %q, want deferred; reason=max-wait", i+2, hold.DeferredHeader, got)
+		if got := h[refusal.Header]; got != "deferred; reason=max-wait" {
+			t.Errorf("navigation %d: %s %q, want deferred; reason=max-wait", i+2, refusal.Header, got)
 		}
 	}
 	th.Holder.Wait()

@@ -14,6 +14,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // sessionHold holds the navigations of one client connection through the
@@ -308,7 +309,7 @@ type createHold struct {
 	id      int64
 }
 
-func (c createHold) Refused(r hold.Refusal) {
+func (c createHold) Refused(r refusal.Reason) {
 	// Answered as in the stream: its result has no room for an error.
 	c.fl.End()
 	c.s.w.AnswerError(c.session, c.id, r.ErrorText(time.Now()))
@@ -540,7 +541,7 @@ func (d docHold) Release() {
 	}
 }
 
-func (d docHold) Refused(r hold.Refusal) {
+func (d docHold) Refused(r refusal.Reason) {
 	s, w := d.s, d.s.w
 	w.Lock()
 	s.held--
@@ -596,7 +597,7 @@ func (s *sessionHold) goOnFollowed(session, requestID string, fl *hold.Flight) {
 // fail fails a paused request the Limiter refused, as one the client
 // blocked: Chromium reports net::ERR_BLOCKED_BY_CLIENT; Lightpanda, which
 // takes the reason, aborts the request.
-func (s *sessionHold) fail(session, requestID string, r hold.Refusal) {
+func (s *sessionHold) fail(session, requestID string, r refusal.Reason) {
 	if r.Deferred != "" {
 		s.w.Send(session, "Fetch.fulfillRequest", r.Fulfill(requestID, time.Now()), nil)
 		return

@@ -13,6 +13,7 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
+	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
 // streamHold is the last resort, for browsers where neither the relay's
@@ -275,9 +276,9 @@ func (c cmdHold) Booked(start time.Time, n *pace.Nav) {
 	}
 }
 
-func (c cmdHold) Refused(r hold.Refusal) { c.s.refuse(c.cmd, r) }
-func (c cmdHold) Release()               { c.s.release(c.cmd, c.host) }
-func (c cmdHold) Done()                  { close(c.over) }
+func (c cmdHold) Refused(r refusal.Reason) { c.s.refuse(c.cmd, r) }
+func (c cmdHold) Release()                 { c.s.release(c.cmd, c.host) }
+func (c cmdHold) Done()                    { close(c.over) }
 
 // overtake answers every queued command of a session but the last, which
 // it starts.
@@ -389,7 +390,7 @@ func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 // it, a result whose errorText is net::ERR_BLOCKED_BY_CLIENT (Puppeteer's
 // goto throws it); a reload, history navigation or Target.createTarget,
 // whose results carry no error, get a CDP error with that message.
-func (s *streamHold) refuse(cmd *heldCmd, r hold.Refusal) {
+func (s *streamHold) refuse(cmd *heldCmd, r refusal.Reason) {
 	w := s.w
 	w.Lock()
 	next, ok := s.dequeueLocked(cmd)
