@@ -37,6 +37,7 @@ type Flight struct {
 	released time.Time       // guarded by mu; when it was let go
 	timer    *time.Timer     // guarded by mu; ends it maxInFlight after its release
 	nav      *pace.Nav       // guarded by mu; its departure, followed until the flight ends (the session strategy's)
+	probe    string          // guarded by mu; the bucket whose breaker's probe it is until its answer, "" when none (Prober)
 }
 
 // maxInFlight is how long after its release a navigation's end is
@@ -68,15 +69,32 @@ func (fl *Flight) End() {
 // the flight's life ends.
 func (fl *Flight) giveBack() {
 	fl.mu.Lock()
-	p, n := fl.place, fl.nav
-	fl.place, fl.nav = nil, nil
+	p, n, probe := fl.place, fl.nav, fl.probe
+	fl.place, fl.nav, fl.probe = nil, nil, ""
 	if fl.timer != nil {
 		fl.timer.Stop()
 	}
 	fl.mu.Unlock()
 	p.Leave()
 	n.End()
+	if probe != "" {
+		fl.h.probeLost(probe)
+	}
 }
+
+// probing notes that the navigation goes as bucket's probe, until
+// answered notes its answer.
+func (fl *Flight) probing(bucket string) {
+	if fl != nil {
+		fl.mu.Lock()
+		fl.probe = bucket
+		fl.mu.Unlock()
+	}
+}
+
+// answered notes that the navigation's answer came: a probe's is told
+// with it.
+func (fl *Flight) answered() { fl.probing("") }
 
 // Follow hands the flight the navigation whose departure is followed
 // (with Request.Depart): it ends with the flight, at once if the flight is over.
@@ -326,6 +344,9 @@ func (w *holdWait) book() bool {
 		after(w.ctx, d, w)
 		return true
 	}
+	if r.Probe {
+		w.n.Flight.probing(r.Bucket)
+	}
 	w.start = time.Now().Add(max(d, 0))
 	if w.n.Depart && r.Tracked && r.Spacing > pace.MinSpacing && !PartOff("pace") {
 		w.nav = h.Holder.pace.Book(r.Bucket, h.Up.Name(), w.start, r.Slack, r.Headroom)
@@ -515,6 +536,7 @@ func logURL(rawURL string) func(*zerolog.Event) {
 // It does not end fl: a redirect's answer is not the navigation's end.
 func (h *BrowserHold) Observe(fl *Flight, host string, answer cdp.Outcome, log *zerolog.Logger) {
 	now := time.Now()
+	fl.answered()
 	o := limiter.Outcome{Status: answer.Status, RetryAfter: answer.RetryAfter, NoAnswer: answer.NoAnswer, Took: fl.took(now), Addr: answer.RemoteIP}
 	for name, value := range answer.Headers.All() {
 		o.Headers = append(o.Headers, limiter.Header{Name: name, Value: value})
@@ -574,6 +596,19 @@ type answering struct {
 // answerWait bounds how long a booking waits for the answers of its host
 // on their way to the limiter (a store answers within its timeout).
 const answerWait = time.Second
+
+// probeLost tells a Prober Limiter that bucket's probe ended with no
+// answer, on a goroutine of its own: a store's breaker is a round trip
+// away, and a flight ends on the readers.
+func (h *BrowserHold) probeLost(bucket string) {
+	if p, ok := h.Holder.Limiter.(Prober); ok {
+		h.Holder.limiting.Add(1)
+		go func() {
+			defer h.Holder.limiting.Done()
+			p.ProbeLost(bucket, time.Now())
+		}()
+	}
+}
 
 // awaitAnswers waits until the answers of host that arrived so far are in
 // the limiter: a navigation that follows a 503 books with its pressure.

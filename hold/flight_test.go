@@ -6,6 +6,7 @@ package hold_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -223,5 +224,64 @@ func TestWarnsOncePerHost(t *testing.T) {
 		if n := strings.Count(logs.String(), `"message":"`+msg+`"`); n != 2 {
 			t.Errorf("%q said %d times, want once per host, 2", msg, n)
 		}
+	}
+}
+
+// probeLimiter books every navigation as its bucket's probe and records
+// the probes told lost (hold.Prober).
+type probeLimiter struct {
+	hold.Limiter
+	mu   sync.Mutex
+	lost []string
+}
+
+func (p *probeLimiter) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
+	r := p.Limiter.Reserve(ctx, host, rawURL, now)
+	r.Probe = true
+	return r
+}
+
+func (p *probeLimiter) ProbeLost(bucket string, _ time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lost = append(p.lost, bucket)
+}
+
+func (p *probeLimiter) told() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.lost)
+}
+
+// TestProbeLost: a probe whose flight ends with no answer (its page went)
+// is told lost, once; one whose answer came is not, nor is one that
+// never went (its client left before its slot: the policy was told when
+// it could not book it, or is told now).
+func TestProbeLost(t *testing.T) {
+	cfg := limiter.Config{Mode: limiter.Fixed, Interval: time.Millisecond, Burst: 1}
+	lim := &probeLimiter{Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg))}
+	_, h := armWith(t, lim, nil)
+	ctx := context.Background()
+	fly := func(host string) *hold.Flight {
+		fl := h.NewFlight(ctx)
+		m := newMoments()
+		h.Hold(ctx, hold.Request{Flight: fl, Host: host, URL: "http://" + host + "/"}, m)
+		if got := m.order(t); got != "booked release done" && got != "booked waits release done" {
+			t.Fatalf("%s: %q, want released", host, got)
+		}
+		return fl
+	}
+	gone := fly("gone.test")
+	gone.End() // its page went before the answer
+	gone.End()
+	answered := fly("answered.test")
+	nop := zerolog.Nop()
+	h.Observe(answered, "answered.test", cdp.Outcome{Status: 200}, &nop)
+	answered.End() // answered: nothing to tell, at once
+	// gone.test's is told on a goroutine of its own.
+	for deadline := time.Now().Add(5 * time.Second); len(lim.told()) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	}
+	if got := lim.told(); !slices.Equal(got, []string{"gone.test"}) {
+		t.Errorf("probes told lost: %q, want gone.test's alone", got)
 	}
 }

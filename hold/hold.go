@@ -138,6 +138,15 @@ type Pusher interface {
 	Push(bucket string, by time.Duration, now time.Time)
 }
 
+// Prober is what a Limiter adds when some navigations go as probes
+// (Reservation.Probe: a bucket's breaker's, with --host-errors): a probe
+// whose flight ends with no answer (its page went, its client left,
+// another navigation replaced it) is told, so that another may go at once
+// rather than when the breaker stops waiting for its answer.
+type Prober interface {
+	ProbeLost(bucket string, now time.Time)
+}
+
 // Bucketer is what a Limiter adds when hosts share schedules (--bucket
 // site or ip). Without it, each host is its own bucket on the relay's
 // page.

@@ -318,6 +318,10 @@ type Reservation struct {
 	// setting's MaxWait ahead; "breaker", its bucket's breaker is open
 	// until Start (a policy sets it). "" otherwise.
 	Deferred string
+	// Probe says the navigation goes as its bucket's breaker probe (a
+	// policy sets it): the relay tells the policy when it ends with no
+	// answer, so that another may go at once.
+	Probe bool
 	// Mode is the mode the booking was made in; Off when nothing was booked.
 	Mode Mode
 	// Bucket is the schedule that was booked: the host, or the site it

@@ -117,3 +117,47 @@ func TestMaxWaitFlag(t *testing.T) {
 		t.Errorf("--host-errors 0/1m: got %v, want an error naming the flag", err)
 	}
 }
+
+// TestBreakerProbeLost: a probe that ends with no answer (its page went)
+// lets another go at once, rather than when the breaker stops waiting for
+// its answer; once a probe's answer was told, a late ProbeLost does
+// nothing.
+func TestBreakerProbeLost(t *testing.T) {
+	cfg, err := FromFlags(Flags{Delay: "100ms", HostErrors: "1/1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(cfg, limiter.New(cfg.Default))
+	defer p.Close()
+	ctx := context.Background()
+	t0 := time.Now()
+	reserve := func(d time.Duration) limiter.Reservation { return p.Reserve(ctx, "a.test", "http://a.test/", t0.Add(d)) }
+	if r := reserve(0); r.Probe || r.Deferred != "" {
+		t.Fatalf("first: %+v, want booked, not a probe", r)
+	}
+	p.Observe("a.test", limiter.Outcome{Status: 503}, t0.Add(time.Second))
+	open := reserve(2 * time.Second)
+	if open.Deferred != "breaker" || open.Probe {
+		t.Fatalf("after the 503: %+v, want deferred by the breaker", open)
+	}
+	after := open.Start.Sub(t0) + time.Millisecond
+	if r := reserve(after); !r.Probe || r.Deferred != "" {
+		t.Fatalf("at the pause's end: %+v, want booked as the probe", r)
+	}
+	if r := reserve(after); r.Deferred != "breaker" || r.Probe {
+		t.Fatalf("beside the probe: %+v, want deferred", r)
+	}
+	p.ProbeLost("a.test", t0.Add(after+time.Second))
+	second := reserve(after + time.Second)
+	if !second.Probe || second.Deferred != "" {
+		t.Fatalf("after the probe was lost: %+v, want another probe at once", second)
+	}
+	p.Observe("a.test", limiter.Outcome{Status: 200}, t0.Add(after+2*time.Second))
+	p.ProbeLost("a.test", t0.Add(after+3*time.Second)) // late: its answer came
+	if r := reserve(after + 3*time.Second); r.Deferred != "" || r.Probe {
+		t.Errorf("after the probe's 200 and a late ProbeLost: %+v, want booked, the breaker closed", r)
+	}
+	if c := p.Breakers().Counts(); c.Probes != 2 {
+		t.Errorf("breaker counts %+v, want two probes", c)
+	}
+}

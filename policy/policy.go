@@ -387,10 +387,9 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 		p.defers.add(bucket)
 	}
 	if probe && (r.Deferred != "" || r.Retry) {
-		// The probe does not go: another may, at once.
-		p.probes.Delete(bucket)
-		p.breaker.Observe(bucket, breaker.Answer{Probe: true, Lost: true}, now)
+		p.ProbeLost(bucket, now) // the probe does not go: another may, at once
 	}
+	r.Probe = probe && r.Deferred == "" && !r.Retry
 	r.Source, r.Rule = d.source, d.rule
 	if set.Floor > 0 && r.Spacing == set.Floor {
 		r.Source, r.Rule = SourceRobots, "Crawl-delay: "+set.Floor.String()
@@ -439,6 +438,16 @@ func (p *Policy) Observe(host string, o limiter.Outcome, now time.Time) limiter.
 	}
 	p.book.ObserveWith(bucket, set, o, now)
 	return set.Effect(o)
+}
+
+// ProbeLost tells bucket's breaker that its probe ended with no answer
+// (hold.Prober): its page went, its client left, another navigation
+// replaced it, or it never went; another may go at once. Once the probe's
+// answer was told, or another probe's was, it does nothing.
+func (p *Policy) ProbeLost(bucket string, now time.Time) {
+	if _, ok := p.probes.LoadAndDelete(bucket); ok {
+		p.breaker.Observe(bucket, breaker.Answer{Probe: true, Lost: true}, now)
+	}
 }
 
 // tellBreaker tells bucket's breaker of an answer to one of its
