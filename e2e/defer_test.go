@@ -32,13 +32,18 @@ import (
 // real Chromium and real Lightpanda with Puppeteer (js/pptr-defer.mjs),
 // the site's kernel stamping arrivals.
 
-// deferredFast is how soon the relay answers a goto it defers, at most:
-// the figure, from when the client asked for it (its Date.now())
-// to the relay's log line "navigation deferred" (at_ns), which it sends
-// its 429 right after. The goto itself, in the client, takes longer: the
-// browser loads the 429 as a page, which on this 2-core machine took
-// Chromium 40 to 85 ms alone, 108 ms beside a Lightpanda test and up to
-// 361 ms with two relays' pages at once; Lightpanda 9 to 28 ms.
+// deferredFast is how soon the relay answers the gotos it defers, their
+// median: the figure, from when the client asked for one (its
+// Date.now()) to the relay's log line "navigation deferred" (at_ns),
+// which it sends its 429 right after. Each one must be answered within
+// deferredReturn: what lies between the client's ask and the relay's
+// answer is mostly the browser's, starting the navigation, and under the
+// whole suite one of Chromium's took 529.8 ms in a clean-clone run (the
+// others of its relay 28.4 ms, median). The goto itself, in the client,
+// takes longer: the browser loads the 429 as a page, which on this 2-core
+// machine took Chromium 40 to 85 ms alone, 108 ms beside a Lightpanda
+// test and up to 361 ms with two relays' pages at once; Lightpanda 9 to
+// 28 ms (BenchmarkDeferredGoto measures it).
 const deferredFast = 100 * time.Millisecond
 
 // deferredReturn bounds the goto of a deferred navigation in the client:
@@ -282,8 +287,13 @@ func checkDeferred(t *testing.T, r *relayed, host string, gotos []deferGoto, rea
 		}
 		a := lines[k].Sub(g.at())
 		answered = append(answered, a)
-		if a >= deferredFast {
-			t.Errorf("%v: the relay answered it %.1f ms after it was asked for, want under %v", g, ms(a), deferredFast)
+		if a >= deferredReturn {
+			t.Errorf("%v: the relay answered it %.1f ms after it was asked for, want under %v: it was held", g, ms(a), deferredReturn)
+		}
+	}
+	if len(answered) > 0 {
+		if m := slices.Sorted(slices.Values(answered))[len(answered)/2]; m >= deferredFast {
+			t.Errorf("the relay answered the deferred gotos %.1f ms after they were asked for (median), want under %v", ms(m), deferredFast)
 		}
 	}
 	return fmt.Sprintf("%d; the relay answered them %s after the goto, which took %s", len(gotos), medianMost(answered), medianMost(took))
