@@ -168,12 +168,33 @@ type scrapyResult struct {
 		URL    string
 		Status int
 	}
-	Failed []struct{ URL, Error string }
+	Failed []struct {
+		URL, Error string
+		Retries    int    // how often Scrapy retried it
+		Status     int    // of the answer it failed on, 0 when none
+		Throttle   string // that answer's X-Cdp-Throttle
+	}
 }
 
 // runScrapy crawls start with scrapy_crawl.py, its scrapy-playwright
 // settings being block pointed at r, with env added to its environment.
 func runScrapy(t *testing.T, r *relayed, block pyBlock, start string, env ...string) scrapyResult {
+	t.Helper()
+	res := crawlScrapy(t, r, block, start, env...)
+	for _, f := range res.Failed {
+		t.Errorf("%s failed: %s", f.URL, f.Error)
+	}
+	for _, p := range res.Pages {
+		if p.Status != http.StatusOK {
+			t.Errorf("%s: status %d, want 200", p.URL, p.Status)
+		}
+	}
+	return res
+}
+
+// crawlScrapy is runScrapy, with what the spider got and what failed
+// left to the caller.
+func crawlScrapy(t *testing.T, r *relayed, block pyBlock, start string, env ...string) scrapyResult {
 	t.Helper()
 	settings := filepath.Join(t.TempDir(), "settings.py")
 	if err := os.WriteFile(settings, []byte(block.pointedAt(r, "")), 0o644); err != nil {
@@ -183,14 +204,6 @@ func runScrapy(t *testing.T, r *relayed, block pyBlock, start string, env ...str
 	var res scrapyResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("scrapy_crawl.py printed %q: %v", out, err)
-	}
-	for _, f := range res.Failed {
-		t.Errorf("%s failed: %s", f.URL, f.Error)
-	}
-	for _, p := range res.Pages {
-		if p.Status != http.StatusOK {
-			t.Errorf("%s: status %d, want 200", p.URL, p.Status)
-		}
 	}
 	return res
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -223,4 +224,36 @@ func checkClientDeferred(t *testing.T, b deferBrowser, r *relayed, client string
 	t.Logf("%s through %s: goto deferred %s, baseline (the site's own 429, not held) %s",
 		client, b.name, medianMost(deferredTook), medianMost(baselineTook))
 	return len(deferred)
+}
+
+// TestScrapyDeferred: Scrapy with scrapy-playwright (README.md's settings,
+// Chromium) and its default retries, through a relay with --max-wait 2s,
+// to a site that answers its first document 429 with Retry-After: 10.
+// Scrapy's RetryMiddleware retries a 429, but at once, never after its
+// Retry-After: both retries are deferred by the relay, answered at once
+// with its own 429, and never reach the site; Scrapy then gives up on the
+// relay's 429 (an HttpError its errback gets, status and X-Cdp-Throttle
+// telling it from the site's own), within a second rather than at a 30 s
+// navigation timeout. What docs/politeness.md tells Scrapy users rests on
+// this.
+func TestScrapyDeferred(t *testing.T) {
+	r := startRelayTo(t, browser.http, limiter.Config{}, withPolicy(t, policy.Flags{MaxWait: "2s"}))
+	s := newSiteAt(t, lpHost)
+	run := runID()
+	start := time.Now()
+	res := crawlScrapy(t, r, documentedBlock(t, isReadmeScrapySettings), s.url(lpHost, "/status?code=429&ra=10&run="+run), "RETRY=1")
+	took := time.Since(start)
+	reached := s.hitsOf(func(h hit) bool { return strings.Contains(h.Query, "run="+run) })
+	if len(reached) != 1 {
+		t.Errorf("the site saw %d requests of the crawl, want 1: its 429's retries deferred", len(reached))
+	}
+	if len(res.Pages) != 0 || len(res.Failed) != 1 {
+		t.Fatalf("the spider got %+v and failed %+v; want one failure, on the relay's 429", res.Pages, res.Failed)
+	}
+	f := res.Failed[0]
+	if f.Status != http.StatusTooManyRequests || f.Throttle != "deferred; reason=max-wait" || f.Retries != 2 {
+		t.Errorf("Scrapy gave up on %d %q after %d retries (%s), want the relay's 429 (deferred; reason=max-wait) after its 2 retries", f.Status, f.Throttle, f.Retries, f.Error)
+	}
+	deferMetrics(t, r, 2)
+	t.Logf("Scrapy retried the site's 429 twice at once, both deferred, and gave up on the relay's 429: %s; the crawl took %v", f.Error, took.Round(time.Millisecond))
 }
