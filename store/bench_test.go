@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -36,6 +37,21 @@ func BenchmarkReserve(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Reserve("example.com", time.Now())
+	}
+	report(b, s)
+}
+
+// BenchmarkBreakerAllow asks a closed breaker whether a navigation may
+// go, one call at a time: what --host-errors adds to every navigation's
+// booking with --store, a round trip of its own beside BenchmarkReserve's.
+func BenchmarkBreakerAllow(b *testing.B) {
+	s := benchStore(b, limiter.Config{})
+	br := s.Breaker(breaker.Config{Failures: 5, Window: time.Minute}, limiter.NewRand(1))
+	b.ReportAllocs()
+	for b.Loop() {
+		if !br.Allow("example.com", time.Now()).Go {
+			b.Fatal("a closed breaker refused")
+		}
 	}
 	report(b, s)
 }
