@@ -131,7 +131,9 @@ func TestBreakerProbeLost(t *testing.T) {
 	defer p.Close()
 	ctx := context.Background()
 	t0 := time.Now()
-	reserve := func(d time.Duration) limiter.Reservation { return p.Reserve(ctx, "a.test", "http://a.test/", t0.Add(d)) }
+	reserve := func(d time.Duration) limiter.Reservation {
+		return p.Reserve(ctx, "a.test", "http://a.test/", t0.Add(d))
+	}
 	if r := reserve(0); r.Probe || r.Deferred != "" {
 		t.Fatalf("first: %+v, want booked, not a probe", r)
 	}
