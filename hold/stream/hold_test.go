@@ -410,13 +410,7 @@ func TestNavHoldAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			fb.Hush()
-			tp := start(t, fb, limiter.Config{})
-			c := tp.Dial(t, "/", nil)
-			fc := fb.Accept(t)
-			replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
+			tp, c, fc := attachedClient(t, attached)
 			var answered time.Time
 			mutate := func(msg []byte) []byte {
 				if tt.mutate != nil {
@@ -432,6 +426,21 @@ func TestNavHoldAnswers(t *testing.T) {
 			tt.check(t, tp, answered)
 		})
 	}
+}
+
+// attachedClient is a client of a relay holding in the stream in front of
+// a fake browser, its page attached (the recorded attachedToTarget,
+// replayed).
+func attachedClient(t *testing.T, attached []byte) (*holdtest.Relay, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	fb.Hush()
+	tp := start(t, fb, limiter.Config{})
+	c := tp.Dial(t, "/", nil)
+	fc := fb.Accept(t)
+	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
+	return tp, c, fc
 }
 
 // navigation returns the recorded lines of the navigation to a URL with
@@ -628,13 +637,7 @@ func TestNavHoldOnlyItsClientsPages(t *testing.T) {
 			events = append(events, rm)
 		}
 	}
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	fb.Hush()
-	tp := start(t, fb, limiter.Config{})
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
-	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
+	tp, c, fc := attachedClient(t, attached)
 	replay(t, c, fc, events, nil)
 	tp.Holder.Holder.Wait()
 	if n, fed, hosts := tp.Counts.Unheld.Load(), tp.Counts.Fed.Load(), tp.Lim.Len(); n != 0 || fed != 0 || hosts != 0 {
