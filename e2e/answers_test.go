@@ -44,25 +44,32 @@ var answerBrowsers = []struct {
 	}},
 }
 
-// hostPressure reads host's pressure off the relay's /hosts.
-func hostPressure(t *testing.T, r *relayed, host string) int {
+// hostRow is a bucket's line of the relay's /hosts, the fields the tests read.
+type hostRow struct {
+	Host       string
+	Pressure   int
+	NextFreeMS float64 `json:"next_free_ms"`
+}
+
+// hostOf reads host's line off r's /hosts; zero when it has none.
+func hostOf(t *testing.T, r *relayed, host string) hostRow {
 	t.Helper()
 	body, err := httpGet(r.url + "/hosts")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hosts []struct {
-		Host     string
-		Pressure int
-	}
+	var hosts []hostRow
 	json.Unmarshal(body, &hosts)
 	for _, h := range hosts {
 		if h.Host == host {
-			return h.Pressure
+			return h
 		}
 	}
-	return 0
+	return hostRow{}
 }
+
+// hostPressure reads host's pressure off the relay's /hosts.
+func hostPressure(t *testing.T, r *relayed, host string) int { return hostOf(t, r, host).Pressure }
 
 // TestRetryAfterDate: a 503 whose Retry-After is an HTTP-date about 3 s
 // ahead keeps the host's next navigation, asked for at once, from

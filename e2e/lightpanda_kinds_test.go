@@ -222,22 +222,8 @@ func TestLightpandaFeedback(t *testing.T) {
 	var at struct{ SessionID string }
 	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
 	hostState := func() (pressure int, nextFree float64) {
-		body, err := httpGet(r.url + "/hosts")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var hosts []struct {
-			Host       string
-			Pressure   int
-			NextFreeMS float64 `json:"next_free_ms"`
-		}
-		json.Unmarshal(body, &hosts)
-		for _, h := range hosts {
-			if h.Host == lpHost {
-				return h.Pressure, h.NextFreeMS
-			}
-		}
-		return 0, 0
+		h := hostOf(t, r, lpHost)
+		return h.Pressure, h.NextFreeMS
 	}
 	rc.mustCall(at.SessionID, "Page.navigate", map[string]any{"url": s.url(lpHost, "/status?code=503&n=1")})
 	time.Sleep(200 * time.Millisecond) // the answer on its way to the limiter
