@@ -2,8 +2,11 @@ package hold
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -231,27 +234,48 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 	if n.Log == nil {
 		n.Log = h.Holder.Logger()
 	}
-	h.waiting.Add(1)
+	h.holding(1)
 	h.Holder.limiting.Add(1)
 	go func() {
 		defer h.Holder.limiting.Done()
-		hw := &holdWait{h: h, ctx: ctx, n: n, w: w}
+		ctx, unhook := h.Holder.stoppable(ctx)
+		hw := &holdWait{h: h, ctx: ctx, n: n, w: w, unhook: unhook}
+		defer hw.recover()
+		if h.Holder.refusing() {
+			hw.stopping() // the relay is on its way out: nothing more is booked
+			return
+		}
 		if n.Refusable && h.refused(ctx, n.Host, n.URL, n.Log) {
 			w.Refused(refusal.Disallowed) // before a place or a slot: it books nothing
-			h.end(w, false, n.Flight)
+			hw.end(false)
 			return
 		}
 		if h.Holder.capper != nil && h.Holder.capper.Caps() {
 			hw.waiting() // a place in flight may take long to come
 		}
 		if !h.enter(n.Flight, n.Host, n.Log) {
-			h.end(w, false, n.Flight)
+			if h.Holder.refusing() {
+				hw.stopping()
+				return
+			}
+			hw.end(false)
 			return
 		}
 		if !hw.book() {
+			if ctx.Err() != nil && h.Holder.refusing() {
+				hw.stopping()
+				return
+			}
 			hw.end(ctx.Err() == nil)
 		}
 	}()
+}
+
+// holding counts n more navigations held (n < 0: fewer), in this browser
+// and in the Holder.
+func (h *BrowserHold) holding(n int64) {
+	h.waiting.Add(n)
+	h.Holder.held.Add(n)
 }
 
 // enter waits for fl's place among the navigations in flight of host's
@@ -268,7 +292,9 @@ func (h *BrowserHold) enter(fl *Flight, host string, log *zerolog.Logger) bool {
 	if entered || h.Holder.capper == nil {
 		return true
 	}
-	p, err := h.Holder.capper.Enter(fl.ctx, host)
+	ctx, unhook := h.Holder.stoppable(fl.ctx) // a stop refuses it rather than wait on
+	p, err := h.Holder.capper.Enter(ctx, host)
+	unhook()
 	if err != nil {
 		return false
 	}
@@ -304,7 +330,7 @@ func (h *BrowserHold) enter(fl *Flight, host string, log *zerolog.Logger) bool {
 // end ends a hold counted in waiting: it lets the navigation go when
 // released (noting when, in its flight), then ends the hold.
 func (h *BrowserHold) end(w Holding, released bool, fl *Flight) {
-	h.waiting.Add(-1)
+	h.holding(-1)
 	if released {
 		fl.let(time.Now())
 		w.Release()
@@ -318,10 +344,12 @@ type holdWait struct {
 	ctx      context.Context
 	n        Request
 	w        Holding
-	waited   bool      // waits was told
-	retrying bool      // its timer books again (the store asked to retry), rather than looks at its slot
-	start    time.Time // when its slot comes
-	nav      *pace.Nav // followed to its departure; nil when not
+	unhook   func()      // lets go of ctx's tie to the Holder's stop, at the end
+	over     atomic.Bool // end ran: the hold is over
+	waited   bool        // waits was told
+	retrying bool        // its timer books again (the store asked to retry), rather than looks at its slot
+	start    time.Time   // when its slot comes
+	nav      *pace.Nav   // followed to its departure; nil when not
 }
 
 // book books and, when the navigation must wait, arms a timer and reports
@@ -335,7 +363,7 @@ func (w *holdWait) book() bool {
 		// Answered at once, by the way, which ends its flight: it never
 		// reaches the site.
 		w.w.Refused(refusal.Reason{Deferred: r.Deferred, Until: r.Start})
-		w.h.end(w.w, false, w.n.Flight)
+		w.end(false)
 		return true // ended here
 	}
 	if retry {
@@ -365,6 +393,7 @@ func (w *holdWait) waiting() {
 
 // fire is after's: the time the hold waited for has come.
 func (w *holdWait) fire() {
+	defer w.recover()
 	if w.retrying {
 		w.retrying = false
 		if !w.book() {
@@ -399,6 +428,7 @@ func (w *holdWait) due() bool {
 		w.h.Holder.limiting.Add(1)
 		go func() {
 			defer w.h.Holder.limiting.Done()
+			defer w.recover()
 			t := time.NewTimer(time.Until(until))
 			defer t.Stop()
 			select {
@@ -421,11 +451,51 @@ func (w *holdWait) due() bool {
 }
 
 // end ends the hold, letting the navigation go when released.
-func (w *holdWait) end(released bool) { w.h.end(w.w, released, w.n.Flight) }
+func (w *holdWait) end(released bool) {
+	w.over.Store(true)
+	w.unhook()
+	w.h.end(w.w, released, w.n.Flight)
+}
+
+// recover, deferred first on each goroutine that carries the hold on,
+// stops a panic in holding's code from ending the relay: it is logged
+// with its stack and counted, and a hold not over yet is answered by the
+// relay (reason "error"), never let go.
+func (w *holdWait) recover() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	w.h.Holder.Metrics.Panicked()
+	w.n.Log.Error().Str("host", w.n.Host).Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
+		Msg("a panic in holding a navigation: it is answered by the relay, never let go; the relay goes on")
+	if !w.over.Load() {
+		w.w.Refused(refusal.Reason{Deferred: "error", Until: w.start})
+		w.end(false)
+	}
+}
 
 // cancelled ends a hold given up before its release: its context ended.
+// When the relay is stopping (Refuse), the navigation is refused rather
+// than left to the browser, which would let it go with the relay's
+// connections.
 func (w *holdWait) cancelled() {
+	defer w.recover()
+	if w.h.Holder.refusing() {
+		w.stopping()
+		return
+	}
 	w.h.ended(w.nav)
+	w.end(false)
+}
+
+// stopping answers the navigation at once because the relay is stopping:
+// the relay's own 429, its Retry-After saying when its slot was (1 s when
+// it had none yet). It never reaches the site.
+func (w *holdWait) stopping() {
+	w.h.ended(w.nav)
+	w.h.Holder.stoppedOne(w.n.Host, w.start, w.n.Log)
+	w.w.Refused(refusal.Reason{Deferred: Stopping, Until: w.start})
 	w.end(false)
 }
 
@@ -443,19 +513,33 @@ func (h *BrowserHold) ended(navs ...*pace.Nav) {
 // has its place already. w is told release and done, or done alone when
 // ctx ends first.
 func (h *BrowserHold) HoldUntil(ctx context.Context, fl *Flight, start time.Time, w Holding) {
-	h.waiting.Add(1)
-	after(ctx, time.Until(start), untilHold{h: h, fl: fl, w: w})
+	h.holding(1)
+	ctx, unhook := h.Holder.stoppable(ctx)
+	after(ctx, time.Until(start), untilHold{h: h, fl: fl, w: w, start: start, unhook: unhook})
 }
 
 // untilHold is holdUntil's wait.
 type untilHold struct {
-	h  *BrowserHold
-	fl *Flight
-	w  Holding
+	h      *BrowserHold
+	fl     *Flight
+	w      Holding
+	start  time.Time
+	unhook func()
 }
 
-func (u untilHold) fire()      { u.h.end(u.w, true, u.fl) }
-func (u untilHold) cancelled() { u.h.end(u.w, false, u.fl) }
+func (u untilHold) fire() {
+	u.unhook()
+	u.h.end(u.w, true, u.fl)
+}
+
+func (u untilHold) cancelled() {
+	u.unhook()
+	if u.h.Holder.refusing() {
+		u.h.Holder.stoppedOne("", u.start, u.h.Holder.Logger())
+		u.w.Refused(refusal.Reason{Deferred: Stopping, Until: u.start})
+	}
+	u.h.end(u.w, false, u.fl)
+}
 
 // Book reserves the slot of a navigation to rawURL (whose host is host)
 // wanted now and returns how long it must wait, logging the first delay of
@@ -466,7 +550,17 @@ func (u untilHold) cancelled() { u.h.end(u.w, false, u.fl) }
 func (h *BrowserHold) Book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (r limiter.Reservation, d time.Duration, retry bool) {
 	h.awaitAnswers(host)
 	now := time.Now()
+	end := h.Holder.drainDeadline()
+	if !end.IsZero() {
+		// Stopping: a slot past the drain's end could never be kept.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
 	r = h.Holder.Limiter.Reserve(ctx, host, rawURL, now)
+	if r.Deferred == limiter.PastDeadline {
+		r.Deferred = Stopping
+	}
 	d = time.Until(r.Start)
 	if r.Retry {
 		log.Debug().Str("host", host).Float64("retry_in_ms", limiter.ShownMillis(d)).Msg("navigation held until the store answers")

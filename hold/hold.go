@@ -100,7 +100,11 @@ type Limiter interface {
 	// Reserve books the slot of a navigation to rawURL, wanted at now; host
 	// is limiter.Key(rawURL). It may block, to read the site's robots.txt
 	// or to learn the host's address (--bucket ip, 1 s at most), but never
-	// past ctx. A reservation that is not Tracked has nothing to
+	// past ctx. A slot that would start after ctx's deadline (the relay
+	// is stopping: Holder.Drain) is not booked: the reservation is
+	// Deferred limiter.PastDeadline instead. A Limiter that ignores the
+	// deadline books it, and Refuse answers it at the drain's end. A
+	// reservation that is not Tracked has nothing to
 	// hold (an exempt host, an off rule); Mode, Bucket, Source and Rule say
 	// what was booked and why.
 	Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation
@@ -232,6 +236,13 @@ type Holder struct {
 	pace          pace.Tracker   // the departures of held navigations, across browsers; Push set once by Start
 	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
 	closing       atomic.Bool    // set by Close: the relay is shutting down
+
+	// A stop (stop.go): stopped ends with ErrStopping when Refuse is
+	// called; drainEnd is the drain's end in Unix ns, 0 before Drain.
+	stopped  context.Context         // set once by Start
+	refuse   context.CancelCauseFunc // set once by Start
+	drainEnd atomic.Int64
+	held     atomic.Int64 // navigations held now, over every browser
 }
 
 // AnswerHeaders names the headers of a document's answer the ways keep
@@ -252,6 +263,7 @@ func (hd *Holder) Start() bool {
 	if hd.NetLinger <= 0 {
 		hd.NetLinger = DefaultNetLinger
 	}
+	hd.stopped, hd.refuse = context.WithCancelCause(context.Background())
 	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
 		hd.capper = c
 	}

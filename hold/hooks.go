@@ -126,6 +126,9 @@ type Metrics interface {
 	// AddUnheld counts n navigations that reached the network without a
 	// booking.
 	AddUnheld(n int)
+	// Panicked counts a panic recovered in the code of one held
+	// navigation (the navigation is answered by the relay, never let go).
+	Panicked()
 }
 
 // NavOutcome is what became of a navigation, for Metrics.
@@ -139,6 +142,7 @@ const (
 	NavForeign                      // a page none of the relay's clients drives: let go at once
 	NavDisallowed                   // refused (Refuser): its site's robots.txt disallows it
 	NavDeferred                     // deferred (limiter.Reservation.Deferred): answered at once, never sent
+	NavStopped                      // answered at once because the relay is stopping (reason Stopping), never sent
 )
 
 // NoMetrics counts nothing: a Holder without Metrics has it, and a
@@ -149,5 +153,6 @@ func (NoMetrics) Navigation(NavOutcome, time.Duration) {}
 func (NoMetrics) Waited(time.Duration)                 {}
 func (NoMetrics) Feedback(limiter.Effect)              {}
 func (NoMetrics) Pushed(time.Duration)                 {}
+func (NoMetrics) Panicked()                            {}
 func (NoMetrics) Overtook()                            {}
 func (NoMetrics) AddUnheld(int)                        {}

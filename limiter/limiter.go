@@ -282,6 +282,11 @@ type Outcome struct {
 	Server ratelimit.Limits
 }
 
+// PastDeadline is the Reservation.Deferred of a navigation whose slot
+// lies past the deadline its caller can wait until (a relay that is
+// stopping): a policy defers it as one past MaxWait, and names it so.
+const PastDeadline = "deadline"
+
 // Reservation is a slot booked by Reserve.
 type Reservation struct {
 	// Start is when the navigation may go; it is never before the now given to Reserve.
@@ -316,7 +321,9 @@ type Reservation struct {
 	// Deferred says why nothing was booked and the navigation must not
 	// wait for its slot: "max-wait", its slot (Start) lies more than the
 	// setting's MaxWait ahead; "breaker", its bucket's breaker is open
-	// until Start (a policy sets it). "" otherwise.
+	// until Start (a policy sets it); PastDeadline, its slot lies past
+	// the deadline its caller can wait until (a policy sets it). ""
+	// otherwise.
 	Deferred string
 	// Probe says the navigation goes as its bucket's breaker probe (a
 	// policy sets it): the relay tells the policy when it ends with no

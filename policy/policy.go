@@ -353,7 +353,9 @@ func (p *Policy) Setting(host string) (set limiter.Config, source string, tracke
 // limiter.Key returns it) is host, wanted at now. It may wait for the
 // site's robots.txt, at most Robots.Wait after its fetch began and never
 // once ctx is done; the booking is then made at now plus that wait. An
-// untracked reservation (loopback, exempt, off) starts at now.
+// untracked reservation (loopback, exempt, off) starts at now. A slot
+// that would start after ctx's deadline is not booked: the reservation
+// is deferred (limiter.PastDeadline), as one past --max-wait is.
 func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time) limiter.Reservation {
 	d := p.decide(host)
 	if !d.tracked {
@@ -369,6 +371,12 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 	if p.cfg.Robots != nil || p.cfg.Bucket == ByIP {
 		now = now.Add(time.Since(asked)) // booked when the wait ended
 	}
+	past := false // the caller cannot wait past ctx's deadline: a slot after it is deferred
+	if end, ok := ctx.Deadline(); ok {
+		if wait := max(end.Sub(now), time.Nanosecond); set.MaxWait <= 0 || wait < set.MaxWait {
+			set.MaxWait, past = wait, true
+		}
+	}
 	probe := false
 	if p.breaker != nil {
 		switch b := p.breaker.Allow(bucket, now); {
@@ -383,6 +391,9 @@ func (p *Policy) Reserve(ctx context.Context, host, rawURL string, now time.Time
 		}
 	}
 	r := p.book.ReserveWith(bucket, set, now)
+	if past && r.Deferred == "max-wait" {
+		r.Deferred = limiter.PastDeadline
+	}
 	if r.Deferred != "" {
 		p.defers.add(bucket)
 	}

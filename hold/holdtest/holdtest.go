@@ -146,8 +146,8 @@ func (u Upstream) Dial(ctx context.Context) (*websocket.Conn, error) {
 // Counts is a hold.Metrics that counts what holding does, for the tests
 // to wait for and check.
 type Counts struct {
-	Booked, Exempt, Untracked, Foreign, Disallowed, Deferred atomic.Int64 // Navigation, by outcome
-	Fed, Unheld, Waits, Pushes, Overtakes                    atomic.Int64
+	Booked, Exempt, Untracked, Foreign, Disallowed, Deferred, Stopped atomic.Int64 // Navigation, by outcome
+	Fed, Unheld, Waits, Pushes, Overtakes, Panics                     atomic.Int64
 }
 
 // Navigation counts a navigation by its outcome.
@@ -165,6 +165,8 @@ func (c *Counts) Navigation(outcome hold.NavOutcome, _ time.Duration) {
 		c.Disallowed.Add(1)
 	case hold.NavDeferred:
 		c.Deferred.Add(1)
+	case hold.NavStopped:
+		c.Stopped.Add(1)
 	}
 }
 
@@ -182,6 +184,9 @@ func (c *Counts) Overtook() { c.Overtakes.Add(1) }
 
 // AddUnheld counts navigations that reached the network unheld.
 func (c *Counts) AddUnheld(n int) { c.Unheld.Add(int64(n)) }
+
+// Panicked counts a panic recovered in holding a navigation.
+func (c *Counts) Panicked() { c.Panics.Add(1) }
 
 // EveryPage makes every page of the browser count as one of the relay's
 // clients' (Claims.ClaimAll), as the tests of the Fetch way that play
