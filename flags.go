@@ -248,6 +248,7 @@ func relayFlags() []cli.Flag {
 		durationFlag(catRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", env("START_TIMEOUT")...),
 		&cli.BoolFlag{Name: "hold-backup", Category: catRelay, Usage: "on Chromium, keep a browser-level interception behind the relay's own, so that losing the relay's page connection hands held navigations over instead of letting them go (counted unheld); costs every request of the browser an interception, about 5% of its CPU in a crawl", EnvVars: env("HOLD_BACKUP")},
 		&cli.StringFlag{Name: "intercept", Category: catRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: env("INTERCEPT")},
+		durationFlag(catRelay, "drain-timeout", relay.DefaultDrainTimeout.String(), "on SIGTERM or SIGINT, how long the relay goes on letting held navigations go at their slots, taking no new clients, before it answers the rest with its own 429 (reason=stopping), closes the pages its clients created and exits; 0 answers them at once; a second signal ends the drain at once", env("DRAIN_TIMEOUT")...),
 		durationFlag(catRelay, "orphan-timeout", relay.DefaultOrphanTimeout.String(), "close the pages and browser contexts a client created once it has been gone this long, unless another client took them over; 0 keeps them", env("ORPHAN_TIMEOUT")...),
 		&cli.BoolFlag{Name: "allow-browser-close", Category: catRelay, Usage: "let a client's Browser.close (and Browser.crash) end the browser for every client; unset, it closes only that client's pages and contexts", EnvVars: env("ALLOW_BROWSER_CLOSE")},
 		&cli.IntFlag{Name: "max-clients", Category: catQueue, Usage: "client connections relayed at once, over all browsers (0: no bound but the browsers')", EnvVars: env("MAX_CLIENTS")},
@@ -293,11 +294,14 @@ func relayConfigFrom(c *cli.Context, stderr io.Writer) (relayConfig, error) {
 		"queue-timeout", &cfg.proxy.QueueTimeout); err != nil {
 		return cfg, err
 	}
-	if err := durations(c, false, "orphan-timeout", &cfg.proxy.OrphanTimeout); err != nil {
+	if err := durations(c, false, "orphan-timeout", &cfg.proxy.OrphanTimeout, "drain-timeout", &cfg.proxy.DrainTimeout); err != nil {
 		return cfg, err
 	}
 	if cfg.proxy.OrphanTimeout == 0 {
 		cfg.proxy.OrphanTimeout = -1 // 0 keeps them; the Proxy's zero is its default
+	}
+	if cfg.proxy.DrainTimeout == 0 {
+		cfg.proxy.DrainTimeout = -1 // 0 answers at once; the Proxy's zero is its default
 	}
 	cfg.proxy.AllowBrowserClose = c.Bool("allow-browser-close")
 	for _, f := range []struct {

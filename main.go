@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx := stopSignals()
 	// For the benchmarks (BENCHMARKS.md): the relay's own CPU profile,
 	// written when it exits.
 	if f := os.Getenv("CDP_THROTTLE_CPUPROFILE"); f != "" {
@@ -28,7 +28,6 @@ func main() {
 		}
 	}
 	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
 	pprof.StopCPUProfile()
 	os.Exit(code)
 }
@@ -42,4 +41,32 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cdp-throttle: %v\n", err)
 	}
 	return exitCode(err)
+}
+
+// stopSignals returns a context that ends at the first SIGINT or SIGTERM
+// (the relay stops, draining what it holds: relay.Proxy.DrainTimeout) and
+// carries the hurry channel (hurryOf), closed at the second (the drain
+// ends at once, still answering what it holds).
+func stopSignals() context.Context {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	hurry := make(chan struct{})
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		close(hurry)
+	}()
+	return context.WithValue(ctx, hurryKey{}, (<-chan struct{})(hurry))
+}
+
+// hurryKey is the context key of the hurry channel.
+type hurryKey struct{}
+
+// hurryOf is the channel stopSignals closes at a second signal; nil (never
+// closed) for a context it did not make.
+func hurryOf(ctx context.Context) <-chan struct{} {
+	h, _ := ctx.Value(hurryKey{}).(<-chan struct{})
+	return h
 }

@@ -73,7 +73,7 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 	defer ln.Close()
 
 	p := cfg.proxy
-	p.Limiter, p.Metrics, p.Log = lim, relay.NewMetrics(book, lim), &log
+	p.Limiter, p.Metrics, p.Log, p.Hurry = lim, relay.NewMetrics(book, lim), &log, hurryOf(ctx)
 	if len(cfg.browserCmd) > 0 {
 		g, err := launcher.StartGroup(ctx, cfg.browserCmd, launcher.Options{Count: cfg.browsers, Log: log, StartTimeout: p.StartTimeout, TimeoutFlag: "--start-timeout"})
 		if err != nil {

@@ -106,6 +106,24 @@ func (r *Registry) Stop() {
 	r.closings.Wait()
 }
 
+// Created ends the registry as the relay stops: the timers of what
+// clients left stop, as with Stop, and every page and browser context a
+// client created, its creator connected or gone, is returned to close
+// now (pages first); the registry forgets them.
+func (r *Registry) Created() Leftovers {
+	r.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var l Leftovers
+	for k, it := range r.items {
+		if it.created {
+			l.add(it)
+			delete(r.items, k)
+		}
+	}
+	return l
+}
+
 // Join starts following a client connection, numbered id for logs.
 func (r *Registry) Join(id uint64) *Conn {
 	return &Conn{

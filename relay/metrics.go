@@ -22,7 +22,8 @@ type Metrics struct {
 
 	navPassed, navDelayed, navExempt, navUntracked prometheus.Counter
 	navForeign, navUnheld, navDisallowed           prometheus.Counter
-	navDeferred                                    prometheus.Counter
+	navDeferred, navStopped                        prometheus.Counter
+	panics                                         prometheus.Counter
 	delay, concurrency                             prometheus.Histogram
 	overload, failure, slow, answered              prometheus.Counter
 	late                                           prometheus.Counter
@@ -52,12 +53,18 @@ func NewMetrics(ls ...any) *Metrics {
 			"foreign (a page none of the relay's clients drives: let go at once), " +
 			"unheld (a client's navigation that reached the network without a booking), " +
 			"disallowed (refused because its site's robots.txt disallows it: --robots obey), " +
-			"deferred (answered at once with the relay's own 429, never sent: its slot lay further ahead than --max-wait, or its host's breaker was open, --host-errors).",
+			"deferred (answered at once with the relay's own 429, never sent: its slot lay further ahead than --max-wait, or its host's breaker was open, --host-errors), " +
+			"stopped (answered at once with the relay's own 429, never sent, because the relay was stopping: its slot lay past --drain-timeout).",
 	}, []string{"outcome"})
 	m.navPassed, m.navDelayed = nav.WithLabelValues("passed"), nav.WithLabelValues("delayed")
 	m.navExempt, m.navUntracked = nav.WithLabelValues("exempt"), nav.WithLabelValues("untracked")
 	m.navForeign, m.navUnheld = nav.WithLabelValues("foreign"), nav.WithLabelValues("unheld")
 	m.navDisallowed, m.navDeferred = nav.WithLabelValues("disallowed"), nav.WithLabelValues("deferred")
+	m.navStopped = nav.WithLabelValues("stopped")
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cdp_throttle_panics_total",
+		Help: "Panics recovered in the code of one connection (a client's pumps, a held navigation's): that connection was ended, the others went on.",
+	})
 	m.delay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cdp_throttle_navigation_delay_seconds",
 		Help:    "How long delayed navigations were held.",
@@ -105,7 +112,7 @@ func NewMetrics(ls ...any) *Metrics {
 	m.leftovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cdp_throttle_leftovers_total",
 		Help: "Pages and browser contexts the relay closed for a client, by what (page, context), why " +
-			"(browser_close: the client's Browser.close; orphan: the client had been gone --orphan-timeout) and outcome " +
+			"(browser_close: the client's Browser.close; orphan: the client had been gone --orphan-timeout; stop: the relay was stopping) and outcome " +
 			"(closed; gone: the browser no longer had it; failed: the browser could not be reached, or refused).",
 	}, []string{"what", "why", "outcome"})
 	m.browserCommands = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -119,7 +126,7 @@ func NewMetrics(ls ...any) *Metrics {
 		Help:    "How long clients over capacity waited in the queue for a place in a browser (those that got one).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	})
-	reg.MustRegister(nav, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.overtook, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
+	reg.MustRegister(nav, m.panics, m.delay, m.concurrency, fb, m.late, m.pushedBy, m.overtook, m.conns, msgs, bytes, m.waits, m.leftovers, m.browserCommands)
 	if lenner, ok := first[interface{ Len() int }](ls); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cdp_throttle_hosts_tracked",
@@ -232,8 +239,21 @@ func (m *Metrics) Navigation(outcome hold.NavOutcome, d time.Duration) {
 		m.navDisallowed.Inc()
 	case hold.NavDeferred:
 		m.navDeferred.Inc()
+	case hold.NavStopped:
+		m.navStopped.Inc()
 	}
 }
+
+// panicked counts a panic recovered in one connection's code.
+func (m *Metrics) panicked() {
+	if m != nil {
+		m.panics.Inc()
+	}
+}
+
+// Panicked counts a panic recovered in the code of one held navigation
+// (hold.Metrics).
+func (m *Metrics) Panicked() { m.panicked() }
 
 // AddUnheld counts n navigations that reached the network without a
 // booking (hold.Metrics).

@@ -168,10 +168,10 @@ func (pr *pair) run() {
 	}
 	browserDone := make(chan struct{})
 	go func() {
-		pr.finish(pr.pump(pr.browser, pr.client))
+		pr.finish(pr.safePump(pr.browser, pr.client))
 		close(browserDone)
 	}()
-	pr.finish(pr.pump(pr.client, pr.browser))
+	pr.finish(pr.safePump(pr.client, pr.browser))
 	<-browserDone
 	pr.cancel()
 	pr.held.Wait()
@@ -501,6 +501,9 @@ func (pr *pair) fromClient(msg []byte) (bool, error) {
 	if err != nil {
 		return false, nil // the browser refuses it whole
 	}
+	if faultHook != nil {
+		faultHook(&hd)
+	}
 	if took, err := pr.share.fromClient(&hd, msg); took || err != nil {
 		return took, err
 	}
@@ -559,6 +562,8 @@ func (pr *pair) finish(e pumpEnd) {
 		level, why = pr.log.Warn(), e.from.side+" broke the websocket protocol"
 	case isTimeout(e.err):
 		why = e.from.side + " did not close its connection in time"
+	case errors.As(e.err, new(errPanicked)):
+		level, why = pr.log.Warn(), "a panic in the relay's code for this connection"
 	}
 	level.Str("from", e.from.side).Str("reason", why).AnErr("err", quiet(e.err)).Msg("connection ending")
 	switch {
@@ -572,7 +577,7 @@ func (pr *pair) finish(e pumpEnd) {
 	case errors.Is(e.err, wire.ErrTooBig):
 		e.from.sayClose(closeMessageBig, "message over the read limit")
 		e.to.end()
-	case errors.Is(e.err, wire.ErrProtocol):
+	case errors.Is(e.err, wire.ErrProtocol), errors.As(e.err, new(errPanicked)):
 		e.from.nc.Close()
 		e.to.end()
 	case e.to.toBrowser:

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -151,6 +152,15 @@ type Proxy struct {
 	// QueueTimeout is how long a client waits for a place before it is
 	// answered 503. Zero means admission.DefaultTimeout.
 	QueueTimeout time.Duration
+	// DrainTimeout is how long a stop (Serve's context ending) goes on
+	// letting held navigations go at their slots before it answers the
+	// rest with the relay's own 429 (stop.go). Zero means
+	// DefaultDrainTimeout; negative answers them at once.
+	DrainTimeout time.Duration
+	// Hurry, when closed during a stop, ends the drain at once (a second
+	// signal): what is held is still answered, never let go. Nil never
+	// hurries.
+	Hurry <-chan struct{}
 
 	log    zerolog.Logger     // set once by Start
 	ups    []*upstream        // set once by Start
@@ -161,6 +171,9 @@ type Proxy struct {
 
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
+
+	stopping atomic.Bool  // set once a stop began: clients are refused
+	drainEnd atomic.Int64 // the stop's drain ends then, in Unix ns
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
@@ -380,9 +393,11 @@ func (p *Proxy) ctxDone() bool {
 	return p.closed
 }
 
-// Serve answers clients on ln until ctx ends, then closes every relayed
-// connection and returns nil; or returns the error that stopped serving.
-// Call it after Start.
+// Serve answers clients on ln until ctx ends, then stops as stop.go
+// says (no new clients, held navigations let go at their slots for
+// DrainTimeout and the rest answered by the relay, its clients' pages
+// closed), closes every relayed connection and returns nil; or returns
+// the error that stopped serving. Call it after Start.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
@@ -394,6 +409,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		p.log.Info().Msg("shutting down")
 	case err = <-serveErr:
 	}
+	p.drain() // still serving: clients are told it is stopping
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdownCtx)
@@ -410,11 +426,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.authorize(w, r) {
 		return
 	}
+	path := r.URL.Path
+	if p.stopping.Load() && (websocket.IsWebSocketUpgrade(r) || strings.HasPrefix(path, "/json")) {
+		p.refuseStopping(w)
+		return
+	}
 	if websocket.IsWebSocketUpgrade(r) {
 		p.serveWebsocket(w, r)
 		return
 	}
-	path := r.URL.Path
 	switch {
 	case path == "/json/version" || path == "/json/version/":
 		p.serveJSON(w, r, p.pick(), http.MethodGet, "/json/version", rewriteObject)

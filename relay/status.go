@@ -153,6 +153,9 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 		}
 		status.Upstreams = append(status.Upstreams, b)
 	}
+	if p.stopping.Load() {
+		status.Status = "stopping" // takes no clients: a load balancer sends them elsewhere
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if status.Status != "ok" {
 		w.WriteHeader(http.StatusServiceUnavailable)

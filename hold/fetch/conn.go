@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,8 +266,19 @@ func (fc *fetchConn) continueRequest(session, id string, answer bool) {
 	}
 }
 
-// read dispatches what the browser sends until the connection ends.
+// read dispatches what the browser sends until the connection ends. A
+// panic in what it calls ends the connection as a lost one (its holds
+// handed on as the browser hands them), not the relay: it is logged with
+// its stack and counted, and the connection is made again.
 func (fc *fetchConn) read() {
+	defer func() {
+		if v := recover(); v != nil {
+			fc.h.Holder.Metrics.Panicked()
+			fc.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
+				Msg("a panic in reading the relay's own browser connection: it is ended as a lost one, the relay goes on")
+			fc.c.Close()
+		}
+	}()
 	defer func() {
 		// What the connection holds can no longer be let go through it:
 		// its holds end, and the browser hands their requests on.
