@@ -238,10 +238,10 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 	h.Holder.limiting.Add(1)
 	go func() {
 		defer h.Holder.limiting.Done()
-		ctx, unhook := h.Holder.stoppable(ctx)
-		hw := &holdWait{h: h, ctx: ctx, n: n, w: w, unhook: unhook}
+		ctx, st, unhook := h.Holder.stoppable(ctx)
+		hw := &holdWait{h: h, ctx: ctx, n: n, w: w, st: st, unhook: unhook}
 		defer hw.recover()
-		if h.Holder.refusing() {
+		if isStopping(ctx) {
 			hw.stopping() // the relay is on its way out: nothing more is booked
 			return
 		}
@@ -254,7 +254,7 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 			hw.waiting() // a place in flight may take long to come
 		}
 		if !h.enter(n.Flight, n.Host, n.Log) {
-			if h.Holder.refusing() {
+			if h.Holder.stopped() {
 				hw.stopping()
 				return
 			}
@@ -262,7 +262,7 @@ func (h *BrowserHold) Hold(ctx context.Context, n Request, w Holding) {
 			return
 		}
 		if !hw.book() {
-			if ctx.Err() != nil && h.Holder.refusing() {
+			if isStopping(ctx) {
 				hw.stopping()
 				return
 			}
@@ -292,7 +292,7 @@ func (h *BrowserHold) enter(fl *Flight, host string, log *zerolog.Logger) bool {
 	if entered || h.Holder.capper == nil {
 		return true
 	}
-	ctx, unhook := h.Holder.stoppable(fl.ctx) // a stop refuses it rather than wait on
+	ctx, _, unhook := h.Holder.stoppable(fl.ctx) // a stop refuses it rather than wait on
 	p, err := h.Holder.capper.Enter(ctx, host)
 	unhook()
 	if err != nil {
@@ -344,6 +344,7 @@ type holdWait struct {
 	ctx      context.Context
 	n        Request
 	w        Holding
+	st       *stopper    // the stop's hold on ctx: told the slot
 	unhook   func()      // lets go of ctx's tie to the Holder's stop, at the end
 	over     atomic.Bool // end ran: the hold is over
 	waited   bool        // waits was told
@@ -380,6 +381,7 @@ func (w *holdWait) book() bool {
 		w.nav = h.Holder.pace.Book(r.Bucket, h.Up.Name(), w.start, r.Slack, r.Headroom)
 	}
 	w.w.Booked(w.start, w.nav)
+	h.Holder.bookedSlot(w.st, w.start)
 	return w.due()
 }
 
@@ -481,7 +483,7 @@ func (w *holdWait) recover() {
 // connections.
 func (w *holdWait) cancelled() {
 	defer w.recover()
-	if w.h.Holder.refusing() {
+	if isStopping(w.ctx) {
 		w.stopping()
 		return
 	}
@@ -514,13 +516,15 @@ func (h *BrowserHold) ended(navs ...*pace.Nav) {
 // ctx ends first.
 func (h *BrowserHold) HoldUntil(ctx context.Context, fl *Flight, start time.Time, w Holding) {
 	h.holding(1)
-	ctx, unhook := h.Holder.stoppable(ctx)
-	after(ctx, time.Until(start), untilHold{h: h, fl: fl, w: w, start: start, unhook: unhook})
+	ctx, st, unhook := h.Holder.stoppable(ctx)
+	h.Holder.bookedSlot(st, start)
+	after(ctx, time.Until(start), untilHold{h: h, ctx: ctx, fl: fl, w: w, start: start, unhook: unhook})
 }
 
 // untilHold is holdUntil's wait.
 type untilHold struct {
 	h      *BrowserHold
+	ctx    context.Context
 	fl     *Flight
 	w      Holding
 	start  time.Time
@@ -534,7 +538,7 @@ func (u untilHold) fire() {
 
 func (u untilHold) cancelled() {
 	u.unhook()
-	if u.h.Holder.refusing() {
+	if isStopping(u.ctx) {
 		u.h.Holder.stoppedOne("", u.start, u.h.Holder.Logger())
 		u.w.Refused(refusal.Reason{Deferred: Stopping, Until: u.start})
 	}

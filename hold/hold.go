@@ -46,8 +46,8 @@ import (
 //
 //	Watch.mu (Watch.Lock) → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
 //
-// and, after any of them, the leaves BrowserHold.mu, claims.Set's mu, Counts.mu
-// and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
+// and, after any of them, the leaves BrowserHold.mu, claims.Set's mu, Counts.mu,
+// Holder.stopMu and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
 // and warnOnce.mu are leaves taken under none of them.
 // The session and stream ways keep their state under Watch.mu. Each
 // struct says where its mutex stands.
@@ -237,12 +237,13 @@ type Holder struct {
 	limiting      sync.WaitGroup // bookings and answers on their way to the limiter
 	closing       atomic.Bool    // set by Close: the relay is shutting down
 
-	// A stop (stop.go): stopped ends with ErrStopping when Refuse is
-	// called; drainEnd is the drain's end in Unix ns, 0 before Drain.
-	stopped  context.Context         // set once by Start
-	refuse   context.CancelCauseFunc // set once by Start
-	drainEnd atomic.Int64
-	held     atomic.Int64 // navigations held now, over every browser
+	// A stop (stop.go). stopMu is a leaf: it guards the waits a stop may
+	// end and whether Refuse was called.
+	stopMu   sync.Mutex
+	stops    map[*stopper]struct{} // guarded by stopMu
+	refusing bool                  // guarded by stopMu
+	drainEnd atomic.Int64          // the drain's end in Unix ns, 0 before Drain
+	held     atomic.Int64          // navigations held now, over every browser
 }
 
 // AnswerHeaders names the headers of a document's answer the ways keep
@@ -263,7 +264,6 @@ func (hd *Holder) Start() bool {
 	if hd.NetLinger <= 0 {
 		hd.NetLinger = DefaultNetLinger
 	}
-	hd.stopped, hd.refuse = context.WithCancelCause(context.Background())
 	if c, ok := hd.Limiter.(Capper); ok && c.Caps() {
 		hd.capper = c
 	}

@@ -27,17 +27,31 @@ const Stopping = "stopping"
 var ErrStopping = errors.New("hold: the relay is stopping")
 
 // Drain starts the relay's stop: held navigations are still let go at
-// their slots, but one whose slot would come after end is answered at
-// once (refusal reason Stopping) and books nothing. Call Refuse at end.
-func (hd *Holder) Drain(end time.Time) { hd.drainEnd.Store(end.UnixNano()) }
+// their slots, but one whose slot comes after end is answered at once
+// (refusal reason Stopping), and one booked from now on whose slot would
+// come after end books nothing and is answered the same way. Call Refuse
+// at end.
+func (hd *Holder) Drain(end time.Time) {
+	hd.drainEnd.Store(end.UnixNano())
+	hd.stopMu.Lock()
+	defer hd.stopMu.Unlock()
+	for st := range hd.stops {
+		if !st.slot.IsZero() && st.slot.After(end) {
+			st.cancel(ErrStopping)
+		}
+	}
+}
 
 // Refuse ends the drain: every navigation still held is answered at once
 // with the relay's own refusal (reason Stopping), never let go, and so is
 // every navigation held after it, before it books anything.
 func (hd *Holder) Refuse() {
-	hd.Drain(time.Now())
-	if hd.refuse != nil {
-		hd.refuse(ErrStopping)
+	hd.drainEnd.Store(time.Now().UnixNano())
+	hd.stopMu.Lock()
+	defer hd.stopMu.Unlock()
+	hd.refusing = true
+	for st := range hd.stops {
+		st.cancel(ErrStopping)
 	}
 }
 
@@ -46,8 +60,12 @@ func (hd *Holder) Refuse() {
 // them to leave.
 func (hd *Holder) Held() int { return int(hd.held.Load()) }
 
-// refusing reports whether Refuse was called.
-func (hd *Holder) refusing() bool { return hd.stopped != nil && hd.stopped.Err() != nil }
+// stopped reports whether Refuse was called.
+func (hd *Holder) stopped() bool {
+	hd.stopMu.Lock()
+	defer hd.stopMu.Unlock()
+	return hd.refusing
+}
 
 // drainDeadline is the drain's end, zero while the relay is not stopping.
 func (hd *Holder) drainDeadline() time.Time {
@@ -57,19 +75,51 @@ func (hd *Holder) drainDeadline() time.Time {
 	return time.Time{}
 }
 
-// stoppable returns ctx, ending also (with ErrStopping) when Refuse is
-// called, and the func that lets go of it once the hold is over.
-func (hd *Holder) stoppable(ctx context.Context) (context.Context, func()) {
-	if hd.stopped == nil {
-		return ctx, func() {}
-	}
+// stopper is one wait of a hold that a stop may end: Drain ends it when
+// its slot lies past the drain's end, Refuse in any case.
+type stopper struct {
+	cancel context.CancelCauseFunc
+	slot   time.Time // guarded by Holder.stopMu; zero until booked
+}
+
+// stoppable returns ctx, ending also (with ErrStopping) when a stop ends
+// the wait, the stopper to tell its slot (booked), and the func that
+// lets go of it once the wait is over.
+func (hd *Holder) stoppable(ctx context.Context) (context.Context, *stopper, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	unhook := context.AfterFunc(hd.stopped, func() { cancel(ErrStopping) })
-	return ctx, func() {
-		unhook()
+	st := &stopper{cancel: cancel}
+	hd.stopMu.Lock()
+	if hd.refusing {
+		cancel(ErrStopping)
+	} else {
+		if hd.stops == nil {
+			hd.stops = make(map[*stopper]struct{})
+		}
+		hd.stops[st] = struct{}{}
+	}
+	hd.stopMu.Unlock()
+	return ctx, st, func() {
+		hd.stopMu.Lock()
+		delete(hd.stops, st)
+		hd.stopMu.Unlock()
 		cancel(nil)
 	}
 }
+
+// booked tells the stopper its slot: a drain that ends before it
+// answers the navigation at once.
+func (hd *Holder) bookedSlot(st *stopper, slot time.Time) {
+	hd.stopMu.Lock()
+	st.slot = slot
+	end := hd.drainDeadline()
+	hd.stopMu.Unlock()
+	if !end.IsZero() && slot.After(end) {
+		st.cancel(ErrStopping) // booked as the drain began
+	}
+}
+
+// isStopping reports whether ctx, made by stoppable, was ended by a stop.
+func isStopping(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrStopping) }
 
 // stoppedOne counts and logs a navigation of host answered because the
 // relay is stopping; slot is when it would have gone, zero when it had

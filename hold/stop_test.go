@@ -44,9 +44,10 @@ func (r *reasoned) why() string {
 
 // TestStopDrainThenRefuse follows a stop through the core (stop.go): held
 // navigations whose slots come before the drain's end are let go at
-// them; one asked for during the drain whose slot lies past its end is
-// answered at once (reason stopping), booking nothing; at Refuse the one
-// still held is answered, never let go, and so is one asked for after.
+// them; one held whose slot lies past the drain's end is answered at once
+// (reason stopping), never let go, and so is one asked for during the
+// drain whose slot would lie past its end, booking nothing; after Refuse,
+// one asked for is answered at once too.
 func TestStopDrainThenRefuse(t *testing.T) {
 	const spacing = 300 * time.Millisecond
 	cfg := limiter.Config{Mode: limiter.Fixed, Interval: spacing, Burst: 1}
@@ -69,7 +70,12 @@ func TestStopDrainThenRefuse(t *testing.T) {
 	}
 	slices.SortFunc(held, func(a, b *reasoned) int { return a.slot.Compare(b.slot) }) // booked in any order
 	end := began.Add(750 * time.Millisecond)
+	drained := time.Now()
 	hd.Drain(end)
+	held[2].seenWithin(t, "refused", time.Second)
+	if d := held[2].when("refused").Sub(drained); d > 100*time.Millisecond {
+		t.Errorf("the navigation held past the drain's end was answered %v after Drain, want at once", d)
+	}
 
 	during := nav() // its slot would be 1200 ms: past the drain's end
 	if got := during.order(t); got != "refused done" || during.why() != hold.Stopping {
@@ -118,4 +124,11 @@ func (m *moments) seenWithin(t *testing.T, what string, d time.Duration) {
 			t.Fatalf("no %s within %v", what, d)
 		}
 	}
+}
+
+// when is when the moment what came, zero if it has not.
+func (m *moments) when(what string) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.at[what]
 }
