@@ -39,6 +39,12 @@ const DefaultDrainTimeout = 8 * time.Second
 // stopCloseWait bounds closing the clients' pages at the end of a stop.
 const stopCloseWait = time.Second
 
+// afterRefusal is how long the clients' pages are left after the end of
+// a drain answered navigations: Chromium (156) answers success to a
+// Target.closeTarget sent within about 10 ms of the relay's answer to
+// that page's navigation (Fetch.fulfillRequest), and keeps the page open.
+const afterRefusal = 100 * time.Millisecond
+
 // stopPoll is how often a drain looks whether anything is still held.
 const stopPoll = 10 * time.Millisecond
 
@@ -64,6 +70,7 @@ func (p *Proxy) drain() {
 		p.waitHeld(time.Now().Add(time.Second), nil) // refused as their holds see it
 		if left > 0 {
 			p.log.Info().Int("refused", left).Msg("stopping: navigations still held answered with the relay's own 429 (reason=stopping)")
+			time.Sleep(afterRefusal)
 		}
 	}
 	closed := p.closeCreated()
