@@ -21,28 +21,41 @@ import (
 	"time"
 )
 
-var buildOnce sync.Once
-var binary, buildErr = "", error(nil)
+// build is one build of the relay binary, made once per run.
+type build struct {
+	once   sync.Once
+	tags   string // go build -tags, "" for none
+	binary string
+	err    error
+}
+
+var (
+	plainBuild = &build{}
+	faultBuild = &build{tags: "faultinject"} // relay/fault_inject.go: CdpThrottle.panic panics
+)
 
 // buildBinary builds cdp-throttle the way the README says, once per run.
-func buildBinary(t testing.TB) string {
+func buildBinary(t testing.TB) string { return plainBuild.get(t) }
+
+// get builds b's binary the first time, and returns its path.
+func (b *build) get(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "cdp-throttle-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binary = filepath.Join(dir, "cdp-throttle")
-		out, err := exec.Command("go", "build", "-o", binary, "..").CombinedOutput()
+		b.binary = filepath.Join(dir, "cdp-throttle")
+		out, err := exec.Command("go", "build", "-tags", b.tags, "-o", b.binary, "..").CombinedOutput()
 		if err != nil {
-			buildErr = errors.New(string(out))
+			b.err = errors.New(string(out))
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
+	if b.err != nil {
+		t.Fatalf("go build -tags %q: %v", b.tags, b.err)
 	}
-	return binary
+	return b.binary
 }
 
 func freePort(t testing.TB) string {

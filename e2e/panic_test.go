@@ -3,47 +3,13 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-var (
-	faultOnce   sync.Once
-	faultBinary string
-	faultErr    error
-)
-
-// buildFaultBinary builds the relay with the faultinject tag: a client
-// command CdpThrottle.panic makes it panic in that client's connection,
-// as a bug would.
-func buildFaultBinary(t testing.TB) string {
-	t.Helper()
-	faultOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cdp-throttle-fault-")
-		if err != nil {
-			faultErr = err
-			return
-		}
-		faultBinary = filepath.Join(dir, "cdp-throttle")
-		if out, err := exec.Command("go", "build", "-tags", "faultinject", "-o", faultBinary, "..").CombinedOutput(); err != nil {
-			faultErr = errors.New(string(out))
-		}
-	})
-	if faultErr != nil {
-		t.Fatalf("go build -tags faultinject: %v", faultErr)
-	}
-	return faultBinary
-}
 
 // TestPanicInOneClient: a relay built with the faultinject tag, in front
 // of a Chromium started on its own, 20 Puppeteer clients (a connection
@@ -64,22 +30,7 @@ func TestPanicInOneClient(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	s := newSite(t)
-	listen := "127.0.0.1:" + freePort(t)
-	cmd := exec.Command(buildFaultBinary(t), "--listen", listen, "--upstream", httpURL, "--http-nav-delay", spacing.String(),
-		"--http-nav-burst", "1", "--log-format", "json", "--log-level", "info")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	rp := &relayProcess{url: "http://" + listen, logs: &logLines{seen: make(chan string, 1024)}, cmd: cmd}
-	go rp.logs.read(bufio.NewScanner(stderr))
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	})
-	rp.logs.waitFor(t, "relay ready", 40*time.Second)
-
+	rp := startRelayBinary(t, faultBuild.get(t), "--upstream", httpURL, "--http-nav-delay", spacing.String(), "--http-nav-burst", "1")
 	out := runNode(t, 3*time.Minute, "panic-crawl.mjs", "CDP_URL="+rp.url, "PAGE_URL="+s.url("panic.test", "/page?x=1"),
 		"N="+strconv.Itoa(n), "CLIENTS="+strconv.Itoa(clients))
 	var got struct {
@@ -103,8 +54,8 @@ func TestPanicInOneClient(t *testing.T) {
 			t.Errorf("client %d: %+v, want its %d navigations done", r.Client, r, n)
 		}
 	}
-	if cmd.ProcessState != nil {
-		t.Fatalf("the relay exited: %v", cmd.ProcessState)
+	if err := rp.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the relay is gone: %v", err)
 	}
 	if v := rp.metric(t, "cdp_throttle_panics_total"); v != 1 {
 		t.Errorf("cdp_throttle_panics_total: %v, want 1", v)

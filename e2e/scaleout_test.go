@@ -73,14 +73,20 @@ type relayProcess struct {
 
 func startRelayProcess(t *testing.T, args ...string) *relayProcess {
 	t.Helper()
-	bin := buildBinary(t)
 	httpURL, _, stop, err := startChromium()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
+	return startRelayBinary(t, buildBinary(t), append([]string{"--upstream", httpURL, "--log-level", "debug"}, args...)...)
+}
+
+// startRelayBinary runs the relay binary bin with args, logging JSON, on a
+// free port; it is stopped (SIGTERM) when the test ends.
+func startRelayBinary(t *testing.T, bin string, args ...string) *relayProcess {
+	t.Helper()
 	listen := "127.0.0.1:" + freePort(t)
-	cmd := exec.Command(bin, append([]string{"--listen", listen, "--upstream", httpURL, "--log-format", "json", "--log-level", "debug"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"--listen", listen, "--log-format", "json"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
