@@ -195,7 +195,9 @@ type Request struct {
 // that found the navigation (a slow store must not stall it), each at
 // most once, in this order: refused, or booked, waits, release; then
 // done, whatever happened (after nothing at all, when the hold's context
-// ended first or the flight ended while it waited for a place).
+// ended first or the flight ended while it waited for a place). A stop
+// (stop.go) or a panic in holding may tell refused after booked and
+// waits, in place of release.
 type Holding interface {
 	// Booked is told the start of the navigation's slot once it is
 	// Booked, and the pace.Nav that follows its departure (nil without
