@@ -10,12 +10,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/cdp-throttle/cdp-throttle/guardian"
 )
 
 func main() {
@@ -37,6 +40,10 @@ func main() {
 // failure.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout, stderr)
+	var child guardian.ChildExit
+	if errors.As(err, &child) {
+		return child.Code // the relay's own process said why
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cdp-throttle: %v\n", err)
 	}
@@ -58,7 +65,20 @@ func stopSignals() context.Context {
 		<-sigs
 		close(hurry)
 	}()
+	ctx = context.WithValue(ctx, reExecKey{}, true)
 	return context.WithValue(ctx, hurryKey{}, (<-chan struct{})(hurry))
+}
+
+// reExecKey marks a context of the program's own process (main's), in
+// which the relay may run itself again as a guardian's child (os.Args
+// are the relay's); a test running the command in its own process has
+// none.
+type reExecKey struct{}
+
+// mayReExec reports whether ctx is main's (reExecKey).
+func mayReExec(ctx context.Context) bool {
+	ok, _ := ctx.Value(reExecKey{}).(bool)
+	return ok
 }
 
 // hurryKey is the context key of the hurry channel.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 
+	"github.com/cdp-throttle/cdp-throttle/guardian"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -15,9 +17,16 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/store"
 )
 
-// runRelay serves the relay until ctx ends.
+// runRelay serves the relay until ctx ends; in front of a browser it did
+// not start, as the child of a guardian process (guarded), unless told not
+// to.
 func runRelay(ctx context.Context, cfg relayConfig) error {
 	log := cfg.log
+	if sock := os.Getenv(guardian.EnvSocket); sock != "" {
+		cfg.proxy.Guardian = sock // the child of a guardian
+	} else if cfg.guardian && len(cfg.upstreams) > 0 && mayReExec(ctx) {
+		return guarded(ctx, cfg)
+	}
 	local := limiter.New(cfg.policy.Default)
 	start := log.Info().Str("mode", cfg.policy.Default.Name()).Int("burst", local.Burst()).Str("listen", cfg.listen).
 		Int("rules", len(cfg.policy.Rules)).Str("bucket", cfg.policy.Bucket.String()).Str("robots", cfg.policy.RobotsUse.String())
@@ -100,6 +109,19 @@ func runRelay(ctx context.Context, cfg relayConfig) error {
 		return quit(ctx, err)
 	}
 	return quit(ctx, p.Serve(ctx, ln))
+}
+
+// guarded runs the relay command again as a child of this process, which
+// then only guards it (package guardian), until it exits.
+func guarded(ctx context.Context, cfg relayConfig) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("guardian: %w", err)
+	}
+	log := cfg.log.With().Str("process", "guardian").Logger()
+	s := &guardian.Supervisor{Path: exe, Args: os.Args[1:], Env: os.Environ(), Guardian: &guardian.Guardian{Log: &log},
+		Stop: ctx.Done(), Hurry: hurryOf(ctx)}
+	return s.Run()
 }
 
 // quit is what the relay command returns: nil when it was interrupted,

@@ -97,6 +97,13 @@ func DetachedSession(params []byte) (string, bool) {
 	return session, ok && session != ""
 }
 
+// ReadRequestID reads the requestId of a Fetch command's params (what
+// answers a paused request: Fetch.continueRequest, fulfillRequest, …).
+func ReadRequestID(params []byte) (string, bool) {
+	id, ok := memberString(params, "requestId")
+	return id, ok && id != ""
+}
+
 // memberString reads one string member of an object; ok is false when
 // the object, or the member's value, is not what encoding/json would read
 // into a string.

@@ -32,6 +32,16 @@ type Upstream interface {
 	Dial(ctx context.Context) (*websocket.Conn, error)
 }
 
+// Guarded is what an Upstream adds when the relay runs beside a guardian
+// (package guardian, another process): the connection that holds paused
+// requests (Fetch's pages connection) is dialled through it, so that the
+// relay's death hands them to the guardian, which answers them, instead
+// of the browser letting them go. A connection dialled so is closed
+// with a close frame when the relay means to close it.
+type Guarded interface {
+	DialGuarded(ctx context.Context) (*websocket.Conn, error)
+}
+
 // Client is what holding needs of one client connection the relay
 // relays. Its methods must be safe for concurrent use.
 type Client interface {

@@ -19,6 +19,7 @@
 package ownership
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -104,6 +105,23 @@ func (r *Registry) Stop() {
 	clear(r.timers)
 	r.mu.Unlock()
 	r.closings.Wait()
+}
+
+// Snapshot returns every page and browser context a client created that
+// the registry knows of, its creator connected or gone (pages first): what
+// a guardian closes if the relay dies.
+func (r *Registry) Snapshot() Leftovers {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var l Leftovers
+	for _, it := range r.items {
+		if it.created {
+			l.add(it)
+		}
+	}
+	slices.Sort(l.Pages) // the same set, the same report
+	slices.Sort(l.Contexts)
+	return l
 }
 
 // Created ends the registry as the relay stops: the timers of what

@@ -39,6 +39,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/admission"
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/guardian"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/fetch"
 	"github.com/cdp-throttle/cdp-throttle/hold/session"
@@ -161,7 +162,14 @@ type Proxy struct {
 	// signal): what is held is still answered, never let go. Nil never
 	// hurries.
 	Hurry <-chan struct{}
+	// Guardian, when set, is the unix socket of the relay's guardian
+	// (package guardian: the process that started this one): the relay's
+	// connections that hold navigations go through it, and the relay
+	// reports what its clients created to it (guarded.go), so that the
+	// relay's death lets nothing go. "" runs without one.
+	Guardian string
 
+	report *guardian.Reporter // set once by Start when Guardian is set
 	log    zerolog.Logger     // set once by Start
 	ups    []*upstream        // set once by Start
 	holder *hold.Holder       // set once by Start; nil when nothing is held
@@ -244,6 +252,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 	}
 	for _, up := range p.ups {
 		up.dialer, up.readLimit = dialer, p.MaxMessageSize
+		if p.Guardian != "" {
+			up.guardian = &guardian.Client{Socket: p.Guardian}
+		}
 	}
 
 	// Wait for every browser, up to StartTimeout; one that answered is
@@ -287,6 +298,12 @@ func (p *Proxy) Start(ctx context.Context) error {
 
 	bg, stop := context.WithCancel(context.Background())
 	p.stop = stop
+	if p.Guardian != "" {
+		if err := p.startReports(ctx, bg); err != nil {
+			stop()
+			return err
+		}
+	}
 	for i, u := range p.ups {
 		if errs[i] != nil {
 			p.log.Warn().Str("upstream", u.name).Err(errs[i]).Msg("browser not answering at start: skipped until it does")

@@ -74,6 +74,9 @@ func (p *Proxy) drain() {
 		}
 	}
 	closed := p.closeCreated()
+	if p.report != nil {
+		p.report.Bye() // closed by the relay itself: nothing left for its guardian
+	}
 	p.log.Info().Int("pages_closed", closed.pages).Int("contexts_closed", closed.contexts).Int("not_closed", closed.failed).
 		Float64("took_ms", float64(time.Since(began).Microseconds())/1000).Msg("stopping: the clients' pages closed; closing their connections")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/guardian"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/ownership"
 	"github.com/cdp-throttle/cdp-throttle/redact"
@@ -61,9 +62,11 @@ type upstream struct {
 	conns atomic.Int64 // client connections relayed to it now
 	alive atomic.Bool  // it answered its last health check
 	// dialer and readLimit are the relay's own connections' (Dial); set
-	// once by Start.
+	// once by Start, with guardian, the relay's guardian, when it has one
+	// (DialGuarded).
 	dialer    *websocket.Dialer
 	readLimit int64
+	guardian  *guardian.Client
 }
 
 func parseUpstream(raw string) (*upstream, error) {

@@ -90,7 +90,11 @@ var documentPattern = []*fetch.RequestPattern{
 // dial dials the browser endpoint for one of the relay's connections.
 func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
 	h := f.h
-	c, err := h.Up.Dial(ctx)
+	dial := h.Up.Dial
+	if g, ok := h.Up.(hold.Guarded); ok && role == rolePages {
+		dial = g.DialGuarded // what it holds outlives the relay's process
+	}
+	c, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +170,9 @@ func (fc *fetchConn) close() {
 	fc.closed = true
 	fc.mu.Unlock()
 	fc.dropAll()
+	// A close frame says the relay meant it (a guardian between takes a
+	// connection that ends without one for the relay's death).
+	fc.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	fc.c.Close()
 	<-fc.readDone
 }
