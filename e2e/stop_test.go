@@ -36,11 +36,12 @@ const (
 
 // stopCase is one browser behind a stopping relay.
 type stopCase struct {
-	host           string   // the site's host the pages go to
-	clients, pages int      // Puppeteer connections, and pages each creates
-	browser        []string // --upstream URL, or -- and a browser command
-	direct         string   // the browser's own CDP endpoint, to look for pages left open; "" for none
-	launched       bool     // the relay started the browser, which must go with it
+	host           string        // the site's host the pages go to
+	clients, pages int           // Puppeteer connections, and pages each creates
+	browser        []string      // --upstream URL, or -- and a browser command
+	direct         string        // the browser's own CDP endpoint, to look for pages left open; "" for none
+	launched       bool          // the relay started the browser, which must go with it
+	hurry          time.Duration // a second SIGTERM this long after the first; 0 for none
 }
 
 // TestStopFailsClosed stops the relay binary (SIGTERM) while it holds a
@@ -76,6 +77,14 @@ func TestStopFailsClosed(t *testing.T) {
 		}
 		command := append(append([]string{"--", chromium}, ChromiumFlags...), "--remote-debugging-port=0", "--user-data-dir="+t.TempDir())
 		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: command, launched: true})
+	})
+	t.Run("second-signal", func(t *testing.T) {
+		httpURL, _, stop, err := startChromium()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL, hurry: 1200 * time.Millisecond})
 	})
 	t.Run("lightpanda", func(t *testing.T) {
 		// 16 connections (Lightpanda's default most), and a few more for
@@ -144,6 +153,12 @@ func runStop(t *testing.T, c stopCase) {
 	sigAt := time.Now()
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	if c.hurry > 0 {
+		go func() {
+			time.Sleep(time.Until(sigAt.Add(c.hurry)))
+			r.cmd.Process.Signal(syscall.SIGTERM)
+		}()
 	}
 	probes := make(chan stopProbe, 1)
 	go func() {
@@ -266,8 +281,9 @@ func runStop(t *testing.T, c stopCase) {
 	if len(tooClose) > 0 {
 		t.Errorf("(a) documents closer than %v:\n  %s", stopMinGap, strings.Join(tooClose, "\n  "))
 	}
-	// The drain let go what it held at its slots: about 8 of them in 4 s.
-	if after < 4 {
+	// The drain let go what it held at its slots: about 8 of them in 4 s
+	// (2 in 1.2 s, cut short by a second signal).
+	if want := min(4, int(c.hurry/stopSpacing)); c.hurry == 0 && after < 4 || c.hurry > 0 && after < want {
 		t.Errorf("(a) %d documents reached the site after SIGTERM, want the held navigations whose slots fell in the %v drain (about 8)", after, stopDrain)
 	}
 	// (g) Those whose slots lay past the drain's end, about all held but
@@ -287,6 +303,9 @@ func runStop(t *testing.T, c stopCase) {
 	// (b)
 	if r.exitErr != nil {
 		t.Errorf("(b) the relay exited with %v, want status 0", r.exitErr)
+	}
+	if c.hurry > 0 && exitAfter > c.hurry+1500*time.Millisecond {
+		t.Errorf("(b) the relay exited %v after the first SIGTERM, want within 1.5 s of the second (%v)", exitAfter.Round(time.Millisecond), c.hurry)
 	}
 	if exitAfter > stopExitWait {
 		t.Errorf("(b) the relay exited %v after SIGTERM, want within %v (--drain-timeout %v and 1.5 s)", exitAfter.Round(time.Millisecond), stopExitWait, stopDrain)

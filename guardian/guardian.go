@@ -36,7 +36,7 @@ import (
 
 // EnvSocket names the environment variable through which Supervise tells
 // the relay's process where its guardian listens (a unix socket path).
-const EnvSocket = "CDP_THROTTLE_GUARDIAN"
+const EnvSocket = "CDP_THROTTLE_GUARDIAN_SOCKET"
 
 // Reason is the refusal reason (X-Cdp-Throttle: deferred; reason=...) of
 // a navigation the guardian answers for a relay that is gone.
