@@ -28,19 +28,7 @@ func TestCrashFailsClosed(t *testing.T) {
 	t.Cleanup(stop)
 	const host, pages = "crash.test", 20
 	s := newSite(t)
-	run := runID()
-	isDoc := func(h hit) bool {
-		return h.Host == host && strings.HasPrefix(h.Path, "/page") && strings.Contains(h.Query, "run="+run)
-	}
-	first := make(chan hit, 1)
-	s.onHit(func(h hit) {
-		if isDoc(h) {
-			select {
-			case first <- h:
-			default:
-			}
-		}
-	})
+	run, isDoc, first := watchRun(s, host)
 	r := startStoppingRelay(t, "--upstream", httpURL)
 	worker := int(r.logs.waitFor(t, "guardian: the relay runs as a child of this process, which answers what it holds if it dies without a stop", 5*time.Second)["pid"].(float64))
 	crawl := startStopCrawl(t, r.url, s.url(host, ""), run, 1, pages)

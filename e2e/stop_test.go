@@ -117,21 +117,29 @@ func (g stopGoto) refusedStopping() bool {
 	return g.Error == "" && g.Status == http.StatusTooManyRequests && strings.Contains(g.Throttle, "reason=stopping") && g.RetryAfter != ""
 }
 
-func runStop(t *testing.T, c stopCase) {
-	s := newSite(t)
-	run := runID()
-	isDoc := func(h hit) bool {
-		return h.Host == c.host && strings.HasPrefix(h.Path, "/page") && strings.Contains(h.Query, "run="+run)
+// watchRun marks one crawl's documents of host at s: the run's marker
+// (in each document's query, run=), what tells its documents, and the
+// first of them as it arrives.
+func watchRun(s *site, host string) (run string, isDoc func(hit) bool, first <-chan hit) {
+	run = runID()
+	isDoc = func(h hit) bool {
+		return h.Host == host && strings.HasPrefix(h.Path, "/page") && strings.Contains(h.Query, "run="+run)
 	}
-	first := make(chan hit, 1)
+	ch := make(chan hit, 1)
 	s.onHit(func(h hit) {
 		if isDoc(h) {
 			select {
-			case first <- h:
+			case ch <- h:
 			default:
 			}
 		}
 	})
+	return run, isDoc, ch
+}
+
+func runStop(t *testing.T, c stopCase) {
+	s := newSite(t)
+	run, isDoc, first := watchRun(s, c.host)
 	r := startStoppingRelay(t, c.browser...)
 	var browserPID int
 	if c.launched {

@@ -113,13 +113,22 @@ func (r *Registry) Stop() {
 func (r *Registry) Snapshot() Leftovers {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.createdLocked(false)
+}
+
+// createdLocked returns what clients created, sorted (the same set, the
+// same report), forgetting it when forget is set. Callers hold mu.
+func (r *Registry) createdLocked(forget bool) Leftovers {
 	var l Leftovers
-	for _, it := range r.items {
+	for k, it := range r.items {
 		if it.created {
 			l.add(it)
+			if forget {
+				delete(r.items, k)
+			}
 		}
 	}
-	slices.Sort(l.Pages) // the same set, the same report
+	slices.Sort(l.Pages)
 	slices.Sort(l.Contexts)
 	return l
 }
@@ -132,14 +141,7 @@ func (r *Registry) Created() Leftovers {
 	r.Stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var l Leftovers
-	for k, it := range r.items {
-		if it.created {
-			l.add(it)
-			delete(r.items, k)
-		}
-	}
-	return l
+	return r.createdLocked(true)
 }
 
 // Join starts following a client connection, numbered id for logs.
