@@ -21,17 +21,45 @@ import (
 // relay's 429 (reason=relay-gone); the pages the client created are
 // closed; the guardian exits, status 1, saying what it did.
 func TestCrashFailsClosed(t *testing.T) {
-	httpURL, _, stop, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	const host, pages = "crash.test", 20
+	t.Run("chromium-upstream", func(t *testing.T) {
+		httpURL, _, stop, err := startChromium()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL})
+	})
+	// Without a guardian (it launched the browser, which dies with it;
+	// Lightpanda, whose navigations are held in the clients' connections,
+	// which die with it), nothing it held reaches the site either.
+	t.Run("chromium-launch", func(t *testing.T) {
+		chromium, err := findChromium()
+		if err != nil {
+			t.Fatal(err)
+		}
+		command := append(append([]string{"--", chromium}, ChromiumFlags...), "--remote-debugging-port=0", "--user-data-dir="+t.TempDir())
+		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: command, launched: true})
+	})
+	t.Run("lightpanda", func(t *testing.T) {
+		lp := startLightpanda(t, "--cdp-max-connections", "24")
+		runCrash(t, stopCase{host: lpHost, clients: 16, pages: 1, browser: []string{"--upstream", lp}})
+	})
+}
+
+// runCrash is one case of TestCrashFailsClosed: the relay's process
+// SIGKILLed (the guardian's child, in front of a browser it did not
+// start); in a Chromium it did not start (c.direct), the guardian answers
+// what it held and closes its client's pages.
+func runCrash(t *testing.T, c stopCase) {
+	host, pages := c.host, c.clients*c.pages
 	s := newSite(t)
 	run, isDoc, first := watchRun(s, host)
-	r := startStoppingRelay(t, "--upstream", httpURL)
-	worker := int(r.logs.waitFor(t, "guardian: the relay runs as a child of this process, which answers what it holds if it dies without a stop", 5*time.Second)["pid"].(float64))
-	crawl := startStopCrawl(t, r.url, s.url(host, ""), run, 1, pages)
+	r := startStoppingRelay(t, c.browser...)
+	worker, guarded := r.cmd.Process.Pid, c.direct != ""
+	if !c.launched { // in front of a browser it did not start: beside a guardian
+		worker = int(r.logs.waitFor(t, "guardian: the relay runs as a child of this process, which answers what it holds if it dies without a stop", 5*time.Second)["pid"].(float64))
+	}
+	crawl := startStopCrawl(t, r.url, s.url(host, ""), run, c.clients, c.pages)
 	var firstDoc hit
 	select {
 	case firstDoc = <-first:
@@ -49,8 +77,8 @@ func TestCrashFailsClosed(t *testing.T) {
 	targets := crawl.targets()
 	var left []string
 	closedAfter := time.Duration(-1)
-	for deadline := killAt.Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if left = pagesLeft(t, httpURL, host, targets); len(left) == 0 {
+	for deadline := killAt.Add(5 * time.Second); guarded; time.Sleep(20 * time.Millisecond) {
+		if left = pagesLeft(t, c.direct, host, targets); len(left) == 0 {
 			closedAfter = time.Since(killAt)
 			break
 		}
@@ -91,24 +119,27 @@ func TestCrashFailsClosed(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("stop-crawl.mjs still running 30 s after the kill")
 	}
-	guarded := map[string]any{}
+	took := map[string]any{}
 	r.logs.mu.Lock()
 	for _, m := range r.logs.lines {
 		if m["message"] == "guardian: the relay's process is gone: what it held was answered with the relay's 429, never let go" {
-			guarded = m
+			took = m
 		}
 	}
 	r.logs.mu.Unlock()
 	t.Logf("%d documents reached the site, %d after the kill; least gap %.1f ms; the guardian answered %v held navigations; the client's pages closed %.1f ms after the kill (%d left); the guardian exited %.1f ms after the kill (%v); gotos: %d got the relay's 429 (relay-gone), %d an error (the client's connection died with the relay)",
-		len(docs), after, ms(least), guarded["answered"], ms(closedAfter), len(left), ms(r.exitAt.Sub(killAt)), r.exitErr, refused, errored)
+		len(docs), after, ms(least), took["answered"], ms(closedAfter), len(left), ms(r.exitAt.Sub(killAt)), r.exitErr, refused, errored)
 	if least >= 0 && least < stopMinGap {
 		t.Errorf("least gap at the site: %.1f ms, want at least %v:%s", ms(least), stopMinGap, describeDocs(docs))
 	}
 	if after > 1 {
 		t.Errorf("%d documents reached the site after the kill, want at most the one let go as it came:%s", after, describeDocs(docs))
 	}
-	if n, _ := guarded["answered"].(float64); int(n)+len(docs) < pages-1 {
-		t.Errorf("the guardian answered %v navigations and %d reached the site, want the rest of the %d answered", guarded["answered"], len(docs), pages)
+	if !guarded {
+		return
+	}
+	if n, _ := took["answered"].(float64); int(n)+len(docs) < pages-1 {
+		t.Errorf("the guardian answered %v navigations and %d reached the site, want the rest of the %d answered", took["answered"], len(docs), pages)
 	}
 	if len(left) > 0 {
 		t.Errorf("pages of the client still open 5 s after the kill: %v", left)
