@@ -366,9 +366,9 @@ func TestSimulateAnswers(t *testing.T) {
 			"  16 deferred (max-wait), asked from 10s to 17.5s, answered at once with the relay's 429, Retry-After 3 to 10 s\n",
 		}},
 		{"ratelimit-policy.txt", []string{"--http-nav-delay", "20ms", "--answer", `0s-1h=200;RateLimit-Policy: "p";q=5;w=1`, "--navigations", "30", "--load", "10ms"}, []string{
-			"200ms         3                    0.22s\n",
-			"fixed20       1    30      5.62    5.2    200.0    200.0    200.0\n",
-			"gap (ms) ph 1    20.0  200.0  200.0  200.0",
+			"200ms         2                    0.20s\n", // the policy from the first answer on (issue 47: 20 ms at navigation 2)
+			"fixed20       1    30      5.80    5.0    200.0    200.0    200.0\n",
+			"gap (ms) ph 1   200.0  200.0  200.0  200.0",
 		}},
 		{"ratelimit-spent.txt", []string{"--http-nav-delay", "20ms", "--http-nav-burst", "1", "--answer", `1s-1.02s=200;RateLimit: "p";r=0;t=3`, "--navigations", "60", "--load", "20ms"}, []string{
 			"3020ms        51                   4.00s\n",

@@ -473,6 +473,12 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 		spacing, floor, tau = max(spacing, server), max(floor, h.srv.floor), 0
 	}
 	start := max(t, h.tat-tau)
+	if server > 0 && h.last != noLast {
+		// The server's policy spaces this navigation from the one before,
+		// though that one was booked on a schedule the policy was not yet
+		// heard in (a burst's, an adaptive ramp's).
+		start = max(start, h.last+int64(server))
+	}
 	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
 	tat := max(h.tat, start) + int64(spacing)
 	if set.jitter > 0 && start > t {

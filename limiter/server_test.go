@@ -49,10 +49,12 @@ func TestBusiestShowsServer(t *testing.T) {
 	if r := l.Reserve("api.example", at(100)); r.Server != 200*time.Millisecond || r.Spacing != 200*time.Millisecond {
 		t.Errorf("booked under the policy: got spacing %v, server %v; want 200ms, 200ms", r.Spacing, r.Server)
 	}
+	// That one went at 200 ms, the policy's spacing after the one at 0
+	// (issue 47), and the next is free 200 ms after it, with no burst.
 	h := state(at(150))
 	if h.Server != 200*time.Millisecond || h.ServerEnds != ServerPolicyLife-50*time.Millisecond || h.Spacing != 200*time.Millisecond ||
-		h.NextFree != 150*time.Millisecond || h.ServerReset != 0 {
-		t.Errorf("50 ms after the policy: got server %v for %v, spacing %v, next free in %v, reset in %v; want 200ms for an hour less 50ms, 200ms, 150ms (no burst), none",
+		h.NextFree != 250*time.Millisecond || h.ServerReset != 0 {
+		t.Errorf("50 ms after the policy: got server %v for %v, spacing %v, next free in %v, reset in %v; want 200ms for an hour less 50ms, 200ms, 250ms (no burst), none",
 			h.Server, h.ServerEnds, h.Spacing, h.NextFree, h.ServerReset)
 	}
 	// A spent quota: its reset shows while the host waits for it.

@@ -175,6 +175,11 @@ if op == 'r' then
       s, fl, tu = math.max(s, sf), math.max(floor, sf), 0
     end
     start = math.max(now, tat - tu)
+    if underServer() and last then
+      -- The server's policy spaces it from the one before, booked perhaps
+      -- before the policy was heard (limiter.Limiter's reserve).
+      start = math.max(start, last + sf)
+    end
     slack, headroom = math.max(0, tat - start), start - (tat - tu)
     local booked = math.max(tat, start) + s
     if jitter > 0 and start > now then

@@ -191,9 +191,9 @@ func TestServerLimitsShared(t *testing.T) {
 	}{
 		{by: a, atMS: 0, wantStart: 0},
 		{by: a, atMS: 10, server: ratelimit.Limits{Spacing: 200 * time.Millisecond}},
-		{by: b, atMS: 10, wantStart: 20},
-		{by: b, atMS: 10, wantStart: 220},
-		{by: a, atMS: 10, wantStart: 420},
+		{by: b, atMS: 10, wantStart: 200}, // the policy's spacing after the one at 0 (issue 47), though the rule's tat says 20
+		{by: b, atMS: 10, wantStart: 400},
+		{by: a, atMS: 10, wantStart: 600},
 		{by: a, atMS: 500, server: ratelimit.Limits{Wait: 3 * time.Second}},
 		{by: b, atMS: 510, wantStart: 3500},
 		{by: b, atMS: 510, wantStart: 3700},
