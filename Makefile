@@ -66,8 +66,8 @@ unit: redis
 # The tests that run minutes of wall clock, mostly idle (the wire as the
 # browser sees it, long sessions of every client, a client's host gone, a
 # host's breaker through its pauses, alone and across two relays; and,
-# on browsers of their own, the relay's stop, its crash and a panic in
-# one client:
+# on browsers of their own, the relay's stop, its crash, a panic in
+# one client, and a fleet's rolling restarts:
 # E2E_LONG), run in a process of their own beside the others, on a
 # Chromium of their own, all of them at once (-parallel): the suite grows by
 # the longest of them, not by their sum, and not at all while the others
@@ -77,7 +77,7 @@ unit: redis
 # Redis failing over: two navigations of a host closer than it allows, at
 # the start of the run or just after a burst of navigations seconds late),
 # which is yet to be understood; a second failure fails the suite.
-E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone|TestBreakerPausesHost|TestBreakerFleet|TestStopFailsClosed|TestCrashFailsClosed|TestPanicInOneClient)$$
+E2E_LONG := ^(TestWireAsTheBrowser|TestLongSessions|TestSeleniumLongSessions|TestClientHostGone|TestBreakerPausesHost|TestBreakerFleet|TestStopFailsClosed|TestCrashFailsClosed|TestPanicInOneClient|TestRollingRestart)$$
 # A test that fails in either group runs once more, alone, when both
 # groups ran to their end (exit status 1: tests failed; not 2, a panic or
 # the timeout, after which the tests left never ran): under the two

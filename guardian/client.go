@@ -55,6 +55,7 @@ type Reporter struct {
 	mu   sync.Mutex
 	conn *websocket.Conn   // guarded by mu
 	last map[string]string // guarded by mu; the last report sent, by browser endpoint
+	bye  bool              // guarded by mu; Bye was said: nothing more is reported
 }
 
 // DialReporter opens the relay's report connection to its guardian.
@@ -74,7 +75,7 @@ func (r *Reporter) Report(rep Report) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.last[rep.Upstream] == string(b) {
+	if r.bye || r.last[rep.Upstream] == string(b) {
 		return nil
 	}
 	r.conn.SetWriteDeadline(time.Now().Add(writeWait))
@@ -90,6 +91,7 @@ func (r *Reporter) Report(rep Report) error {
 func (r *Reporter) Bye() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.bye = true
 	b, _ := json.Marshal(Report{Bye: true})
 	r.conn.SetWriteDeadline(time.Now().Add(writeWait))
 	r.conn.WriteMessage(websocket.TextMessage, b)
