@@ -518,7 +518,7 @@ func TestServerLimitsHeard(t *testing.T) {
 		{"a.test", limiter.Outcome{Status: 200, Server: policy}, []float64{200, 400}, limiter.Calm}, // the policy's spacing after the one at 0 (issue 47)
 		{"a.test", limiter.Outcome{Status: 200, Server: spent}, []float64{3010, 3030}, limiter.Calm},
 		{"a.test", limiter.Outcome{Status: 200}, []float64{20, 40}, limiter.Calm},
-		{"a.test", limiter.Outcome{Status: 503, RetryAfter: "5"}, []float64{20, 40}, limiter.Overload}, // fixed: no pressure, no Retry-After
+		{"a.test", limiter.Outcome{Status: 503, RetryAfter: "5"}, []float64{20, 40}, limiter.Overload},       // fixed: no pressure, no Retry-After
 		{"x.adaptive.test", limiter.Outcome{Status: 200, Server: policy}, []float64{200, 400}, limiter.Calm}, // the policy's spacing after the one at 0 (issue 47)
 		{"x.adaptive.test", limiter.Outcome{Status: 200, Server: spent}, []float64{3010, 3030}, limiter.Calm},
 		{"x.ignored.test", limiter.Outcome{Status: 200, Server: ratelimit.Limits{Spacing: time.Second, Wait: 3 * time.Second}}, []float64{20, 40}, limiter.Calm},
