@@ -103,7 +103,7 @@ func TestRollingRestart(t *testing.T) {
 	}
 	t.Cleanup(stopB)
 	s := newSite(t)
-	run := runID()
+	run, isDoc, first := watchRun(s, rollHost)
 	bin := os.Getenv("E2E_ROLLING_BIN") // another build of the relay, to compare with
 	if bin == "" {
 		bin = buildBinary(t)
@@ -138,18 +138,6 @@ func TestRollingRestart(t *testing.T) {
 		rr.start(t)
 	}
 
-	isDoc := func(h hit) bool {
-		return h.Host == rollHost && strings.HasPrefix(h.Path, "/page") && strings.Contains(h.Query, "run="+run)
-	}
-	first := make(chan hit, 1)
-	s.onHit(func(h hit) {
-		if isDoc(h) {
-			select {
-			case first <- h:
-			default:
-			}
-		}
-	})
 
 	var urls, homes []string
 	for k, rr := range relays {

@@ -474,9 +474,7 @@ func (l *Limiter) reserve(hostname string, set setting, now time.Time) Reservati
 	}
 	start := max(t, h.tat-tau)
 	if server > 0 && h.last != noLast {
-		// The server's policy spaces this navigation from the one before,
-		// though that one was booked on a schedule the policy was not yet
-		// heard in (a burst's, an adaptive ramp's).
+		// From the one before too, booked perhaps before the policy was heard.
 		start = max(start, h.last+int64(server))
 	}
 	slack, headroom := max(0, h.tat-start), start-(h.tat-tau)
