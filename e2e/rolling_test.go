@@ -138,7 +138,6 @@ func TestRollingRestart(t *testing.T) {
 		rr.start(t)
 	}
 
-
 	var urls, homes []string
 	for k, rr := range relays {
 		urls = append(urls, "http://"+rr.listen)
