@@ -2,11 +2,18 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/ownership"
 )
 
 // The relay's own end. Chromium lets go every request paused in a Fetch
@@ -36,7 +43,8 @@ import (
 // than being killed with navigations held.
 const DefaultDrainTimeout = 8 * time.Second
 
-// stopCloseWait bounds closing the clients' pages at the end of a stop.
+// stopCloseWait bounds closing the clients' pages at the end of a stop,
+// looking again for those the browser kept (stillOpen) included.
 const stopCloseWait = time.Second
 
 // afterRefusal is how long the clients' pages are left after the end of
@@ -122,6 +130,13 @@ func (p *Proxy) closeCreated() closed {
 		}
 		wg.Go(func() {
 			r := p.closeLeftovers(ctx, up, l, "stop")
+			if again := up.stillOpen(ctx, l); !again.Empty() {
+				// Chromium took a close for one and kept it (afterRefusal):
+				// once more.
+				r2 := p.closeLeftovers(ctx, up, again, "stop")
+				p.log.Debug().Int("pages", len(again.Pages)).Int("closed", r2.pages).Msg("stopping: pages still open after their close, closed again")
+				r.pages, r.failed = r.pages-len(again.Pages)+r2.pages, r.failed+r2.failed // they were counted closed
+			}
 			if r.err != nil {
 				p.log.Warn().Err(r.err).Str("upstream", up.name).Msg("stopping: closing the clients' pages")
 			}
@@ -132,6 +147,59 @@ func (p *Proxy) closeCreated() closed {
 	}
 	wg.Wait()
 	return all
+}
+
+// stillOpenWait is how long after closing its clients' pages the stop
+// looks whether the browser kept any.
+const stillOpenWait = 200 * time.Millisecond
+
+// stillOpen returns the pages of l the browser still has stillOpenWait
+// after they were closed (none when it cannot tell within ctx).
+func (up *upstream) stillOpen(ctx context.Context, l ownership.Leftovers) ownership.Leftovers {
+	var again ownership.Leftovers
+	if len(l.Pages) == 0 {
+		return again
+	}
+	select {
+	case <-time.After(stillOpenWait):
+	case <-ctx.Done():
+		return again
+	}
+	c, err := up.Dial(ctx)
+	if err != nil {
+		return again
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	c.SetWriteDeadline(deadline)
+	c.SetReadDeadline(deadline)
+	msg, _ := cdp.Command(1, "Target.getTargets", "", nil)
+	if c.WriteMessage(websocket.TextMessage, msg) != nil {
+		return again
+	}
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			return again
+		}
+		if hd, err := cdp.Scan(msg); err != nil || !hd.HasID || hd.ID != 1 {
+			continue
+		}
+		var reply struct {
+			Result struct {
+				TargetInfos []struct {
+					TargetID string `json:"targetId"`
+				} `json:"targetInfos"`
+			} `json:"result"`
+		}
+		json.Unmarshal(msg, &reply)
+		for _, ti := range reply.Result.TargetInfos {
+			if slices.Contains(l.Pages, ti.TargetID) {
+				again.Pages = append(again.Pages, ti.TargetID)
+			}
+		}
+		return again
+	}
 }
 
 // refuseStopping answers a client while the relay stops: 503, with a
