@@ -149,26 +149,24 @@ func (pc *pagesConn) fromBrowser() {
 		if err == nil && hd.HasID && hd.ID >= ownIDs {
 			continue // an answer to the guardian's own command
 		}
+		var p pause
+		paused, response := false, false
 		if err == nil && hd.IsMethod("Fetch.requestPaused") {
 			if ev, ok := cdp.ReadRequestPaused(hd.Params); ok {
-				p := pause{string(hd.SessionID), ev.RequestID}
-				response := ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != ""
-				pc.mu.Lock()
-				taken := pc.takenOver
-				if !taken {
-					pc.paused[p] = response
-				}
-				pc.mu.Unlock()
-				if taken {
-					pc.answer(p, response)
-					continue
-				}
+				p, paused = pause{string(hd.SessionID), ev.RequestID}, true
+				response = ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != ""
 			}
 		}
 		pc.mu.Lock()
 		taken := pc.takenOver
+		if paused && !taken {
+			pc.paused[p] = response
+		}
 		pc.mu.Unlock()
 		if taken {
+			if paused {
+				pc.answer(p, response)
+			}
 			if err == nil && hd.IsMethod("Target.attachedToTarget") {
 				if a, ok := cdp.ReadAttached(hd.Params); ok && a.Waiting {
 					pc.command(a.SessionID, "Runtime.runIfWaitingForDebugger", nil) // nobody else will let it run

@@ -180,8 +180,7 @@ type Proxy struct {
 	timeline dashboard.Timeline // the page's memory of the last navigations
 	page     dashboard.Handler  // set once by Start: the page at / and /status
 
-	stopping atomic.Bool  // set once a stop began: clients are refused
-	drainEnd atomic.Int64 // the stop's drain ends then, in Unix ns
+	drainEnd atomic.Int64 // the stop's drain ends then, in Unix ns; 0 until a stop began (stopping)
 
 	mu      sync.Mutex
 	pairs   map[*pair]struct{}   // guarded by mu
@@ -356,8 +355,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 }
 
 // Close closes every relayed connection with 1001 (going away), stops the
-// relay's own browser connection and waits for its goroutines. Held
-// navigations are released to the browser as their connections close.
+// relay's own browser connection and waits for its goroutines. Called
+// alone, it leaves held navigations to the browser, which lets them go
+// as the connections close; Serve's stop (stop.go) answers them first.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -444,7 +444,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	if p.stopping.Load() && (websocket.IsWebSocketUpgrade(r) || strings.HasPrefix(path, "/json")) {
+	if p.stopping() && (websocket.IsWebSocketUpgrade(r) || strings.HasPrefix(path, "/json")) {
 		p.refuseStopping(w)
 		return
 	}

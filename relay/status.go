@@ -153,7 +153,7 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
 		}
 		status.Upstreams = append(status.Upstreams, b)
 	}
-	if p.stopping.Load() {
+	if p.stopping() {
 		status.Status = "stopping" // takes no clients: a load balancer sends them elsewhere
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -65,7 +65,6 @@ func (p *Proxy) drain() {
 	began := time.Now()
 	end := began.Add(max(timeout, 0))
 	p.drainEnd.Store(end.UnixNano())
-	p.stopping.Store(true)
 	held := 0
 	if p.holder != nil {
 		held = p.holder.Held()
@@ -201,6 +200,9 @@ func (up *upstream) stillOpen(ctx context.Context, l ownership.Leftovers) owners
 		return again
 	}
 }
+
+// stopping reports whether a stop began: clients are refused.
+func (p *Proxy) stopping() bool { return p.drainEnd.Load() != 0 }
 
 // refuseStopping answers a client while the relay stops: 503, with a
 // Retry-After of the drain's remaining seconds (at least 1).

@@ -69,7 +69,6 @@ func TestStoppingRefusesClients(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Fixed, Interval: 500 * time.Millisecond, Burst: 1})
 	tp.p.drainEnd.Store(time.Now().Add(5 * time.Second).UnixNano())
-	tp.p.stopping.Store(true)
 	base := "http://" + tp.addr
 	resp, err := http.Get(base + "/healthz")
 	if err != nil {
