@@ -346,13 +346,17 @@ type holdWait struct {
 	ctx      context.Context
 	n        Request
 	w        Holding
-	st       *stopper    // the stop's hold on ctx: told the slot
-	unhook   func()      // lets go of ctx's tie to the Holder's stop, at the end
-	over     atomic.Bool // end ran: the hold is over
-	waited   bool        // waits was told
-	retrying bool        // its timer books again (the store asked to retry), rather than looks at its slot
-	start    time.Time   // when its slot comes
-	nav      *pace.Nav   // followed to its departure; nil when not
+	st       *stopper      // the stop's hold on ctx: told the slot
+	unhook   func()        // lets go of ctx's tie to the Holder's stop, at the end
+	over     atomic.Bool   // end ran: the hold is over
+	waited   bool          // waits was told
+	retrying bool          // its timer books again (the store asked to retry), rather than looks at its slot
+	start    time.Time     // when its slot comes
+	nav      *pace.Nav     // followed to its departure; nil when not
+	bucket   string        // booked in
+	pushed   time.Duration // how far the bucket was pushed as it was booked, in a shared store, and as last looked
+	moved    time.Duration // how far its slot moved with the bucket's pushes since it was booked
+	shared   bool          // booked in a shared store that says how far its buckets are pushed (PushReader)
 }
 
 // book books and, when the navigation must wait, arms a timer and reports
@@ -379,6 +383,9 @@ func (w *holdWait) book() bool {
 		w.n.Flight.probing(r.Bucket)
 	}
 	w.start = time.Now().Add(max(d, 0))
+	if _, ok := h.Holder.Limiter.(PushReader); ok && r.Shared && d > 0 {
+		w.bucket, w.pushed, w.shared = r.Bucket, r.Pushed, true
+	}
 	if w.n.Depart && r.Tracked && r.Spacing > pace.MinSpacing && !PartOff("pace") {
 		w.nav = h.Holder.pace.Book(r.Bucket, h.Up.Name(), w.start, r.Slack, r.Headroom)
 	}
@@ -419,6 +426,23 @@ func (w *holdWait) due() bool {
 	if w.nav != nil {
 		at, left, until = w.nav.Due(now)
 	}
+	if !at.After(now) && w.shared {
+		if by := w.pushedSince(); by > 0 {
+			// Its slot moves with the schedule it was booked in, as the
+			// slots booked after the push did. Pace judges its departure
+			// against the moved slot: held back for another relay's
+			// lateness, it is not late itself.
+			w.moved += by
+			w.start = w.start.Add(by)
+			at = w.start
+			if w.nav != nil {
+				w.nav.Moved(w.moved)
+				at, left, until = w.nav.Due(now)
+			}
+			w.h.Holder.bookedSlot(w.st, at) // a drain ending before it answers it
+			w.n.Log.Debug().Str("host", w.n.Host).Float64("by_ms", limiter.ShownMillis(by)).Msg("navigation waits for the late departures its bucket's schedule was pushed by since it was booked")
+		}
+	}
 	if d := at.Sub(now); d > 0 {
 		w.waiting()
 		after(w.ctx, d, w)
@@ -452,6 +476,20 @@ func (w *holdWait) due() bool {
 	}
 	w.nav.Released(now, at)
 	return false
+}
+
+// pushedSince is how far other relays' late departures (and this
+// relay's) pushed the bucket's shared schedule since the navigation was
+// booked: its slot did not move with them. Asked of the store when the
+// slot came, once per wait; 0 when the store does not say.
+func (w *holdWait) pushedSince() time.Duration {
+	now, ok := w.h.Holder.Limiter.(PushReader).Pushed(w.bucket)
+	if !ok || now <= w.pushed {
+		return 0
+	}
+	by := now - w.pushed
+	w.pushed = now // a later look counts only what comes after
+	return by
 }
 
 // end ends the hold, letting the navigation go when released.

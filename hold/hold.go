@@ -142,6 +142,21 @@ type Pusher interface {
 	Push(bucket string, by time.Duration, now time.Time)
 }
 
+// PushReader is what a Limiter adds when its schedules are shared by
+// several relays (a store): a late departure that moved a bucket's
+// schedule in one relay (Pusher) must also hold back the navigations
+// other relays booked before it, whose slots do not move. Such a
+// booking says how far the bucket had been pushed when it was made
+// (limiter.Reservation.Pushed, Shared); when its slot comes, the
+// navigation waits as much longer as the bucket was pushed since.
+// Without it, a relay's own late departures hold back its own
+// navigations only (package pace).
+type PushReader interface {
+	// Pushed reports how far bucket's schedule was pushed in all; ok is
+	// false when that cannot be told now.
+	Pushed(bucket string) (time.Duration, bool)
+}
+
 // Prober is what a Limiter adds when some navigations go as probes
 // (Reservation.Probe: a bucket's breaker's, with --host-errors): a probe
 // whose flight ends with no answer (its page went, its client left,

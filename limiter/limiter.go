@@ -325,6 +325,14 @@ type Reservation struct {
 	// the deadline its caller can wait until (a policy sets it). ""
 	// otherwise.
 	Deferred string
+	// Pushed is how far, in all, late departures had pushed the bucket's
+	// schedule when it was booked, in a shared store (Shared): the pushes
+	// made after are what a slot booked before them waits out too, as the
+	// store says them later. 0 in process.
+	Pushed time.Duration
+	// Shared is set when the booking was made in a shared store (not its
+	// local fallback, nor the in-process limiter).
+	Shared bool
 	// Probe says the navigation goes as its bucket's breaker probe (a
 	// policy sets it): the relay tells the policy when it ends with no
 	// answer, so that another may go at once.

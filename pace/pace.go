@@ -157,7 +157,9 @@ type Nav struct {
 	slack, headroom time.Duration
 
 	// guarded by t.mu
-	due      time.Time // when it was due at its release
+	moved    time.Duration // how far a shared schedule moved its slot since booking (Moved)
+	fleet    time.Duration // of moved, what its bucket's shift did not cover at its release
+	due      time.Time     // when it was due at its release
 	released time.Time
 	departed bool      // its departure is known, exactly or as an upper bound
 	exact    bool      // its exact departure is known
@@ -205,6 +207,25 @@ func (n *Nav) WholeLag() {
 	n.t.mu.Unlock()
 }
 
+// Moved tells n that its slot moved by, in all, since it was booked: a
+// schedule shared by several relays (a store) was pushed that far since,
+// by their late departures and by this Tracker's own (Push). n is due no
+// sooner than its slot so moved, and its own departure is judged against
+// the moved slot: held back for another relay's lateness, it is not late
+// itself, and pushing the schedule again for it would hold back the next
+// ones for the same lateness, and so on without end. Pushes of the
+// Tracker's own that by includes count once: n's slot moves by the larger
+// of by and its bucket's own shift since n was booked. Call it before n's
+// release; a smaller by than told before changes nothing.
+func (n *Nav) Moved(by time.Duration) {
+	if n == nil {
+		return
+	}
+	n.t.mu.Lock()
+	n.moved = max(n.moved, by)
+	n.t.mu.Unlock()
+}
+
 // usualLocked is the browser's usual lag for n, of the lags of src: none
 // when all of n's lag is late. Callers hold t.mu.
 func (n *Nav) usualLocked(src string) time.Duration {
@@ -236,8 +257,8 @@ func (t *Tracker) wait() time.Duration {
 }
 
 // Due reports when n may be let go: its slot, moved by how far late
-// departures moved its bucket's schedule since it was booked, less its
-// headroom. While a
+// departures moved its bucket's schedule since it was booked (or its shared
+// schedule, Moved, when that is further), less its headroom. While a
 // navigation of its bucket let go less than Wait before now has not left
 // yet, Due also returns a channel that is closed once that changes, and
 // the time by which it changes at the latest: ask again then.
@@ -252,7 +273,7 @@ func (n *Nav) Due(now time.Time) (due time.Time, wait <-chan struct{}, until tim
 	for o := range n.b.bound {
 		shift = max(shift, o.wantLocked(o.by, o.usualLocked(o.source)))
 	}
-	due = n.slot.Add(max(0, shift-n.sigma-n.headroom))
+	due = n.slot.Add(max(0, max(shift-n.sigma, n.moved)-n.headroom))
 	for o := range n.b.out {
 		give := o.released.Add(t.wait())
 		if !now.Before(give) || o == n {
@@ -278,6 +299,7 @@ func (n *Nav) Released(at, due time.Time) {
 		return
 	}
 	n.released, n.due = at, due
+	n.fleet = max(0, n.moved-(n.b.shift-n.sigma))
 	n.b.out[n] = true
 }
 
@@ -336,9 +358,10 @@ func (n *Nav) Departed(at time.Time, exact bool) {
 
 // wantLocked is the shift the navigations after n need for n to have left
 // at at, given the browser's usual lag: n counts as having gone at its slot
-// (plus its slack) moved by the result − sigma. Callers hold t.mu.
+// (plus its slack, and what a shared schedule moved it by past its
+// bucket's shift) moved by the result − sigma. Callers hold t.mu.
 func (n *Nav) wantLocked(at time.Time, usual time.Duration) time.Duration {
-	return n.sigma + at.Sub(n.slot) - n.slack - usual - n.t.tolerance()
+	return n.sigma + at.Sub(n.slot) - n.fleet - n.slack - usual - n.t.tolerance()
 }
 
 // End notes that n is over: answered, failed, aborted, or its page gone.

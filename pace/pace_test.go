@@ -14,7 +14,7 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // step is one thing that happens to navigation nav (its index in booking
 // order) at a fixed instant.
 type step struct {
-	op  string // book, release, depart (exact), sent (upper bound), end
+	op  string // book, release, depart (exact), sent (upper bound), end, moved (by ms)
 	nav int
 	ms  float64 // when; for book, the slot
 	// slack and headroom of a booking, ms
@@ -165,6 +165,42 @@ func TestTracker(t *testing.T) {
 			pushed: 150,
 		},
 		{
+			name: "a navigation held back by a shared schedule's push leaves on its moved slot: nothing pushed again",
+			steps: []step{
+				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 200}, {op: "book", nav: 2, ms: 400},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 2},
+				{op: "moved", nav: 1, ms: 80}, // another relay's navigation left 80 ms late
+				{check: due(1, 200, 280)},
+				{op: "release", nav: 1, ms: 280}, {op: "depart", nav: 1, ms: 282},
+				{check: due(2, 400, 400)}, // its own slot moves with the store's, told when it comes
+			},
+		},
+		{
+			name: "a shared schedule's move counts the tracker's own push once",
+			steps: []step{
+				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 200}, {op: "book", nav: 2, ms: 400},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 2},
+				{op: "release", nav: 1, ms: 200}, {op: "depart", nav: 1, ms: 252}, // 47 pushed, in the store too
+				{op: "moved", nav: 2, ms: 47},
+				{check: due(2, 400, 447)},
+				{op: "moved", nav: 2, ms: 67}, // and 20 by another relay
+				{check: due(2, 400, 467)},
+				{op: "release", nav: 2, ms: 467}, {op: "depart", nav: 2, ms: 469},
+			},
+			pushed: 47,
+		},
+		{
+			name: "a navigation leaving late past its moved slot pushes its own lateness only",
+			steps: []step{
+				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 200}, {op: "book", nav: 2, ms: 400},
+				{op: "release", nav: 0, ms: 0}, {op: "depart", nav: 0, ms: 2},
+				{op: "moved", nav: 1, ms: 80},
+				{op: "release", nav: 1, ms: 280}, {op: "depart", nav: 1, ms: 312}, // 30 ms late past 280
+				{check: due(2, 400, 427)},
+			},
+			pushed: 27,
+		},
+		{
 			name: "a navigation ended without leaving moves nothing",
 			steps: []step{
 				{op: "book", nav: 0, ms: 0}, {op: "book", nav: 1, ms: 200},
@@ -196,6 +232,8 @@ func TestTracker(t *testing.T) {
 					navs[s.nav].Departed(at(s.ms), false)
 				case "end":
 					navs[s.nav].End()
+				case "moved":
+					navs[s.nav].Moved(time.Duration(s.ms * float64(time.Millisecond)))
 				case "":
 					s.check(t, tr, navs)
 				}

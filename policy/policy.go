@@ -498,6 +498,18 @@ func (p *Policy) Push(bucket string, by time.Duration, now time.Time) {
 	}
 }
 
+// Pushed reports how far late departures have pushed bucket's schedule in
+// all, when the Booker is a shared store that says (hold.PushReader); ok
+// is false otherwise, or while it does not answer.
+func (p *Policy) Pushed(bucket string) (time.Duration, bool) {
+	if b, ok := p.book.(interface {
+		Pushed(bucket string) (time.Duration, bool)
+	}); ok {
+		return b.Pushed(bucket)
+	}
+	return 0, false
+}
+
 // Busiest returns up to n of the buckets under the most pressure at now,
 // as the Booker's Busiest does, each with the source and rule of its last
 // booking, or SourceServer while its server's policy is what sets its

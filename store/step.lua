@@ -11,7 +11,9 @@
 --          fixed, b = base, u = tau, f = floor; sf = the least spacing
 --          the host's server asked for (RateLimit-Policy) until su
 --          (absent: none), sr = when the quota its server said was spent
---          resets (absent: none; shown by Busiest only).
+--          resets (absent: none; shown by Busiest only); pu = how far, in
+--          all, late departures pushed its schedule (absent: 0), which a
+--          slot booked before a push waits out too (Redis.Pushed).
 -- ARGV[1]  'r' reserve, 'o' observe, 'p' peek (drain a copy, write nothing),
 --          'l' late (push the host's schedule: a navigation left late).
 -- ARGV[2]  '1' adaptive, '0' fixed.
@@ -38,10 +40,11 @@
 -- each booking spaced by its own relay's setting. Peek ignores them and
 -- reads the setting of the host's last booking.
 -- Returns {start, spacing, pressure, now, adaptive (1 or 0), floor, slack,
--- headroom, server, server until, reset}; slack and headroom are those of
+-- headroom, server, server until, reset, pushed}; slack and headroom are those of
 -- limiter.Reservation (reserve only, 0 otherwise); server is sf while the
 -- server's policy holds (until su), else 0 and 0; reset is sr while it is
--- ahead, else 0 (limiter.HostState's Server, ServerEnds, ServerReset).
+-- ahead, else 0 (limiter.HostState's Server, ServerEnds, ServerReset);
+-- pushed is pu as it stands (limiter.Reservation.Pushed).
 -- Peek writes nothing, returns the start a navigation would get and the
 -- spacing it would add (the server's policy counted, as reserve counts
 -- it), and pressure -1 for a host it does not know.
@@ -64,7 +67,7 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su', 'sr')
+local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su', 'sr', 'pu')
 local tat, p, clock, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[8])
 local sf, su, sr = tonumber(h[9]), tonumber(h[10]), tonumber(h[11])
 local known = tat ~= nil and p ~= nil and clock ~= nil
@@ -155,7 +158,7 @@ end
 -- reply is the script's answer: the values given, then server()'s.
 local function reply(start, s, q, adaptiveFlag, fl, slack, headroom)
   local f, u, r = server()
-  return {start, s, q, now, adaptiveFlag, fl, slack, headroom, f, u, r}
+  return {start, s, q, now, adaptiveFlag, fl, slack, headroom, f, u, r, tonumber(h[12]) or 0}
 end
 
 if op == 'r' then
@@ -234,6 +237,7 @@ if op == 'l' then
   if known then
     tat = tat + tonumber(ARGV[5])
     redis.call('HSET', key, 't', string.format('%d', tat))
+    redis.call('HINCRBY', key, 'pu', tonumber(ARGV[5]))
     if last then redis.call('HSET', key, 's', string.format('%d', last + tonumber(ARGV[5]))) end
     local idle = idleAt() - now
     redis.call('PEXPIRE', key, string.format('%d', math.max(math.ceil(idle / 1000), 1) + MARGIN_MS))

@@ -362,6 +362,8 @@ func (s *Redis) ReserveWith(host string, cfg limiter.Config, now time.Time) limi
 				Mode:     set.mode,
 				Bucket:   host,
 				Server:   time.Duration(v[8]) * time.Microsecond,
+				Pushed:   time.Duration(v[11]) * time.Microsecond,
+				Shared:   true,
 			}
 		}
 		s.failed(o, err)
@@ -477,6 +479,23 @@ func (s *Redis) Push(host string, by time.Duration, now time.Time) {
 	}
 }
 
+// Pushed reports how far, in all, late departures have pushed host's
+// schedule in Redis (every relay's pushes), as a booking there reports it
+// (limiter.Reservation.Pushed): a slot booked before a push waits it out
+// too. ok is false while Redis does not answer.
+func (s *Redis) Pushed(host string) (pushed time.Duration, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	v, err := s.client.HGet(ctx, s.prefix+host, "pu").Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, true // never pushed, or forgotten as idle
+	case err != nil:
+		return 0, false
+	}
+	return time.Duration(v) * time.Microsecond, true
+}
+
 // Wait books a slot for host at time.Now, waiting out holds, and blocks
 // until the slot starts or ctx is done, returning ctx's error in that case.
 // A cancelled wait keeps its slot booked, as limiter.Limiter's Wait does.
@@ -501,9 +520,9 @@ func (s *Redis) Wait(ctx context.Context, host string) (limiter.Reservation, err
 
 // stepValues is how many values the script returns: {start, spacing,
 // pressure, now, adaptive, floor, slack, headroom, server, server until,
-// reset}, times in microseconds (server until and reset on Redis's clock,
-// as now, 0 for none).
-const stepValues = 11
+// reset, pushed}, times in microseconds (server until and reset on Redis's
+// clock, as now, 0 for none).
+const stepValues = 12
 
 // stepArgs are the script's arguments besides the op and the setting.
 type stepArgs struct {
