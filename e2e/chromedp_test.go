@@ -29,39 +29,9 @@ func TestNavKindsChromedp(t *testing.T) {
 	r := startRelay(t, fixed(kindsInterval, 1))
 	const host = "chromedp.test"
 	run := runID()
-	page := func(step int, extra ...string) string {
-		q := url.Values{"run": {run}, "s": {fmt.Sprint(step)}}
-		for i := 0; i+1 < len(extra); i += 2 {
-			q.Set(extra[i], extra[i+1])
-		}
-		return s.url(host, "/page?"+q.Encode())
-	}
-
-	allocCtx, cancel := remote.NewAllocator(context.Background(), r.url)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithNewBrowserContext())
-	defer cancel()
-	if err := chromedp.Do(ctx); err != nil { // connects and opens the tab, with no timeout
-		t.Fatalf("chromedp through the relay: %v", err)
-	}
-	step := func(name string, f func(ctx context.Context) error) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := f(sctx); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	do := func(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
-		return func(ctx context.Context) error { return chromedp.Do(ctx, steps...) }
-	}
-	// respond runs steps that start a navigation and waits for its document to load.
-	respond := func(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := chromedp.RunResponse(ctx, steps...)
-			return err
-		}
-	}
+	page := kindsPage(s, host, run)
+	tab := openChromedpTab(t, r.url, chromedp.WithNewBrowserContext())
+	ctx, step := tab.ctx, tab.step
 	gesture := func(p *runtime.EvaluateParams) { p.UserGesture = new(true) }
 	// other attaches to a tab the browser opened and waits for its document.
 	other := func(id target.ID, marker string) func(context.Context) error {
@@ -72,24 +42,7 @@ func TestNavKindsChromedp(t *testing.T) {
 		}
 	}
 
-	// As lib.mjs's warm: the tab's first load keeps the browser busy for a
-	// while; let it and its slot pass, then book the slot before the first.
-	step("warm", do(
-		chromedp.Navigate(s.url(host, "/page?warm=1&first=1")),
-		chromedp.Sleep(kindsInterval+100*time.Millisecond),
-		chromedp.Navigate(s.url(host, "/page?warm=1")),
-	))
-	step("goto", do(chromedp.Navigate(page(1, "link", page(2)))))
-	step("click", respond(chromedp.Click(chromedp.ID("link"))))
-	step("reload", do(chromedp.Reload()))
-	step("location", respond(chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.href = %q", page(4, "form", page(5))))))
-	step("form GET", func(ctx context.Context) error {
-		// A GET form replaces the action's query with its fields: make the field unique.
-		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#get input"), "get-"+run)); err != nil {
-			return err
-		}
-		return respond(chromedp.Click(chromedp.ID("getbtn")))(ctx)
-	})
+	tab.firstKinds(s, host, run, page)
 	step("goto", do(chromedp.Navigate(page(6, "form", page(7)))))
 	step("form POST", respond(chromedp.Submit(chromedp.ID("post"))))
 	step("goto unload", do(chromedp.Navigate(page(8, "unload", "1"))))
@@ -134,6 +87,84 @@ func TestNavKindsChromedp(t *testing.T) {
 	})
 
 	checkSlots(t, r, host, navigations(s, host), 13, kindsInterval)
+}
+
+// kindsPage makes the URL of a numbered step of a run on host; extra holds
+// query pairs, such as a link or form target the page should carry.
+func kindsPage(s *site, host, run string) func(step int, extra ...string) string {
+	return func(step int, extra ...string) string {
+		q := url.Values{"run": {run}, "s": {fmt.Sprint(step)}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			q.Set(extra[i], extra[i+1])
+		}
+		return s.url(host, "/page?"+q.Encode())
+	}
+}
+
+// chromedpTab is a chromedp tab opened through a relay's HTTP address.
+type chromedpTab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openChromedpTab connects chromedp's remote allocator to relayURL and
+// opens a tab; both end when the test does.
+func openChromedpTab(t *testing.T, relayURL string, opts ...chromedp.ContextOption) chromedpTab {
+	t.Helper()
+	allocCtx, cancel := remote.NewAllocator(context.Background(), relayURL)
+	t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(allocCtx, opts...)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil { // connects and opens the tab, with no timeout
+		t.Fatalf("chromedp through the relay: %v", err)
+	}
+	return chromedpTab{t: t, ctx: ctx}
+}
+
+// step runs f in the tab within 30 s and fails the test if it fails.
+func (c chromedpTab) step(name string, f func(ctx context.Context) error) {
+	c.t.Helper()
+	sctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	if err := f(sctx); err != nil {
+		c.t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// do runs steps in order.
+func do(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
+	return func(ctx context.Context) error { return chromedp.Do(ctx, steps...) }
+}
+
+// respond runs steps that start a navigation and waits for its document to load.
+func respond(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := chromedp.RunResponse(ctx, steps...)
+		return err
+	}
+}
+
+// firstKinds warms the tab, then takes steps 1 to 5 of page: goto, a link
+// click, reload, a location.href assignment and a GET form.
+func (c chromedpTab) firstKinds(s *site, host, run string, page func(step int, extra ...string) string) {
+	// As lib.mjs's warm: the tab's first load keeps the browser busy for a
+	// while; let it and its slot pass, then book the slot before the first.
+	c.step("warm", do(
+		chromedp.Navigate(s.url(host, "/page?warm=1&first=1")),
+		chromedp.Sleep(kindsInterval+100*time.Millisecond),
+		chromedp.Navigate(s.url(host, "/page?warm=1")),
+	))
+	c.step("goto", do(chromedp.Navigate(page(1, "link", page(2)))))
+	c.step("click", respond(chromedp.Click(chromedp.ID("link"))))
+	c.step("reload", do(chromedp.Reload()))
+	c.step("location", respond(chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.href = %q", page(4, "form", page(5))))))
+	c.step("form GET", func(ctx context.Context) error {
+		// A GET form replaces the action's query with its fields: make the field unique.
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#get input"), "get-"+run)); err != nil {
+			return err
+		}
+		return respond(chromedp.Click(chromedp.ID("getbtn")))(ctx)
+	})
 }
 
 // settledGo waits until tab shows a loaded document whose URL contains

@@ -3,18 +3,15 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -125,52 +122,10 @@ func TestLightpandaNavKindsChromedp(t *testing.T) {
 	r := startRelayTo(t, lp, fixed(kindsInterval, 1))
 	s := newSiteAt(t, lpHost)
 	run := runID()
-	page := func(step int, extra ...string) string {
-		q := url.Values{"run": {run}, "s": {fmt.Sprint(step)}}
-		for i := 0; i+1 < len(extra); i += 2 {
-			q.Set(extra[i], extra[i+1])
-		}
-		return s.url(lpHost, "/page?"+q.Encode())
-	}
-	allocCtx, cancel := remote.NewAllocator(context.Background(), r.url)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	if err := chromedp.Do(ctx); err != nil { // connects and opens the tab, with no timeout
-		t.Fatalf("chromedp through the relay: %v", err)
-	}
-	step := func(name string, f func(ctx context.Context) error) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := f(sctx); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	do := func(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
-		return func(ctx context.Context) error { return chromedp.Do(ctx, steps...) }
-	}
-	respond := func(steps ...chromedp.Action[chromedp.Void]) func(context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := chromedp.RunResponse(ctx, steps...)
-			return err
-		}
-	}
-	step("warm", do(
-		chromedp.Navigate(s.url(lpHost, "/page?warm=1&first=1")),
-		chromedp.Sleep(kindsInterval+100*time.Millisecond),
-		chromedp.Navigate(s.url(lpHost, "/page?warm=1")),
-	))
-	step("goto", do(chromedp.Navigate(page(1, "link", page(2)))))
-	step("click", respond(chromedp.Click(chromedp.ID("link"))))
-	step("reload", do(chromedp.Reload()))
-	step("location", respond(chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.href = %q", page(4, "form", page(5))))))
-	step("form GET", func(ctx context.Context) error {
-		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#get input"), "get-"+run)); err != nil {
-			return err
-		}
-		return respond(chromedp.Click(chromedp.ID("getbtn")))(ctx)
-	})
+	page := kindsPage(s, lpHost, run)
+	tab := openChromedpTab(t, r.url)
+	tab.firstKinds(s, lpHost, run, page)
+	step := tab.step
 	step("goto", do(chromedp.Navigate(page(6))))
 	step("back", do(chromedp.NavigateBack()))
 	step("forward", do(chromedp.NavigateForward()))
