@@ -17,6 +17,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -210,7 +211,7 @@ func TestWays(t *testing.T) {
 // is ignored and warned about once per host, however many answers carry
 // it: a server sends the same headers with every answer.
 func TestWarnsOncePerHost(t *testing.T) {
-	var logs lockedBuffer
+	var logs fakebrowser.Logs
 	log := zerolog.New(&logs)
 	cfg := limiter.Config{} // adaptive: an overload's Retry-After is read
 	hd, b := armWith(t, policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), &log)

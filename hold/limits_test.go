@@ -1,7 +1,6 @@
 package hold_test
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"testing"
@@ -11,28 +10,11 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
 )
-
-// lockedBuffer is a log the Observe's goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // heard records what Observe was told of each host's server limits.
 type heard struct {
@@ -75,7 +57,7 @@ func TestAnswerLimitsRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs lockedBuffer
+			var logs fakebrowser.Logs // Observe's goroutines write to it
 			log := zerolog.New(&logs).Level(zerolog.WarnLevel)
 			lim := &heard{Limiter: policy.New(cfg, limiter.New(cfg.Default)), server: map[string]ratelimit.Limits{}}
 			hd, h := armWith(t, lim, &log)
