@@ -36,11 +36,7 @@ var answerBrowsers = []struct {
 		r := startRelayTo(t, lp, cfg)
 		s := newSiteAt(t, lpHost)
 		rc := dialRaw(t, browserWSVia(t, r))
-		var tg struct{ TargetID string }
-		json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank"}), &tg)
-		var at struct{ SessionID string }
-		json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
-		return r, rc, at.SessionID, s, lpHost
+		return r, rc, rc.openTarget(map[string]any{"url": "about:blank"}), s, lpHost
 	}},
 }
 

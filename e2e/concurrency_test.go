@@ -233,11 +233,7 @@ func openPage(t *testing.T, rc *rawClient) (session string) {
 	t.Helper()
 	var bc struct{ BrowserContextID string }
 	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
-	var tg struct{ TargetID string }
-	json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID}), &tg)
-	var at struct{ SessionID string }
-	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
-	return at.SessionID
+	return rc.openTarget(map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID})
 }
 
 // TestConcurrencyCapLightpanda: the same through `lightpanda serve`, held

@@ -117,26 +117,10 @@ func (w *watcher) eval(t *testing.T, expr string, v any) {
 // with n tabs does, and returns their sessions.
 func pagesInOneContext(t *testing.T, rc *rawClient, n int) []string {
 	t.Helper()
-	var bc struct {
-		BrowserContextID string `json:"browserContextId"`
-	}
-	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.BrowserContextID})
-	})
+	bc := rc.newContext()
 	var sessions []string
 	for range n {
-		var tg struct {
-			TargetID string `json:"targetId"`
-		}
-		json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank", "browserContextId": bc.BrowserContextID}), &tg)
-		var at struct {
-			SessionID string `json:"sessionId"`
-		}
-		json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
-		sessions = append(sessions, at.SessionID)
+		sessions = append(sessions, rc.openTarget(map[string]any{"url": "about:blank", "browserContextId": bc}))
 	}
 	return sessions
 }

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -208,22 +207,10 @@ func simulatedSpan(cfg limiter.Config, n int, ask1, arrive1, load time.Duration)
 // the browser's UI renderers for each.)
 func newTabs(t *testing.T, rc *rawClient, n int) []string {
 	t.Helper()
-	var bc struct{ BrowserContextID string }
-	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.BrowserContextID})
-	})
+	bc := rc.newContext()
 	sessions := make([]string, n)
 	for i := range sessions {
-		var tg struct{ TargetID string }
-		json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{
-			"url": "about:blank", "browserContextId": bc.BrowserContextID, "newWindow": i == 0,
-		}), &tg)
-		var at struct{ SessionID string }
-		json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
-		sessions[i] = at.SessionID
+		sessions[i] = rc.openTarget(map[string]any{"url": "about:blank", "browserContextId": bc, "newWindow": i == 0})
 	}
 	return sessions
 }

@@ -172,20 +172,17 @@ func TestLightpandaFeedback(t *testing.T) {
 	r := startRelayTo(t, lp, limiter.Config{})
 	s := newSiteAt(t, lpHost)
 	rc := dialRaw(t, browserWSVia(t, r))
-	var tg struct{ TargetID string }
-	json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank"}), &tg)
-	var at struct{ SessionID string }
-	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
+	session := rc.openTarget(map[string]any{"url": "about:blank"})
 	hostState := func() (pressure int, nextFree float64) {
 		h := hostOf(t, r, lpHost)
 		return h.Pressure, h.NextFreeMS
 	}
-	rc.mustCall(at.SessionID, "Page.navigate", map[string]any{"url": s.url(lpHost, "/status?code=503&n=1")})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(lpHost, "/status?code=503&n=1")})
 	time.Sleep(200 * time.Millisecond) // the answer on its way to the limiter
 	if p, _ := hostState(); p < 45 {
 		t.Errorf("pressure after a 503: %d, want about 50 (as on Chromium; one unit drains every 100 ms)", p)
 	}
-	rc.mustCall(at.SessionID, "Page.navigate", map[string]any{"url": s.url(lpHost, "/status?code=429&ra=3&n=2")})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(lpHost, "/status?code=429&ra=3&n=2")})
 	time.Sleep(200 * time.Millisecond)
 	if _, next := hostState(); next < 2500 {
 		t.Errorf("next free slot %.0f ms away after a 429 with Retry-After: 3, want about 3000", next)
@@ -209,12 +206,9 @@ func TestLightpandaDirectly(t *testing.T) {
 	}
 	json.Unmarshal(body, &v)
 	rc := dialRaw(t, v.WS)
-	var tg struct{ TargetID string }
-	json.Unmarshal(rc.mustCall("", "Target.createTarget", map[string]any{"url": "about:blank"}), &tg)
-	var at struct{ SessionID string }
-	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
-	rc.mustCall(at.SessionID, "Page.navigate", map[string]any{"url": s.url(lpHost, "/page?opener=1")})
-	rc.mustCall(at.SessionID, "Runtime.evaluate", map[string]any{"expression": fmt.Sprintf("window.open(%q)", s.url(lpHost, "/page?popup=1"))})
+	session := rc.openTarget(map[string]any{"url": "about:blank"})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(lpHost, "/page?opener=1")})
+	rc.mustCall(session, "Runtime.evaluate", map[string]any{"expression": fmt.Sprintf("window.open(%q)", s.url(lpHost, "/page?popup=1"))})
 	time.Sleep(500 * time.Millisecond)
 	var targets struct {
 		TargetInfos []json.RawMessage `json:"targetInfos"`

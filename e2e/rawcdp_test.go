@@ -175,11 +175,7 @@ func (rc *rawClient) tryNewPage(ctx context.Context) (session, targetID string, 
 		return "", "", err
 	}
 	json.Unmarshal(res, &bc)
-	rc.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": bc.BrowserContextID})
-	})
+	rc.disposeAtCleanup(bc.BrowserContextID)
 	var tg struct {
 		TargetID string `json:"targetId"`
 	}
@@ -195,6 +191,36 @@ func (rc *rawClient) tryNewPage(ctx context.Context) (session, targetID string, 
 	}
 	json.Unmarshal(res, &at)
 	return at.SessionID, tg.TargetID, nil
+}
+
+// newContext creates a browser context, disposed when the connection ends
+// and at cleanup, and returns its id.
+func (rc *rawClient) newContext() string {
+	rc.t.Helper()
+	var bc struct{ BrowserContextID string }
+	json.Unmarshal(rc.mustCall("", "Target.createBrowserContext", map[string]any{"disposeOnDetach": true}), &bc)
+	rc.disposeAtCleanup(bc.BrowserContextID)
+	return bc.BrowserContextID
+}
+
+// disposeAtCleanup disposes of a browser context when the test ends.
+func (rc *rawClient) disposeAtCleanup(id string) {
+	rc.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rc.call(ctx, "", "Target.disposeBrowserContext", map[string]any{"browserContextId": id})
+	})
+}
+
+// openTarget creates a target with params (its url, browser context,
+// window) and attaches to it, flat, returning the session.
+func (rc *rawClient) openTarget(params map[string]any) (session string) {
+	rc.t.Helper()
+	var tg struct{ TargetID string }
+	json.Unmarshal(rc.mustCall("", "Target.createTarget", params), &tg)
+	var at struct{ SessionID string }
+	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
+	return at.SessionID
 }
 
 // messages returns what the client has received so far.
