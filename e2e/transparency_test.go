@@ -72,14 +72,21 @@ func sameSeen(t *testing.T, direct, relayed []string) {
 // go on. A document the client aborted or answered itself never reaches
 // the server and books no slot.
 func TestTransparentPuppeteerInterception(t *testing.T) {
+	interceptBothWays(t, "pptr-intercept.mjs", "direct-pptr.test", "relayed-pptr.test")
+}
+
+// interceptBothWays runs an interception script against Chromium directly
+// on directHost, then through a relay on host, and checks that the client
+// saw the same requests both ways and that the relay held what went on.
+func interceptBothWays(t *testing.T, script, directHost, host string) {
+	t.Helper()
 	s := newSite(t)
 	s.handle("/auth", basicAuth)
 	run := runID()
-	const directHost, host = "direct-pptr.test", "relayed-pptr.test"
 	// Directly first: a relay, once started, holds every page's navigations.
-	direct := runIntercept(t, "pptr-intercept.mjs", browser.http, s.url(directHost, ""), run)
+	direct := runIntercept(t, script, browser.http, s.url(directHost, ""), run)
 	r := startRelay(t, fixed(kindsInterval, 1))
-	relayed := runIntercept(t, "pptr-intercept.mjs", r.url, s.url(host, ""), run)
+	relayed := runIntercept(t, script, r.url, s.url(host, ""), run)
 	t.Logf("client steps, direct: %s", direct.Steps)
 	t.Logf("client steps, relayed: %s", relayed.Steps)
 	sameSeen(t, direct.Seen, relayed.Seen)
@@ -116,18 +123,7 @@ func checkClientHeld(t *testing.T, r *relayed, s *site, host string) {
 // document the client aborted or fulfilled never reaches the server and
 // books no slot.
 func TestTransparentPlaywrightRoute(t *testing.T) {
-	s := newSite(t)
-	s.handle("/auth", basicAuth)
-	run := runID()
-	const directHost, host = "direct-pw.test", "relayed-pw.test"
-	// Directly first: a relay, once started, holds every page's navigations.
-	direct := runIntercept(t, "pw-route.mjs", browser.http, s.url(directHost, ""), run)
-	r := startRelay(t, fixed(kindsInterval, 1))
-	relayed := runIntercept(t, "pw-route.mjs", r.url, s.url(host, ""), run)
-	t.Logf("client steps, direct: %s", direct.Steps)
-	t.Logf("client steps, relayed: %s", relayed.Steps)
-	sameSeen(t, direct.Seen, relayed.Seen)
-	checkClientHeld(t, r, s, host)
+	interceptBothWays(t, "pw-route.mjs", "direct-pw.test", "relayed-pw.test")
 }
 
 // rawRun drives one page through a raw websocket client that enables the
