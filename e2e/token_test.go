@@ -81,12 +81,18 @@ func checkWays(t *testing.T, out []byte, s *site, host, run string, want map[str
 // (Puppeteer asks /json/version without the URL's query), so it is
 // refused.
 func TestTokenPuppeteer(t *testing.T) {
+	tokenWays(t, "pptr-token.mjs", "token-pptr.test", map[string]bool{"advertised": true, "by hand": true, "header": true, "browserURL": false})
+}
+
+// tokenWays runs script against a relay that wants tokenE2E, loading pages
+// of host, and checks each way it tried connects or not as want says.
+func tokenWays(t *testing.T, script, host string, want map[string]bool) {
+	t.Helper()
 	s := newSite(t)
 	r := startTokenRelay(t)
-	const host = "token-pptr.test"
 	run := runID()
-	out := runNode(t, 90*time.Second, "pptr-token.mjs", "RELAY="+r.url, "TOKEN="+tokenE2E, "BASE="+s.url(host, ""), "RUN="+run)
-	checkWays(t, out, s, host, run, map[string]bool{"advertised": true, "by hand": true, "header": true, "browserURL": false})
+	out := runNode(t, 90*time.Second, script, "RELAY="+r.url, "TOKEN="+tokenE2E, "BASE="+s.url(host, ""), "RUN="+run)
+	checkWays(t, out, s, host, run, want)
 }
 
 // TestTokenPlaywright: with --token a+b/c=d e, chromium.connectOverCDP
@@ -95,12 +101,7 @@ func TestTokenPuppeteer(t *testing.T) {
 // the query when it asks /json/version/), and the http:// URL with an
 // Authorization header (Playwright sends headers with both requests).
 func TestTokenPlaywright(t *testing.T) {
-	s := newSite(t)
-	r := startTokenRelay(t)
-	const host = "token-pw.test"
-	run := runID()
-	out := runNode(t, 90*time.Second, "pw-token.mjs", "RELAY="+r.url, "TOKEN="+tokenE2E, "BASE="+s.url(host, ""), "RUN="+run)
-	checkWays(t, out, s, host, run, map[string]bool{"advertised": true, "by hand": true, "http with ?token=": true, "http with header": true})
+	tokenWays(t, "pw-token.mjs", "token-pw.test", map[string]bool{"advertised": true, "by hand": true, "http with ?token=": true, "http with header": true})
 }
 
 // TestTokenChromedp: with --token a+b/c=d e, chromedp's remote allocator
