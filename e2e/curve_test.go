@@ -61,17 +61,34 @@ const hostForgotten = 1500 * time.Millisecond
 // order, or an error after
 // timeout; it fails no test, so that it can run on any goroutine.
 func drive(s *site, host string, n int, timeout time.Duration, navigate func(url string)) ([]time.Time, error) {
-	prefix := fmt.Sprintf("/page/b2b-%x", time.Now().UnixNano())
+	hits, err := chain(s, "b2b", []string{host}, n, timeout, navigate)
+	if err != nil {
+		return nil, err
+	}
+	at := make([]time.Time, len(hits))
+	for i, h := range hits {
+		at[i] = h.reached()
+	}
+	return slices.SortedFunc(slices.Values(at), time.Time.Compare), nil
+}
+
+// chain issues n navigations to hosts in turn, under a fresh path prefix
+// /page/KIND-…, each the moment the server sees the one before (navigate
+// sends one without waiting for it). It returns the hits in the order the
+// server saw them, or an error after timeout; it fails no test, so that
+// it can run on any goroutine.
+func chain(s *site, kind string, hosts []string, n int, timeout time.Duration, navigate func(url string)) ([]hit, error) {
+	prefix := fmt.Sprintf("/page/%s-%x", kind, time.Now().UnixNano())
 	var mu sync.Mutex
-	arrivals := make([]time.Time, 0, n)
+	hits := make([]hit, 0, n)
 	next := make(chan int, n)
 	s.onHit(func(h hit) {
-		if h.Host != host || !strings.HasPrefix(h.Path, prefix) {
+		if !slices.Contains(hosts, h.Host) || !strings.HasPrefix(h.Path, prefix) {
 			return
 		}
 		mu.Lock()
-		arrivals = append(arrivals, h.reached())
-		k := len(arrivals)
+		hits = append(hits, h)
+		k := len(hits)
 		mu.Unlock()
 		if k < n {
 			next <- k
@@ -80,7 +97,7 @@ func drive(s *site, host string, n int, timeout time.Duration, navigate func(url
 		}
 	})
 	defer s.onHit(nil)
-	url := func(i int) string { return s.url(host, fmt.Sprintf("%s/%d", prefix, i)) }
+	url := func(i int) string { return s.url(hosts[i%len(hosts)], fmt.Sprintf("%s/%d", prefix, i)) }
 	navigate(url(0))
 	deadline := time.After(timeout)
 	for {
@@ -89,13 +106,13 @@ func drive(s *site, host string, n int, timeout time.Duration, navigate func(url
 			if !ok {
 				mu.Lock()
 				defer mu.Unlock()
-				return slices.SortedFunc(slices.Values(arrivals), time.Time.Compare), nil
+				return slices.Clone(hits), nil
 			}
 			navigate(url(i))
 		case <-deadline:
 			mu.Lock()
 			defer mu.Unlock()
-			return nil, fmt.Errorf("%s: only %d of %d navigations reached the server", host, len(arrivals), n)
+			return nil, fmt.Errorf("%s: only %d of %d navigations reached the server", strings.Join(hosts, ", "), len(hits), n)
 		}
 	}
 }

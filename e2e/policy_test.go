@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -175,43 +173,15 @@ func TestPolicySiteBucket(t *testing.T) {
 // driveAlternating is drive for navigations to hosts in turn: each goes
 // the moment the server saw the one before.
 func driveAlternating(s *site, hosts []string, n int, timeout time.Duration, navigate func(url string)) ([]time.Time, error) {
-	prefix := fmt.Sprintf("/page/alt-%x", time.Now().UnixNano())
-	var mu sync.Mutex
-	arrivals := make([]time.Time, 0, n)
-	next := make(chan int, n)
-	s.onHit(func(h hit) {
-		if !strings.HasPrefix(h.Path, prefix) {
-			return
-		}
-		mu.Lock()
-		arrivals = append(arrivals, h.At)
-		k := len(arrivals)
-		mu.Unlock()
-		if k < n {
-			next <- k
-		} else if k == n {
-			close(next)
-		}
-	})
-	defer s.onHit(nil)
-	url := func(i int) string { return s.url(hosts[i%len(hosts)], fmt.Sprintf("%s/%d", prefix, i)) }
-	navigate(url(0))
-	deadline := time.After(timeout)
-	for {
-		select {
-		case i, ok := <-next:
-			if !ok {
-				mu.Lock()
-				defer mu.Unlock()
-				return slices.Clone(arrivals), nil
-			}
-			navigate(url(i))
-		case <-deadline:
-			mu.Lock()
-			defer mu.Unlock()
-			return nil, fmt.Errorf("only %d of %d navigations reached the server", len(arrivals), n)
-		}
+	hits, err := chain(s, "alt", hosts, n, timeout, navigate)
+	if err != nil {
+		return nil, err
 	}
+	at := make([]time.Time, len(hits))
+	for i, h := range hits {
+		at[i] = h.At
+	}
+	return at, nil
 }
 
 // TestPolicyRobotsCrawlDelay: with --robots crawl-delay, a site whose
