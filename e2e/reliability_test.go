@@ -311,11 +311,7 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLogged(t, r, 60*time.Second, "browser connection is back")
-	rc2 := dialRaw(t, browserWSVia(t, r))
-	session2, _ := rc2.newPage()
-	rc2.mustCall(session2, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?again")})
-	rc2.mustCall(session2, "Page.navigate", map[string]any{"url": s.url("dies.test", "/page?n=3")})
-	docs := s.documents("dies.test")
+	docs := thirdFromANewClient(t, r, s, "again", "dies.test")
 	if len(docs) != 2 || docs[1].Query != "n=3" {
 		t.Fatalf("dies.test got %v, want n=1 and then n=3 (n=2 died with its browser)", docs)
 	}
@@ -326,6 +322,18 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 	if lines := logLinesAt(r.logs.String(), "error"); len(lines) > 0 {
 		t.Errorf("relay logged errors: %q", lines)
 	}
+}
+
+// thirdFromANewClient opens a page from a new client through r, loads
+// warm.test's /page?warmQuery, then host's /page?n=3, and returns the
+// documents host got.
+func thirdFromANewClient(t *testing.T, r *relayed, s *site, warmQuery, host string) []hit {
+	t.Helper()
+	rc := dialRaw(t, browserWSVia(t, r))
+	session, _ := rc.newPage()
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?"+warmQuery)})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?n=3")})
+	return s.documents(host)
 }
 
 // TestClientVanishesWhileHeldChromium drops a client whose navigation the
@@ -352,11 +360,7 @@ func TestClientVanishesWhileHeldChromium(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	rc2 := dialRaw(t, browserWSVia(t, r))
-	session2, _ := rc2.newPage()
-	rc2.mustCall(session2, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?v2")})
-	rc2.mustCall(session2, "Page.navigate", map[string]any{"url": s.url("vanish.test", "/page?n=3")})
-	docs := s.documents("vanish.test")
+	docs := thirdFromANewClient(t, r, s, "v2", "vanish.test")
 	if len(docs) != 2 || docs[1].Query != "n=3" {
 		t.Fatalf("vanish.test got %v, want n=1 and n=3: the vanished client's page is gone", docs)
 	}
