@@ -52,8 +52,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				opts = append(opts, func(hd *hold.Holder) { hd.Intercept = hold.InterceptNavigate })
 			}
 			tp := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), holdtest.EveryPage(ways), opts...)
-			c := tp.Dial(t, "/", nil)
-			fc := fb.Accept(t)
+			c, fc := tp.Client(t)
 			var hc *fakebrowser.Conn
 			held := make(chan error, 1)
 			if mode == "fetch" {
@@ -91,8 +90,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			}
 			// The relay serves the restarted browser, and a.test keeps its schedule.
 			before := len(rec.Bookings())
-			c2 := tp.Dial(t, "/", nil)
-			fc2 := fb.Accept(t)
+			c2, fc2 := tp.Client(t)
 			if want := "/devtools/browser/0f0f0f0f-0000-4000-8000-00000000dead"; fc2.Path != want {
 				t.Errorf("new client reached %q, want %q", fc2.Path, want)
 			}

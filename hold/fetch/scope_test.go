@@ -35,8 +35,7 @@ func TestScope(t *testing.T) {
 		th.Lim.Reserve(host, time.Now()) // each host's next slot is an hour away
 	}
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	for _, page := range []string{"MINE", "OTHERS"} {
 		net.Send(fakebrowser.PageCreated(page, ""))
 	}
@@ -126,8 +125,7 @@ func TestScopeAttached(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
 	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
@@ -175,8 +173,7 @@ func TestFetchNeverPauses(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	fb.Holder(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	fc.Send(holdtest.AttachedTo("S1", "PAGE", "page"))
 	holdtest.ReadClient(t, c)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S1","method":"Page.navigate","params":{"url":"http://a.test/"}}`))
@@ -233,8 +230,7 @@ func TestSlowStoreDelaysNothingElse(t *testing.T) {
 				opts = append(opts, func(hd *hold.Holder) { hd.Intercept = hold.InterceptNavigate })
 			}
 			th := holdtest.Start(t, fb, holdtest.Fixed(time.Millisecond), holdtest.EveryPage(ways), opts...)
-			c := th.Dial(t, "/", nil)
-			fc := fb.Accept(t)
+			c, fc := th.Client(t)
 			start := time.Now()
 			if mode == "fetch" {
 				hc := fb.Holder(t)
@@ -273,8 +269,7 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	th.Lim.Reserve("a.test", time.Now())
 	hc := fb.Holder(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	fc.Next(t)
 	c.Close()
@@ -296,8 +291,7 @@ func TestScopeAttachedTwice(t *testing.T) {
 	var rec *holdtest.Recorder
 	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, holdtest.RecordBookings(&rec))
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
 	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
@@ -359,8 +353,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 		t.Errorf("another client's navigation paused %d times, want never", got[0].Pauses)
 	}
 
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
 	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))
@@ -398,8 +391,7 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	create := fc.Next(t)
 	net.Send(fakebrowser.PageCreated("OTHERS", ""))
@@ -433,8 +425,7 @@ func TestEventsOfTheClient(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	th := holdtest.Start(t, fb, holdtest.Fixed(10*time.Millisecond), ways)
 	net, pages := fb.Holder(t), fb.Pages(t)
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	for _, page := range []string{"READS", "READSNOT"} {
 		net.Send(fakebrowser.PageCreated(page, ""))
 	}
@@ -495,8 +486,7 @@ func TestNoBackup(t *testing.T) {
 	}
 	fb.Await(t, "net's Fetch off", func() bool { return !net.FetchOn })
 
-	c := th.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := th.Client(t)
 	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
 	holdtest.ReadClient(t, c)
 	net.Send(fakebrowser.PageCreated("MINE", ""))

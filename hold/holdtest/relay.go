@@ -74,6 +74,15 @@ func (r *Relay) Dial(t *testing.T, path string, hdr http.Header) *websocket.Conn
 	return c
 }
 
+// Client connects a client to the relay's root, as most clients connect,
+// and returns it with the browser's end of the connection the relay opened
+// for it.
+func (r *Relay) Client(t *testing.T) (*websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	c := r.Dial(t, "/", nil)
+	return c, r.fb.Accept(t)
+}
+
 func (r *Relay) close() {
 	r.Srv.Close()
 	r.mu.Lock()

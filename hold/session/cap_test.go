@@ -57,8 +57,7 @@ func TestCapSession(t *testing.T) {
 			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 			var pol *policy.Policy
 			tp := holdtest.Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, holdtest.Capped(holdtest.CapOne(0), &pol))
-			c := tp.Dial(t, "/", nil)
-			fc := fb.Accept(t)
+			c, fc := tp.Client(t)
 			fc.Send(holdtest.AttachedTo(S, F, "page"))
 			holdtest.OwnCommand(t, fc, "Fetch.enable", S)
 			holdtest.OwnCommand(t, fc, "Network.enable", S)
@@ -80,8 +79,7 @@ func TestCapSessionHolds(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var pol *policy.Policy
 	tp := holdtest.Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, holdtest.Capped(holdtest.CapOne(0), &pol))
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))
 	if m := fc.Next(t); m.Wire.Method != "Target.createTarget" {
 		t.Fatalf("browser got %s, want the createTarget", m.Data)

@@ -25,8 +25,7 @@ func TestSessionHoldFollowsLightpandaDepartures(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	const spacing, late = 100 * time.Millisecond, 250 * time.Millisecond
 	tp := holdtest.Start(t, fb, holdtest.Fixed(spacing), ways)
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	// Two pages: a page's next document ends the one before.
 	const S1, F1, S2, F2 = "SID-1", "FID-0000000001", "SID-2", "FID-0000000002"
 	for _, p := range [][2]string{{S1, F1}, {S2, F2}} {
@@ -88,8 +87,7 @@ func TestSessionHold(t *testing.T) {
 	if got := tp.Browser.Holding(); got != "session" {
 		t.Fatalf("navigations held by %q, want session for Lightpanda", got)
 	}
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	const S, F = "SID-1", "FID-0000000001"
 	marker := func(n int) []byte {
 		return fmt.Appendf(nil, `{"method":"Page.lifecycleEvent","params":{"name":"m%d"},"sessionId":%q}`, n, S)
@@ -174,8 +172,7 @@ func TestSessionHoldCreateTarget(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var rec *holdtest.Recorder
 	tp := holdtest.Start(t, fb, holdtest.Fixed(300*time.Millisecond), ways, holdtest.RecordBookings(&rec))
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	tp.Lim.Reserve("a.test", time.Now())
 	sent := time.Now()
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))

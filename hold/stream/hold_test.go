@@ -100,8 +100,7 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
 	tp := start(t, fb, limiter.Config{})
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	var busyAnswered time.Time
 	replay(t, c, fc, sess.Msgs, func(msg []byte) []byte {
@@ -116,16 +115,7 @@ func TestNavHoldReplaysChromiumSession(t *testing.T) {
 	tp.Holder.Holder.Wait() // the answers on their way to the limiter are in it
 	// a.test: navigate, reload, frames, /r, /r2, /busy (429, Retry-After 3);
 	// b.test: the redirect from /r and the new page; c.test: refused.
-	if got := tp.Lim.Len(); got != 3 {
-		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
-	}
-	now := time.Now()
-	if r := tp.Lim.Reserve("a.test", now); r.Start.Sub(busyAnswered) < 3*time.Second {
-		t.Errorf("next a.test slot %v after the 429, want at least its Retry-After 3s", r.Start.Sub(busyAnswered))
-	}
-	if r := tp.Lim.Reserve("c.test", now); r.Pressure < 5 {
-		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
-	}
+	holdtest.CheckRecorded(t, tp.Lim, busyAnswered, 0)
 }
 
 // TestNavHoldHolds sends commands to a relay holding navigations in the
@@ -278,8 +268,7 @@ func TestNavHoldDelay(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	msgs := []string{
 		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
 		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`,
@@ -323,8 +312,7 @@ func TestNavHoldKeepsOrder(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
 	tp.Lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
 	time.Sleep(50 * time.Millisecond) // booked, waiting
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
@@ -437,8 +425,7 @@ func attachedClient(t *testing.T, attached []byte) (*holdtest.Relay, *websocket.
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	fb.Hush()
 	tp := start(t, fb, limiter.Config{})
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
 	return tp, c, fc
 }
@@ -472,8 +459,7 @@ func TestNavHoldFindsWhereItGoes(t *testing.T) {
 	fb.Hush()
 	var rec *holdtest.Recorder
 	tp := start(t, fb, holdtest.Fixed(time.Millisecond), holdtest.RecordBookings(&rec))
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	fc.Send(holdtest.AttachedTo("PAGE-S", "PAGE", "page"))
 	fc.Send(holdtest.AttachedTo("IFRAME-S", "OOPIF", "iframe"))
 	holdtest.ReadClient(t, c)
@@ -551,8 +537,7 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			fb.Hush()
 			tp := start(t, fb, holdtest.Fixed(spacing))
-			c := tp.Dial(t, "/", nil)
-			fc := fb.Accept(t)
+			c, fc := tp.Client(t)
 			for i, s := range []string{"S1", "S2"} {
 				fc.Send(holdtest.AttachedTo(s, "P"+s[1:], "page"))
 				holdtest.ReadClient(t, c)

@@ -21,8 +21,7 @@ func TestStreamHoldRefusesDisallowed(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
 	tp := start(t, fb, limiter.Config{}, obey)
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/private/x"},"sessionId":"SID-1"}`))
 	_, data := holdtest.ReadClient(t, c)
 	got := string(data)
@@ -52,8 +51,7 @@ func TestStreamHoldDefers(t *testing.T) {
 	cfg := holdtest.Fixed(time.Minute)
 	cfg.MaxWait = 10 * time.Second
 	tp := start(t, fb, cfg)
-	c := tp.Dial(t, "/", nil)
-	fc := fb.Accept(t)
+	c, fc := tp.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`))
 	if m := fc.Next(t); !strings.Contains(string(m.Data), "/1") {
 		t.Fatalf("browser got %s, want the first navigation", m.Data)
