@@ -151,12 +151,6 @@ func loadPages(rc *rawClient, s *site, run string, i, loads int) error {
 	return nil
 }
 
-// metricOf reads one sample of a relay's /metrics at base.
-func metricOf(t *testing.T, base, name string) float64 {
-	t.Helper()
-	return (&relayProcess{url: base}).metric(t, name)
-}
-
 // TestAdmissionLightpanda: 100 clients at once, five loads each, through
 // one relay in front of four lightpanda serve processes (16 connections
 // each) with --queue 100: every client finishes, none is refused, and
@@ -175,7 +169,7 @@ func TestAdmissionLightpanda(t *testing.T) {
 			t.Fatalf("relay not ready:\n%s", l.logs.raw.String())
 		}
 		base := "http://" + l.listen
-		if got := metricOf(t, base, "cdp_throttle_clients_capacity"); got != capacity {
+		if got := metricAt(t, base, "cdp_throttle_clients_capacity"); got != capacity {
 			t.Fatalf("capacity in /metrics: %v, want %d (four Lightpandas of 16)", got, capacity)
 		}
 		var peakSeen atomic.Int64
@@ -205,8 +199,8 @@ func TestAdmissionLightpanda(t *testing.T) {
 		took := time.Since(began)
 		close(stop)
 		<-polled
-		peak := metricOf(t, base, "cdp_throttle_clients_connected_peak")
-		waited := metricOf(t, base, "cdp_throttle_client_wait_seconds_count")
+		peak := metricAt(t, base, "cdp_throttle_clients_connected_peak")
+		waited := metricAt(t, base, "cdp_throttle_client_wait_seconds_count")
 		if c.peak > capacity || peak > capacity || peakSeen.Load() > capacity {
 			t.Errorf("--queue %d: %d clients connected at once at the clients, %v in /metrics (peak), %d polled; want at most %d",
 				queue, c.peak, peak, peakSeen.Load(), capacity)

@@ -125,7 +125,7 @@ func TestOverloadHeader(t *testing.T) {
 				rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/status?code=200&hdr=cf-mitigated:challenge&run="+run)})
 				time.Sleep(300 * time.Millisecond) // the answer on its way to the limiter
 				pressure := hostPressure(t, r, host)
-				overloads := metricOf(t, r.url, `cdp_throttle_feedback_total{class="overload"}`)
+				overloads := metricAt(t, r.url, `cdp_throttle_feedback_total{class="overload"}`)
 				// Three more, one after another: the second and third are
 				// spaced by the pressure the challenge left.
 				for i := range 3 {

@@ -129,9 +129,9 @@ type chaosRelay struct {
 type vitals struct{ goroutines, fds, redis, rss, heap float64 }
 
 func (r *chaosRelay) vitals(t *testing.T) vitals {
-	redis := metricOf(t, r.base, "cdp_throttle_store_connections")
-	return vitals{metricOf(t, r.base, "go_goroutines"), metricOf(t, r.base, "process_open_fds") - redis, redis,
-		metricOf(t, r.base, "process_resident_memory_bytes"), metricOf(t, r.base, "go_memstats_heap_inuse_bytes")}
+	redis := metricAt(t, r.base, "cdp_throttle_store_connections")
+	return vitals{metricAt(t, r.base, "go_goroutines"), metricAt(t, r.base, "process_open_fds") - redis, redis,
+		metricAt(t, r.base, "process_resident_memory_bytes"), metricAt(t, r.base, "go_memstats_heap_inuse_bytes")}
 }
 
 // settled waits until the relays' goroutines and files stop falling (at
@@ -160,7 +160,7 @@ func settled(t *testing.T, relays []*chaosRelay) []vitals {
 
 // unheld compares what /metrics counts unheld with what the relay logged.
 func (r *chaosRelay) unheld(t *testing.T) (counted, logged int) {
-	counted = int(metricOf(t, r.base, `cdp_throttle_navigations_total{outcome="unheld"}`))
+	counted = int(metricAt(t, r.base, `cdp_throttle_navigations_total{outcome="unheld"}`))
 	r.l.logs.mu.Lock()
 	defer r.l.logs.mu.Unlock()
 	for _, m := range r.l.logs.lines {

@@ -199,7 +199,7 @@ func TestConcurrencyCap(t *testing.T) {
 		took := time.Since(start)
 		most := cs.mostInFlight()
 		docs := cs.slowDocs(run)
-		waits := metricOf(t, r.url, capWaits)
+		waits := metricAt(t, r.url, capWaits)
 		t.Logf("%s: %d documents, at most %d in flight at the server, %d navigations waited for a place, %.1fs", tc.name, len(docs), most, int(waits), took.Seconds())
 		if len(docs) != n {
 			t.Errorf("%s: the server saw %d documents, want %d", tc.name, len(docs), n)
@@ -287,7 +287,7 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 		most := cs.mostInFlight()
 		docs := cs.slowDocs(run)
 		t.Logf("Lightpanda, %s: %d documents, at most %d in flight at the server, %d navigations waited for a place, %.1fs",
-			tc.name, len(docs), most, int(metricOf(t, r.url, capWaits)), took.Seconds())
+			tc.name, len(docs), most, int(metricAt(t, r.url, capWaits)), took.Seconds())
 		if len(docs) != pages*each {
 			t.Errorf("%s: the server saw %d documents, want %d", tc.name, len(docs), pages*each)
 		}
@@ -376,7 +376,7 @@ func TestConcurrencyTwoRelaysOneRedis(t *testing.T) {
 	most := cs.mostInFlight()
 	docs := cs.slowDocs(run)
 	t.Logf("two relays on one Redis, cap 2: %d documents, at most %d in flight at the server, waits %d + %d, %.1fs",
-		len(docs), most, int(metricOf(t, a.url, capWaits)), int(metricOf(t, b.url, capWaits)), time.Since(start).Seconds())
+		len(docs), most, int(metricAt(t, a.url, capWaits)), int(metricAt(t, b.url, capWaits)), time.Since(start).Seconds())
 	if len(docs) != 2*n {
 		t.Errorf("the server saw %d documents, want %d", len(docs), 2*n)
 	}
@@ -393,14 +393,14 @@ func TestConcurrencyTwoRelaysOneRedis(t *testing.T) {
 // went at once: no wait for a place counted, and the server saw it soon.
 func probe(t *testing.T, r *relayed, cs *capSite, host string) {
 	t.Helper()
-	before := metricOf(t, r.url, capWaits)
+	before := metricAt(t, r.url, capWaits)
 	rc := dialRaw(t, browserWSVia(t, r))
 	session := openPage(t, rc)
 	marker := "probe-" + runID()
 	sent := time.Now()
 	rc.mustCall(session, "Page.navigate", map[string]any{"url": cs.url(host, "/page?leak="+marker)})
 	cs.arrived(t, marker)
-	if after := metricOf(t, r.url, capWaits); after != before {
+	if after := metricAt(t, r.url, capWaits); after != before {
 		t.Errorf("the next navigation of %s waited for a place (waits counted %v → %v)", host, before, after)
 	}
 	t.Logf("the next navigation of %s went at once: answered %.0fms after it was sent", host, ms(time.Since(sent)))
@@ -429,7 +429,7 @@ func TestConcurrencyNoLeak(t *testing.T) {
 	check := func(way, host string, start time.Time, before float64) {
 		t.Helper()
 		settles(t, r.url, host, 0, 5*time.Second)
-		waited := int(metricOf(t, r.url, capWaits) - before)
+		waited := int(metricAt(t, r.url, capWaits) - before)
 		rows = append(rows, row{way: way, waited: waited, took: time.Since(start)})
 		if waited != 0 {
 			t.Errorf("%s: %d of %d navigations, two at a time under a cap of 2, waited for a place: one was not given back", way, waited, n)
@@ -438,7 +438,7 @@ func TestConcurrencyNoLeak(t *testing.T) {
 	}
 	for _, way := range []string{"answer", "5xx", "reset", "close"} {
 		host := "leak-" + way + ".test"
-		before, start := metricOf(t, r.url, capWaits), time.Now()
+		before, start := metricAt(t, r.url, capWaits), time.Now()
 		runNode(t, 2*time.Minute, "pptr-leak.mjs", "CDP_URL="+r.url, "BASE="+cs.url(host, ""), "SEEN="+cs.seenURL(),
 			"WAY="+way, "N="+strconv.Itoa(n), "RUN="+runID())
 		check(way, host, start, before)
@@ -446,7 +446,7 @@ func TestConcurrencyNoLeak(t *testing.T) {
 	// The client leaves while the server has its navigation: two at a
 	// time, 25 times.
 	host := "leak-gone.test"
-	before, start := metricOf(t, r.url, capWaits), time.Now()
+	before, start := metricAt(t, r.url, capWaits), time.Now()
 	run := runID()
 	for round := range n / 2 {
 		var clients []*rawClient

@@ -315,8 +315,8 @@ const relayDeferredStatus = 429
 // none unheld; it returns the deferred count.
 func deferMetrics(t *testing.T, r *relayed, want int) int {
 	t.Helper()
-	deferred := int(metricOf(t, r.url, `cdp_throttle_navigations_total{outcome="deferred"}`))
-	unheld := metricOf(t, r.url, `cdp_throttle_navigations_total{outcome="unheld"}`)
+	deferred := int(metricAt(t, r.url, `cdp_throttle_navigations_total{outcome="deferred"}`))
+	unheld := metricAt(t, r.url, `cdp_throttle_navigations_total{outcome="unheld"}`)
 	if want >= 0 && deferred != want {
 		t.Errorf("/metrics: %d navigations deferred, want %d (the gotos the relay answered)", deferred, want)
 	}

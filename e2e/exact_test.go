@@ -294,5 +294,5 @@ func sitOnARequest(t *testing.T, s *remoteSite, mode hold.Intercept, upstream, h
 	}
 	checkGaps(t, host, gapsAfter(arrived, 1), spacing, slack)
 	t.Logf("waits for a departure let go past pace's bound: %v; late departures: %s",
-		metricOf(t, r.url, "cdp_throttle_departure_waits_expired_total"), pushedOf(t, r))
+		metricAt(t, r.url, "cdp_throttle_departure_waits_expired_total"), pushedOf(t, r))
 }

@@ -116,12 +116,12 @@ func TestFeedback503(t *testing.T) {
 		t.Errorf("after a 503, %d gaps took %v, want %d × %v (pressure over 50)", n, busy, n, least)
 	}
 
-	pushedBefore := metricOf(t, r.url, "cdp_throttle_schedule_pushed_seconds_total")
+	pushedBefore := metricAt(t, r.url, "cdp_throttle_schedule_pushed_seconds_total")
 	held, calm := after("calm.test", 200)
 	// A navigation that left the busy browser late moved the ones after
 	// it by as much (the site sees the spacing): that is the relay's to
 	// add, not a pressure.
-	pushed := time.Duration((metricOf(t, r.url, "cdp_throttle_schedule_pushed_seconds_total") - pushedBefore) * float64(time.Second))
+	pushed := time.Duration((metricAt(t, r.url, "cdp_throttle_schedule_pushed_seconds_total") - pushedBefore) * float64(time.Second))
 	for _, b := range held {
 		if b.spacing != 20*time.Millisecond {
 			t.Errorf("after a 200, a navigation spaced the host by %v (pressure %d), want 20ms (pressure under 10)", b.spacing, b.pressure)

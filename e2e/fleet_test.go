@@ -355,7 +355,7 @@ func TestClusterNodeDown(t *testing.T) {
 		// Each navigation to the dead node's host books there once, and
 		// may push its schedule once (a late departure: Lightpanda's are
 		// followed), each a fallback.
-		if f := metricOf(t, "http://"+l.listen, "cdp_throttle_store_fallbacks_total"); f < perRelay || f > 2*perRelay+2 {
+		if f := metricAt(t, "http://"+l.listen, "cdp_throttle_store_fallbacks_total"); f < perRelay || f > 2*perRelay+2 {
 			t.Errorf("relay %d: %v store fallbacks, want %d to %d (its navigations to %s only, and their pushes)", i+1, f, perRelay, 2*perRelay, deadHost)
 		}
 	}

@@ -145,7 +145,7 @@ func TestLightpandaManyOneSchedule(t *testing.T) {
 	var pushed time.Duration
 	viaRelay := func() hammered {
 		h := hammer(t, s, host, n, endpoints)
-		pushed = time.Duration(metricOf(t, "http://"+l.listen, "cdp_throttle_schedule_pushed_seconds_total") * float64(time.Second))
+		pushed = time.Duration(metricAt(t, "http://"+l.listen, "cdp_throttle_schedule_pushed_seconds_total") * float64(time.Second))
 		// Each client had a Lightpanda of its own.
 		body, _ := httpGet("http://" + l.listen + "/healthz")
 		var health struct {

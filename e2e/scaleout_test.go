@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,16 +103,7 @@ func startRelayBinary(t *testing.T, bin string, args ...string) *relayProcess {
 // metric reads one sample of the relay's /metrics.
 func (rp *relayProcess) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	body, err := httpGet(rp.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
-	return v
+	return metricAt(t, rp.url, name)
 }
 
 // alternate navigates n times to host, back to back, alternating between

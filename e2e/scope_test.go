@@ -143,8 +143,8 @@ func countBelow(gaps []time.Duration, d time.Duration) int {
 func navCounts(t *testing.T, r *relayed) (booked, foreign int) {
 	t.Helper()
 	const name = `cdp_throttle_navigations_total{outcome="%s"}`
-	booked = int(metricOf(t, r.url, fmt.Sprintf(name, "passed")) + metricOf(t, r.url, fmt.Sprintf(name, "delayed")))
-	return booked, int(metricOf(t, r.url, fmt.Sprintf(name, "foreign")))
+	booked = int(metricAt(t, r.url, fmt.Sprintf(name, "passed")) + metricAt(t, r.url, fmt.Sprintf(name, "delayed")))
+	return booked, int(metricAt(t, r.url, fmt.Sprintf(name, "foreign")))
 }
 
 // redisStore makes a relay book in Redis at url.
