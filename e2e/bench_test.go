@@ -105,13 +105,20 @@ func puppeteerLoop(b *testing.B, direct string, n int) {
 				got[name] = append(got[name], sum[name]/(blocks*loops))
 			}
 		}
-		b.Logf("load average %s; ms per loop, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
-		b.ReportMetric(median(got["direct"]), "direct-ms/loop")
-		b.ReportMetric(median(got["floor"]), "floor-ms/loop")
-		b.ReportMetric(median(got["relay"]), "relay-ms/loop")
-		b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
-		b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
+		reportRounds(b, got, "ms per loop", "ms/loop")
 	}
+}
+
+// reportRounds logs the rounds of direct, floor and relay, in what (for
+// the log) and unit (for the metrics), and reports each one's median and
+// the medians of relay ÷ floor and relay ÷ direct.
+func reportRounds(b *testing.B, got map[string][]float64, what, unit string) {
+	b.Logf("load average %s; %s, direct / floor / relay, by round: %s", loadAverage(), what, triples(got["direct"], got["floor"], got["relay"]))
+	for _, name := range []string{"direct", "floor", "relay"} {
+		b.ReportMetric(median(got[name]), name+"-"+unit)
+	}
+	b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
+	b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
 }
 
 // loadAverage is the machine's 1-minute load average, for the log.
@@ -184,12 +191,7 @@ func fleet(b *testing.B, urls map[string]string, clients, n int) {
 	for range b.N {
 		run("direct") // warm up
 		got := rounds(5, []string{"direct", "floor", "relay"}, run)
-		b.Logf("load average %s; loops/s, direct / floor / relay, by round: %s", loadAverage(), triples(got["direct"], got["floor"], got["relay"]))
-		b.ReportMetric(median(got["direct"]), "direct-loops/s")
-		b.ReportMetric(median(got["floor"]), "floor-loops/s")
-		b.ReportMetric(median(got["relay"]), "relay-loops/s")
-		b.ReportMetric(median(ratios(got["relay"], got["floor"])), "relay/floor")
-		b.ReportMetric(median(ratios(got["relay"], got["direct"])), "relay/direct")
+		reportRounds(b, got, "loops/s", "loops/s")
 	}
 }
 
