@@ -182,13 +182,7 @@ func TestRobotsObey(t *testing.T) {
 func TestRobotsObeyLightpanda(t *testing.T) {
 	steps := []string{"goto-private", "goto-public", "click", "redirect"}
 	t.Run("relay", func(t *testing.T) {
-		lp := startLightpanda(t)
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
-		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
-		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
-		t.Logf("steps: %s", out)
-		got := map[string]string{}
-		json.Unmarshal(out, &got)
+		r, s, got := robotsOnLightpanda(t, "obey", steps)
 		if got["goto-public"] != "ok" || !seen(s, "/public/x") {
 			t.Errorf("goto-public: got %q, want ok", got["goto-public"])
 		}
@@ -212,13 +206,7 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 		}
 	})
 	t.Run("crawl-delay", func(t *testing.T) {
-		lp := startLightpanda(t)
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
-		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
-		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
-		t.Logf("steps: %s", out)
-		got := map[string]string{}
-		json.Unmarshal(out, &got)
+		_, s, got := robotsOnLightpanda(t, "crawl-delay", steps)
 		allLoaded(t, s, got, steps)
 	})
 	t.Run("lightpanda --obey-robots directly", func(t *testing.T) {
@@ -230,6 +218,22 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 			t.Logf("the site saw %s: %v", path, seen(s, path))
 		}
 	})
+}
+
+// robotsOnLightpanda serves a site whose robots.txt disallows /private/
+// and runs js/pptr-robots.mjs's steps on Lightpanda through a relay with
+// --robots mode; it returns the relay, the site and what each step ended
+// with.
+func robotsOnLightpanda(t *testing.T, mode string, steps []string) (*relayed, *site, map[string]string) {
+	t.Helper()
+	lp := startLightpanda(t)
+	s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+	r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: mode}))
+	out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
+	t.Logf("steps: %s", out)
+	got := map[string]string{}
+	json.Unmarshal(out, &got)
+	return r, s, got
 }
 
 // robotsOnPage opens the relay's page in a browser of its own, as a user
