@@ -201,17 +201,8 @@ func TestConcurrencyCap(t *testing.T) {
 		docs := cs.slowDocs(run)
 		waits := metricAt(t, r.url, capWaits)
 		t.Logf("%s: %d documents, at most %d in flight at the server, %d navigations waited for a place, %.1fs", tc.name, len(docs), most, int(waits), took.Seconds())
-		if len(docs) != n {
-			t.Errorf("%s: the server saw %d documents, want %d", tc.name, len(docs), n)
-		}
-		if tc.flags.Concurrency == "" {
-			if most <= 2 {
-				t.Errorf("no cap: at most %d documents in flight at the server, want more than 2 (eight pages at once)", most)
-			}
+		if !checkInFlight(t, tc.name, tc.flags.Concurrency != "", len(docs), n, most) {
 			continue
-		}
-		if most > 2 {
-			t.Errorf("--http-nav-concurrency 2: the server had %d documents in flight at once", most)
 		}
 		if waits == 0 {
 			t.Errorf("--http-nav-concurrency 2: /metrics counts no navigation that waited for a place")
@@ -224,6 +215,27 @@ func TestConcurrencyCap(t *testing.T) {
 			t.Errorf("no warning that the cap held cap.test")
 		}
 	}
+}
+
+// checkInFlight checks a run of eight pages at once against a server
+// with slow answers: all want documents arrived, more than two of them in
+// flight at once without a cap, and at most two with
+// --http-nav-concurrency 2 (capped). It returns capped.
+func checkInFlight(t *testing.T, name string, capped bool, docs, want, most int) bool {
+	t.Helper()
+	if docs != want {
+		t.Errorf("%s: the server saw %d documents, want %d", name, docs, want)
+	}
+	if !capped {
+		if most <= 2 {
+			t.Errorf("no cap: at most %d documents in flight at the server, want more than 2 (eight pages at once)", most)
+		}
+		return false
+	}
+	if most > 2 {
+		t.Errorf("--http-nav-concurrency 2: the server had %d documents in flight at once", most)
+	}
+	return true
 }
 
 // openPage creates a page in a browser context of its own, disposed when
@@ -288,17 +300,8 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 		docs := cs.slowDocs(run)
 		t.Logf("Lightpanda, %s: %d documents, at most %d in flight at the server, %d navigations waited for a place, %.1fs",
 			tc.name, len(docs), most, int(metricAt(t, r.url, capWaits)), took.Seconds())
-		if len(docs) != pages*each {
-			t.Errorf("%s: the server saw %d documents, want %d", tc.name, len(docs), pages*each)
-		}
-		if tc.flags.Concurrency == "" {
-			if most <= 2 {
-				t.Errorf("no cap: at most %d documents in flight at the server, want more than 2", most)
-			}
+		if !checkInFlight(t, tc.name, tc.flags.Concurrency != "", len(docs), pages*each, most) {
 			continue
-		}
-		if most > 2 {
-			t.Errorf("--http-nav-concurrency 2: the server had %d documents in flight at once", most)
 		}
 		settles(t, r.url, lpHost, 0, 5*time.Second)
 		// A client that leaves with its navigations in flight gives
