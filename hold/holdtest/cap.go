@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -28,6 +31,23 @@ func Capped(cfg policy.Config, pol **policy.Policy) func(*hold.Holder) {
 		*pol = policy.New(cfg, limiter.New(cfg.Default))
 		hd.Limiter = *pol
 	}
+}
+
+// StartCapped starts a relay in front of a new Lightpanda-like fake
+// browser, holding with ways (opts adjust the Holder) and booking through
+// a policy that caps every host at 1 navigation in flight, with no
+// spacing (CapOne(0)), and connects a client: the start of the tests of
+// the cap held in the clients' connections (the session and stream
+// ways). It returns the policy, the client, and the browser's end of its
+// connection.
+func StartCapped(t *testing.T, ways hold.Ways, opts ...func(*hold.Holder)) (*policy.Policy, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
+	var pol *policy.Policy
+	tp := Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, append([]func(*hold.Holder){Capped(CapOne(0), &pol)}, opts...)...)
+	c, fc := tp.Client(t)
+	return pol, c, fc
 }
 
 // HostOf returns host's state as pol shows it (Busiest, among the 100

@@ -15,8 +15,6 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
-	"github.com/cdp-throttle/cdp-throttle/limiter"
-	"github.com/cdp-throttle/cdp-throttle/policy"
 )
 
 // TestCapSession: through each client's page session (Lightpanda), every
@@ -53,15 +51,8 @@ func TestCapSession(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-			var pol *policy.Policy
-			tp := holdtest.Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, holdtest.Capped(holdtest.CapOne(0), &pol))
-			c, fc := tp.Client(t)
-			fc.Send(holdtest.AttachedTo(S, F, "page"))
-			holdtest.OwnCommand(t, fc, "Fetch.enable", S)
-			holdtest.OwnCommand(t, fc, "Network.enable", S)
-			holdtest.ReadClient(t, c)
+			pol, c, fc := holdtest.StartCapped(t, ways)
+			attach(t, fc, c, S, F)
 			fc.Send(doc(1))
 			holdtest.ContinuedOwn(t, fc, "INT-1")
 			holdtest.AwaitInFlight(t, pol, "a.test", 1)
@@ -75,28 +66,18 @@ func TestCapSession(t *testing.T) {
 // cap waits until the one in flight is answered; a held createTarget's
 // place passes to its page's document.
 func TestCapSessionHolds(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	var pol *policy.Policy
-	tp := holdtest.Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, holdtest.Capped(holdtest.CapOne(0), &pol))
-	c, fc := tp.Client(t)
+	pol, c, fc := holdtest.StartCapped(t, ways)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))
 	if m := fc.Next(t); m.Wire.Method != "Target.createTarget" {
 		t.Fatalf("browser got %s, want the createTarget", m.Data)
 	}
 	holdtest.AwaitInFlight(t, pol, "a.test", 1)
-	fc.Send(holdtest.AttachedTo("SID-1", "FID-1", "page"))
-	holdtest.OwnCommand(t, fc, "Fetch.enable", "SID-1")
-	holdtest.OwnCommand(t, fc, "Network.enable", "SID-1")
-	holdtest.ReadClient(t, c)
+	attach(t, fc, c, "SID-1", "FID-1")
 	fc.Send(holdtest.Paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
 	holdtest.ContinuedOwn(t, fc, "INT-1") // the createTarget's page: its place already
 	holdtest.AwaitInFlight(t, pol, "a.test", 1)
 	// Another page's document waits for that place.
-	fc.Send(holdtest.AttachedTo("SID-2", "FID-2", "page"))
-	holdtest.OwnCommand(t, fc, "Fetch.enable", "SID-2")
-	holdtest.OwnCommand(t, fc, "Network.enable", "SID-2")
-	holdtest.ReadClient(t, c)
+	attach(t, fc, c, "SID-2", "FID-2")
 	fc.Send(holdtest.Paused("SID-2", "INT-2", "REQ-2", "FID-2", "Document", "http://a.test/2"))
 	if fc.GotWithin(300 * time.Millisecond) {
 		t.Fatalf("browser got %s while a.test had a navigation in flight, cap 1", fc.Next(t).Data)

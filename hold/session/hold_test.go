@@ -8,9 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
-	"github.com/cdp-throttle/cdp-throttle/hold/stream"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
@@ -29,10 +27,7 @@ func TestSessionHoldFollowsLightpandaDepartures(t *testing.T) {
 	// Two pages: a page's next document ends the one before.
 	const S1, F1, S2, F2 = "SID-1", "FID-0000000001", "SID-2", "FID-0000000002"
 	for _, p := range [][2]string{{S1, F1}, {S2, F2}} {
-		fc.Send(holdtest.AttachedTo(p[0], p[1], "page"))
-		holdtest.OwnCommand(t, fc, "Fetch.enable", p[0])
-		holdtest.OwnCommand(t, fc, "Network.enable", p[0])
-		holdtest.ReadClient(t, c)
+		attach(t, fc, c, p[0], p[1])
 	}
 
 	// The relay's own continue: a document held for its slot, which
@@ -179,17 +174,10 @@ func TestSessionHoldCreateTarget(t *testing.T) {
 	if m := fc.Next(t); m.At.Sub(sent) < 250*time.Millisecond || m.Wire.Method != "Target.createTarget" {
 		t.Errorf("browser got %s %v after it was sent, want the command after its 300ms slot", m.Data, m.At.Sub(sent))
 	}
-	fc.Send(holdtest.AttachedTo("SID-1", "FID-1", "page"))
-	holdtest.OwnCommand(t, fc, "Fetch.enable", "SID-1")
-	holdtest.OwnCommand(t, fc, "Network.enable", "SID-1")
-	holdtest.ReadClient(t, c)
+	attach(t, fc, c, "SID-1", "FID-1")
 	fc.Send(holdtest.Paused("SID-1", "INT-1", "REQ-1", "FID-1", "Document", "http://a.test/"))
 	holdtest.ContinuedOwn(t, fc, "INT-1")
 	if n := len(rec.Bookings()); n != 1 {
 		t.Errorf("%d bookings, want 1", n)
 	}
 }
-
-// ways are the ways of holding the session way's tests hold with: the
-// session way, and the stream one it falls over to.
-var ways = hold.Ways{Session: New, Stream: stream.New}

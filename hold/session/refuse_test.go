@@ -24,10 +24,7 @@ func TestSessionHoldRefusesDisallowed(t *testing.T) {
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
 	tp := holdtest.Start(t, fb, limiter.Config{}, ways, obey)
 	c, fc := tp.Client(t)
-	fc.Send(holdtest.AttachedTo(S, F, "page"))
-	holdtest.OwnCommand(t, fc, "Fetch.enable", S)
-	holdtest.OwnCommand(t, fc, "Network.enable", S)
-	holdtest.ReadClient(t, c)
+	attach(t, fc, c, S, F)
 
 	failedOwn := func(id string) {
 		t.Helper()

@@ -14,23 +14,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
-	"github.com/cdp-throttle/cdp-throttle/limiter"
-	"github.com/cdp-throttle/cdp-throttle/policy"
 )
-
-// cappedInStream starts a relay for fb that holds navigations in the
-// client streams (hold.InterceptNavigate), every host capped at 1 in
-// flight by pol.
-func cappedInStream(t *testing.T, fb *fakebrowser.Browser) (*holdtest.Relay, *policy.Policy) {
-	t.Helper()
-	var pol *policy.Policy
-	tp := holdtest.Start(t, fb, limiter.Config{Mode: limiter.Off}, hold.Ways{Stream: New},
-		holdtest.Capped(holdtest.CapOne(0), &pol), func(hd *hold.Holder) { hd.Intercept = hold.InterceptNavigate })
-	return tp, pol
-}
 
 // TestCapStream: held in the client stream, a navigation command waits for
 // a place; its place goes back with the answer in the client's Network
@@ -62,10 +48,7 @@ func TestCapStream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-			tp, pol := cappedInStream(t, fb)
-			c, fc := tp.Client(t)
+			pol, c, fc := holdtest.StartCapped(t, ways, inStream)
 			holdtest.WriteClient(t, c, websocket.TextMessage, navigate(1, "http://a.test/"))
 			fc.Next(t)
 			holdtest.AwaitInFlight(t, pol, "a.test", 1)
@@ -75,10 +58,7 @@ func TestCapStream(t *testing.T) {
 	}
 	// Over the cap, a navigation command of another session waits.
 	t.Run("holds", func(t *testing.T) {
-		fakebrowser.CheckLeaks(t)
-		fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-		tp, _ := cappedInStream(t, fb)
-		c, fc := tp.Client(t)
+		_, c, fc := holdtest.StartCapped(t, ways, inStream)
 		holdtest.WriteClient(t, c, websocket.TextMessage, navigate(1, "http://a.test/"))
 		fc.Next(t)
 		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`))
