@@ -58,30 +58,51 @@ func BenchmarkCrawl(b *testing.B) {
 	names := strings.Split(envOr("CRAWL_RUNS", "floor,off,hold"), ",")
 	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
 	clients, loads := envOr("CRAWL_CLIENTS", "100"), envOr("CRAWL_LOADS", "5")
-	bin := os.Getenv("CRAWL_BIN")
-	if bin == "" {
-		bin = buildBinary(b)
-	}
+	bin := crawlBinary(b)
 	s := startSiteProcess(b, "-")
 	if os.Getenv("CRAWL_WARMUP") == "1" {
 		cr := crawlOnce(b, bin, "floor", crawlPage(s, 0, "warmup"), clients, loads)
 		fmt.Fprintf(os.Stderr, "warm-up floor wall %6.1f s (not reported)\n", cr.wall.Seconds())
 	}
 	for range b.N {
-		got := map[string][]crawlRun{}
-		for r := range rounds {
-			for k := range names {
-				name := names[(r+k)%len(names)]
-				cr := crawlOnce(b, bin, name, crawlPage(s, r+1, name), clients, loads)
-				site := checkSite(b, name, siteArrivals(b, s, r+1, name), cr)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s  %s\n", r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byTypeString(cr.byType), site)
-				b.Logf("round %d %-12s wall %6.1f s  chromium %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
-				got[name] = append(got[name], cr)
-			}
-		}
-		reportCrawl(b, names, got, "chromium")
+		crawlRounds(b, s, names, rounds, "chromium", func(name, page string) crawlRun {
+			return crawlOnce(b, bin, name, page, clients, loads)
+		})
 	}
+}
+
+// crawlBinary is CRAWL_BIN, a build of the relay of one's own, or else
+// the tree's.
+func crawlBinary(b *testing.B) string {
+	if bin := os.Getenv("CRAWL_BIN"); bin != "" {
+		return bin
+	}
+	return buildBinary(b)
+}
+
+// crawlRounds crawls s through each of names once per round, in an order
+// that turns with the round (once crawls page through name), logs each
+// run with what the site saw of it, and reports them all; browser names
+// the browser's CPU.
+func crawlRounds(b *testing.B, s *remoteSite, names []string, rounds int, browser string, once func(name, page string) crawlRun) {
+	got := map[string][]crawlRun{}
+	for r := range rounds {
+		for k := range names {
+			name := names[(r+k)%len(names)]
+			cr := once(name, crawlPage(s, r+1, name))
+			site := checkSite(b, name, siteArrivals(b, s, r+1, name), cr)
+			byType := ""
+			if cr.byType != nil {
+				byType = "  " + byTypeString(cr.byType)
+			}
+			fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  %s %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d%s  %s\n",
+				r+1, name, cr.wall.Seconds(), browser, cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, byType, site)
+			b.Logf("round %d %-12s wall %6.1f s  %s %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
+				r+1, name, cr.wall.Seconds(), browser, cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
+			got[name] = append(got[name], cr)
+		}
+	}
+	reportCrawl(b, names, got, browser)
 }
 
 // reportCrawl reports each run's medians over the rounds in got, and each

@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,27 +32,13 @@ func BenchmarkCrawlLightpanda(b *testing.B) {
 	serves, _ := strconv.Atoi(envOr("CRAWL_SERVES", "4"))
 	perServe, _ := strconv.Atoi(envOr("CRAWL_CLIENTS", "16"))
 	loads := envOr("CRAWL_LOADS", "5")
-	bin := os.Getenv("CRAWL_BIN")
-	if bin == "" {
-		bin = buildBinary(b)
-	}
+	bin := crawlBinary(b)
 	lp := lightpandaBin(b)
 	s := startSiteProcess(b, "-")
 	for range b.N {
-		got := map[string][]crawlRun{}
-		for r := range rounds {
-			for k := range names {
-				name := names[(r+k)%len(names)]
-				cr := crawlLightpandaOnce(b, lp, bin, name, crawlPage(s, r+1, name), serves, perServe, loads)
-				site := checkSite(b, name, siteArrivals(b, s, r+1, name), cr)
-				fmt.Fprintf(os.Stderr, "round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  %s\n",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, site)
-				b.Logf("round %d %-12s wall %6.1f s  lightpanda %6.1f s  proxy %5.2f s  loads %d  failed %d  unheld %d  load avg %s  %s",
-					r+1, name, cr.wall.Seconds(), cr.browser.Seconds(), cr.proxy.Seconds(), cr.ok, cr.failed, cr.unheld, loadAverage(), site)
-				got[name] = append(got[name], cr)
-			}
-		}
-		reportCrawl(b, names, got, "lightpanda")
+		crawlRounds(b, s, names, rounds, "lightpanda", func(name, page string) crawlRun {
+			return crawlLightpandaOnce(b, lp, bin, name, page, serves, perServe, loads)
+		})
 	}
 }
 
