@@ -108,24 +108,10 @@ type booking struct {
 // they were booked.
 func heldBookings(r *relayed, host string) []booking {
 	var out []booking
-	for _, line := range strings.Split(r.logs.String(), "\n") {
-		var l struct {
-			Message, Host string
-			Delay         float64 `json:"delay_ms"`
-			Spacing       float64 `json:"spacing_ms"`
-			Pressure      int
-			AtNs          int64 `json:"at_ns"`
+	for _, b := range bookings(r, host) {
+		if !b.atOnce {
+			out = append(out, b)
 		}
-		if json.Unmarshal([]byte(line), &l) != nil || l.Message != "navigation held" || l.Host != host {
-			continue
-		}
-		at := time.Unix(0, l.AtNs)
-		out = append(out, booking{
-			at:       at,
-			release:  at.Add(time.Duration(l.Delay * float64(time.Millisecond))),
-			spacing:  time.Duration(l.Spacing * float64(time.Millisecond)),
-			pressure: l.Pressure,
-		})
 	}
 	return out
 }
@@ -139,14 +125,22 @@ func bookings(r *relayed, host string) []booking {
 		var l struct {
 			Message, Host string
 			Delay         float64 `json:"delay_ms"`
-			AtNs          int64   `json:"at_ns"`
+			Spacing       float64 `json:"spacing_ms"`
+			Pressure      int
+			AtNs          int64 `json:"at_ns"`
 		}
 		if json.Unmarshal([]byte(line), &l) != nil || l.Host != host ||
 			(l.Message != "navigation held" && l.Message != "navigation goes at once") {
 			continue
 		}
 		at := time.Unix(0, l.AtNs)
-		out = append(out, booking{at: at, release: at.Add(time.Duration(l.Delay * float64(time.Millisecond))), atOnce: l.Message == "navigation goes at once"})
+		out = append(out, booking{
+			at:       at,
+			release:  at.Add(time.Duration(l.Delay * float64(time.Millisecond))),
+			spacing:  time.Duration(l.Spacing * float64(time.Millisecond)),
+			pressure: l.Pressure,
+			atOnce:   l.Message == "navigation goes at once",
+		})
 	}
 	return out
 }
