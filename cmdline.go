@@ -2,176 +2,99 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
-	"regexp"
-	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
-	"github.com/xrash/smetrics"
+
+	"github.com/cdp-throttle/cdp-throttle/demo"
+	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
+	"github.com/cdp-throttle/cdp-throttle/simulate"
 )
-
-// How the command line reads args, besides what urfave/cli does: a
-// browser command comes only after --, so that a typo of a command
-// (simulat) or a stray word is an unknown command, not a browser the relay
-// tries to start; and every parse error says, on one line, which flag, with
-// two dashes, and where to look.
-
-// browserKey is where runApp leaves the browser command for the relay, in
-// the app's Metadata.
-const browserKey = "browser command"
 
 // run runs the command line args (args[0] is the program name) until it is
-// done or ctx is cancelled.
+// done or ctx is cancelled: the relay (its flags in flags.go, its run in
+// run.go), simulate, demo or version. How a command line is read, its
+// errors explained and a browser command after -- set apart, is package
+// cmdline's.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runApp(ctx, newApp(stdout, stderr), args)
+	return cmdline.Run(ctx, newApp(stdout, stderr), args)
 }
 
-// runApp runs app on args. What follows the first -- is the browser
-// command: urfave/cli never sees it, so nothing before -- can be taken for
-// one.
-func runApp(ctx context.Context, app *cli.App, args []string) error {
-	var browser []string
-	if i := slices.Index(args, "--"); i > 0 {
-		args, browser = args[:i], args[i+1:]
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:  "cdp-throttle",
+		Usage: "a CDP relay that spaces out top-level navigations per host, with the rate limiter designed for Lightpanda",
+		UsageText: "cdp-throttle [flags]                             relay to the browser at --upstream\n" +
+			"cdp-throttle [flags] -- BROWSER COMMAND [ARGS]   start the browser, relay to it, stop it on exit\n" +
+			"cdp-throttle simulate [flags]                    replay the limiter on a simulated clock\n" +
+			"cdp-throttle demo [flags]                        measure it through a real Chromium or Lightpanda\n" +
+			"cdp-throttle version                             print the version\n" +
+			"cdp-throttle help [COMMAND]                      print this, or a command's help",
+		Version:               version(),
+		CustomAppHelpTemplate: appHelp,
+		Writer:                stdout,
+		ErrWriter:             stderr,
+		Flags:                 cmdline.OneWay(append(cmdline.LimiterFlags(cmdline.Env), append(relayFlags(), logFlags(stderr)...)...)),
+		Action: func(c *cli.Context) error {
+			cfg, err := relayConfigFrom(c, stderr)
+			if err != nil {
+				return err
+			}
+			return runRelay(c.Context, cfg)
+		},
+		Commands: []*cli.Command{
+			simulate.Command(stdout),
+			demo.Command(stdout, stderr),
+			{
+				Name:      "version",
+				Usage:     "print the version (as --version does)",
+				UsageText: "cdp-throttle version",
+				Action: func(c *cli.Context) error {
+					if err := cmdline.NoArgs(c); err != nil {
+						return err
+					}
+					cli.ShowVersion(c)
+					return nil
+				},
+			},
+		},
+		OnUsageError:   cmdline.OnUsage,
+		Suggest:        true,                         // for help TOPIC; run explains the other mistakes itself
+		ExitErrHandler: func(*cli.Context, error) {}, // run returns errors; only main exits
 	}
-	app.Metadata = map[string]any{browserKey: browser}
-	return app.RunContext(ctx, args)
 }
 
-// browserCommand is what came after --, nil when nothing did.
-func browserCommand(c *cli.Context) []string {
-	cmd, _ := c.App.Metadata[browserKey].([]string)
-	return cmd
-}
+const appHelp = `{{template "helpNameTemplate" .}}
 
-// exitCode is the process's exit status for what run returned: 0, 2 for a
-// bad command line (urfave/cli's help command returns an ExitCoder for a
-// topic it does not know), 1 for anything else.
-func exitCode(err error) int {
-	var ue usageError
-	var ec cli.ExitCoder
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ue), errors.As(err, &ec):
-		return 2
-	}
-	return 1
-}
+USAGE:
+   {{wrap .UsageText 3}}{{if .Version}}
 
-// noArgs refuses arguments to a command that takes none, and a browser
-// command after -- to one that starts no relay.
-func noArgs(c *cli.Context) error {
-	if c.Args().Present() {
-		return usagef("%s takes no arguments, got %q (see %s --help)", c.Command.Name, c.Args().First(), c.Command.HelpName)
-	}
-	if cmd := browserCommand(c); len(cmd) > 0 {
-		return usagef("%s starts no browser, got -- %s (a browser command goes after the relay's flags: cdp-throttle [flags] -- BROWSER ...)", c.Command.Name, strings.Join(cmd, " "))
-	}
-	return nil
-}
+VERSION:
+   {{.Version}}{{end}}
 
-// unknownCommand is the error for a word where the relay takes flags: a
-// command misspelt, or a browser command without the -- before it.
-func unknownCommand(c *cli.Context) error {
-	word := c.Args().First()
-	var names []string
-	for _, cmd := range c.App.VisibleCommands() {
-		names = append(names, cmd.Name)
-	}
-	fix := "the commands are " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
-	if near := nearest(word, names); near != "" {
-		fix = "did you mean " + near + "?"
-	}
-	more := ""
-	if c.Args().Len() > 1 {
-		more = " ..."
-	}
-	return usagef("unknown command %q (%s); to start a browser, put its command after --: cdp-throttle [flags] -- %s%s", word, fix, word, more)
-}
+COMMANDS:{{template "visibleCommandCategoryTemplate" .}}
 
-// Go's flag package's errors, which urfave/cli passes on.
-var (
-	undefinedFlag = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
-	missingValue  = regexp.MustCompile(`^flag needs an argument: -+(.+)$`)
-	invalidValue  = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-+([^:]+): `)
-	invalidEnv    = regexp.MustCompile(`^could not parse (".*") (?:as [a-z0-9 ]+ value )?from environment variable "([^"]+)" (?:as value )?for flag ([^:]+): `)
-)
+OPTIONS:{{template "visibleFlagCategoryTemplate" .}}
+   Every flag also reads an environment variable: --http-nav-delay reads
+   CDP_THROTTLE_HTTP_NAV_DELAY, --listen CDP_THROTTLE_LISTEN, and so on.
+   Each flag in full: docs/flags.md.
 
-// explain rewrites a parse error of urfave/cli (Go's flag package's words)
-// as one line naming the flag with two dashes and where to look.
-func explain(c *cli.Context, err error) error {
-	help := "see " + c.Command.HelpName + " --help"
-	msg := err.Error()
-	if m := undefinedFlag.FindStringSubmatch(msg); m != nil {
-		var names []string
-		for _, f := range c.Command.VisibleFlags() {
-			names = append(names, f.Names()...)
-		}
-		if near := nearest(m[1], names); near != "" {
-			return fmt.Errorf("unknown flag --%s: did you mean --%s? (%s)", m[1], near, help)
-		}
-		return fmt.Errorf("unknown flag --%s (%s)", m[1], help)
-	}
-	if m := missingValue.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("--%s needs a value (%s)", m[1], help)
-	}
-	if m := invalidValue.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("--%s %s: %s (%s)", m[2], m[1], wantFor(c, m[2]), help)
-	}
-	if m := invalidEnv.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("%s=%s (--%s): %s", m[2], m[1], m[3], wantFor(c, m[3]))
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return fmt.Errorf("%v (%s)", err, help)
-}
+ENDPOINTS (on the --listen address):
+   /json/version, /json/list, /json/new, /devtools/...   the browser's, as Chrome serves them: point clients here
+   /                                                     the relay's own page: each host being spaced, live (open it in a browser)
+   /hosts?n=50                                           the busiest hosts: pressure, spacing, next free slot, rule (JSON)
+   /status, /healthz, /metrics                           the page's data, 200 while a browser answers, Prometheus metrics
 
-// wantFor says what the flag named takes, for the flag types whose values
-// urfave/cli parses itself.
-func wantFor(c *cli.Context, name string) string {
-	for _, f := range c.Command.Flags {
-		if !slices.Contains(f.Names(), name) {
-			continue
-		}
-		switch f.(type) {
-		case *cli.BoolFlag:
-			return "want true or false"
-		case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag, *cli.Uint64Flag:
-			return "want a whole number"
-		}
-	}
-	return "not a value it takes"
-}
+EXAMPLES:
+   # start a headless Chromium and relay to it; clients connect to http://127.0.0.1:9322
+   cdp-throttle -- chromium --headless --remote-debugging-port=9222 --user-data-dir=/tmp/profile
 
-// nearest is the name closest to typed, or "" when none is close: typed
-// is a typo of it by urfave/cli's own measure (Jaro-Winkler, with the
-// parameters of its SuggestFlag, which always names some flag, however
-// far), or a part of one name only (delay: http-nav-delay).
-func nearest(typed string, names []string) string {
-	const close = 0.8 // simulat, versoin, http-nav-dealy, upsteam pass; chromium, run, headless do not
-	best, score := "", close
-	for _, n := range names {
-		if s := smetrics.JaroWinkler(n, typed, 0.7, 4); s >= score && len(n) > 1 {
-			best, score = n, s
-		}
-	}
-	if best != "" {
-		return best
-	}
-	var parts []string
-	for _, n := range names {
-		if slices.Contains(strings.Split(n, "-"), typed) {
-			parts = append(parts, n)
-		}
-	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return ""
-}
+   # in front of a Chrome already started with --remote-debugging-port=9222, 300 ms between navigations to a host
+   cdp-throttle --http-nav-delay 300ms
+
+   # adaptive for every host, a second apart on one site, four Lightpanda processes on one schedule
+   cdp-throttle --rule '*.slow.example=fixed:1s' --browsers 4 -- lightpanda serve --port {port}
+
+   # what the limiter does with 400 navigations 38 ms apart, on a simulated clock
+   cdp-throttle simulate --load 38ms
+`

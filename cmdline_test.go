@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdp-throttle/cdp-throttle/demo"
+	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/urfave/cli/v2"
 )
 
@@ -180,17 +182,17 @@ func TestSimulateUsage(t *testing.T) {
 		}
 	}
 	for _, f := range sim.Flags {
-		if !strings.Contains(simulateUsage, "--"+f.Names()[0]+" ") && !strings.Contains(simulateUsage, "--"+f.Names()[0]+"]") {
+		if !strings.Contains(sim.UsageText, "--"+f.Names()[0]+" ") && !strings.Contains(sim.UsageText, "--"+f.Names()[0]+"]") {
 			t.Errorf("simulate's usage line lacks --%s", f.Names()[0])
 		}
 	}
-	examples := simulateDescription
+	examples := sim.Description
 	for _, line := range documentedCommands(t) {
 		examples += "\n" + strings.Join(line.args, " ")
 	}
 	for _, f := range regexp.MustCompile(`cdp-throttle simulate[^\n]*`).FindAllString(examples, -1) {
 		for _, flag := range regexp.MustCompile(`--[a-z-]+`).FindAllString(f, -1) {
-			if !strings.Contains(simulateUsage, flag) {
+			if !strings.Contains(sim.UsageText, flag) {
 				t.Errorf("an example uses %s, which simulate's usage line does not list: %s", flag, f)
 			}
 		}
@@ -312,12 +314,12 @@ func TestDocumentedCommands(t *testing.T) {
 			for _, c := range app.Commands {
 				if c.Name == "demo" {
 					c.Action = func(c *cli.Context) error {
-						_, err := demoOptions(c, io.Discard)
+						_, err := demo.OptionsFrom(c, false)
 						return err
 					}
 				}
 			}
-			if err := runApp(context.Background(), app, append([]string{"cdp-throttle"}, d.args...)); err != nil {
+			if err := cmdline.Run(context.Background(), app, append([]string{"cdp-throttle"}, d.args...)); err != nil {
 				t.Errorf("%q: %v", d.args, err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/urfave/cli/v2"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -31,7 +32,7 @@ func relayConfigOf(t *testing.T, args ...string) (relayConfig, error) {
 		cfg, err = relayConfigFrom(c, io.Discard)
 		return nil
 	}
-	if runErr := runApp(context.Background(), app, append([]string{"cdp-throttle"}, args...)); runErr != nil {
+	if runErr := cmdline.Run(context.Background(), app, append([]string{"cdp-throttle"}, args...)); runErr != nil {
 		return cfg, runErr
 	}
 	return cfg, err
@@ -88,7 +89,7 @@ func TestListenBeyondLoopback(t *testing.T) {
 				}
 				return
 			}
-			var ue usageError
+			var ue cmdline.UsageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("got %v (listen %q), want a usage error (exit status 2)", err, cfg.listen)
 			}
@@ -99,7 +100,7 @@ func TestListenBeyondLoopback(t *testing.T) {
 	}
 	// The command itself refuses before it listens or looks for a browser.
 	_, _, err := runCLI(t, "--listen", "0.0.0.0:0", "--upstream", "http://127.0.0.1:1")
-	var ue usageError
+	var ue cmdline.UsageError
 	if !errors.As(err, &ue) {
 		t.Errorf("run: got %v, want a usage error", err)
 	}
@@ -269,7 +270,7 @@ func TestMaxMessageSizeFlag(t *testing.T) {
 	if cfg, err = relayConfigOf(t); err != nil || cfg.proxy.MaxMessageSize != 4096 {
 		t.Errorf("CDP_THROTTLE_MAX_MESSAGE_SIZE=4096: got %d, %v", cfg.proxy.MaxMessageSize, err)
 	}
-	var ue usageError
+	var ue cmdline.UsageError
 	if _, err := relayConfigOf(t, "--max-message-size", "10"); !errors.As(err, &ue) {
 		t.Errorf("--max-message-size 10: got %v, want a usage error", err)
 	}
@@ -291,7 +292,7 @@ func TestBrowsersFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		cfg, err := relayConfigOf(t, tt.args...)
-		var ue usageError
+		var ue cmdline.UsageError
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%q: %v, want it accepted", tt.args, err)
@@ -424,7 +425,7 @@ func TestSharingFlags(t *testing.T) {
 			}
 			cfg, err := relayConfigOf(t, tt.args...)
 			if tt.wantErr != "" {
-				var ue usageError
+				var ue cmdline.UsageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("got %v, want a usage error with %q", err, tt.wantErr)
 				}
@@ -450,7 +451,7 @@ func TestAdmissionFlags(t *testing.T) {
 		t.Errorf("defaults: max %d, per browser %d, queue %d, timeout %v; want 0, 0, 0, 60s", p.MaxClients, p.ClientsPerBrowser, p.Queue, p.QueueTimeout)
 	}
 	for _, args := range [][]string{{"--queue", "-1"}, {"--max-clients", "-2"}, {"--clients-per-browser", "x"}, {"--queue-timeout", "0"}} {
-		var ue usageError
+		var ue cmdline.UsageError
 		if _, err := relayConfigOf(t, args...); !errors.As(err, &ue) {
 			t.Errorf("%q: got %v, want a usage error", args, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,7 +154,7 @@ func TestBadFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			out, errOut, err := runCLI(t, tt.args...)
-			var ue usageError
+			var ue cmdline.UsageError
 			if err == nil || !errorsAs(err, &ue) {
 				t.Fatalf("got error %v, want a usage error", err)
 			}
@@ -198,7 +199,7 @@ func TestLimiterFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
-func errorsAs(err error, target *usageError) bool { return errors.As(err, target) }
+func errorsAs(err error, target *cmdline.UsageError) bool { return errors.As(err, target) }
 
 // TestSimulatePolicy replays per-site settings: a rule, one schedule per
 // site for two hosts in turn (the span of one host's 200 navigations, where
