@@ -222,7 +222,6 @@ type NoHolding struct{}
 func (NoHolding) Booked(time.Time, *pace.Nav) {}
 func (NoHolding) Waits()                      {}
 func (NoHolding) Refused(refusal.Reason)      {}
-func (NoHolding) release()                    {}
 func (NoHolding) Done()                       {}
 
 // Hold holds the navigation n: first it waits for a place among its

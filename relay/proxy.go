@@ -403,13 +403,6 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-// ctxDone reports whether the relay is shutting down.
-func (p *Proxy) ctxDone() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
-}
-
 // Serve answers clients on ln until ctx ends, then stops as stop.go
 // says (no new clients, held navigations let go at their slots for
 // DrainTimeout and the rest answered by the relay, its clients' pages

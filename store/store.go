@@ -620,19 +620,6 @@ func (s *Redis) fallbackEffect() string {
 	return "booking navigations in this process only"
 }
 
-// peek reports host's pressure drained to now without changing it; ok is
-// false when Redis does not know the host.
-func (s *Redis) peek(host string, now time.Time) (pressure int, ok bool, err error) {
-	v, err := s.run(host, now, "p", settingOf(s.cfg), noArgs)
-	if err != nil {
-		return 0, false, err
-	}
-	if v[2] < 0 {
-		return 0, false, nil
-	}
-	return int(v[2]), true, nil
-}
-
 // maxScan bounds how many keys Busiest looks at: a status page must not
 // walk a crawl's millions of hosts.
 const maxScan = 10_000

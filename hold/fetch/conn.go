@@ -25,7 +25,7 @@ type connRole int
 
 const (
 	// rolePages attaches to every page and intercepts the documents of
-	// the relay's clients' pages in their sessions (fetch_pages.go).
+	// the relay's clients' pages in their sessions (pages.go).
 	rolePages connRole = iota
 	// roleNet intercepts at the browser level, behind every page session:
 	// only what pages holds, or every document while pages cannot hold.
@@ -62,7 +62,7 @@ type fetchConn struct {
 	held    context.Context
 	dropAll context.CancelFunc
 
-	// The pages connection's own state (fetch_pages.go).
+	// The pages connection's own state (pages.go).
 	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
 	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
 	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed

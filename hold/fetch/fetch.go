@@ -25,7 +25,7 @@ import (
 // fetchHold holds a Chromium's navigations through two connections of the
 // relay's own to its browser endpoint, with a role each:
 //
-//   - pages (fetch_pages.go) attaches to every page and intercepts the
+//   - pages (pages.go) attaches to every page and intercepts the
 //     document requests of the relay's clients' pages only, in sessions of
 //     its own, where it also reads their Network events: when each request
 //     really left, which keeps what the site sees exact (package pace),

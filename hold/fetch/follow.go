@@ -12,7 +12,7 @@ import (
 
 // Following the document requests the pages connection holds, hop by hop,
 // through the Network events of its clients' sessions on their pages, or
-// of its own where no client has them on (fetch_pages.go: events): when
+// of its own where no client has them on (pages.go: events): when
 // each hop left the browser (pace), and how it was answered (observe).
 
 // track is a document request of a client's page that the pages

@@ -59,7 +59,7 @@ var documentPattern = []*fetch.RequestPattern{
 }
 
 // autoAttach is what the relay's pages connection sets its auto-attach to
-// (hold/fetch_pages.go, unexported there).
+// (hold/fetch/pages.go, unexported there).
 var autoAttach = struct {
 	AutoAttach             bool `json:"autoAttach"`
 	WaitForDebuggerOnStart bool `json:"waitForDebuggerOnStart"`
@@ -67,7 +67,7 @@ var autoAttach = struct {
 }{true, true, true}
 
 // networkParams is what the relay's pages connection enables Network with
-// in a page session (hold/fetch_pages.go, unexported there).
+// in a page session (hold/fetch/pages.go, unexported there).
 var networkParams = struct {
 	MaxTotalBufferSize    int64 `json:"maxTotalBufferSize"`
 	MaxResourceBufferSize int64 `json:"maxResourceBufferSize"`
