@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,6 +146,41 @@ type shareOut struct {
 	BDisconnected, CDisconnected bool
 }
 
+// shareClose is a run of share-close.mjs through a relay in front of a
+// Chromium of its own.
+type shareClose struct {
+	stop func() // stops the Chromium
+	ws   string // the Chromium's browser websocket
+	pid  int    // its pid before the run
+	s    *site
+	r    *relayed
+	run  string
+	took time.Duration // how long the script ran
+	out  shareOut
+}
+
+// runShareClose starts a Chromium of the test's own (the caller stops it,
+// or cleanup if the run fails first), a site and a relay (with opts) in
+// front of it, and runs share-close.mjs in mode through them.
+func runShareClose(t *testing.T, mode string, opts ...func(*relay.Proxy)) shareClose {
+	t.Helper()
+	httpURL, ws, stop, err := startChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = sync.OnceFunc(stop)
+	t.Cleanup(stop) // should the run fail before the caller can defer it
+	sc := shareClose{stop: stop, ws: ws, pid: browserPID(t, ws), s: newSite(t), run: runID()}
+	sc.r = startRelayTo(t, httpURL, fixed(20*time.Millisecond, 10), opts...)
+	began := time.Now()
+	raw := runNode(t, 90*time.Second, "share-close.mjs", "RELAY="+sc.r.url, "SITE="+sc.s.url("share.test", ""), "MODE="+mode, "RUN="+sc.run)
+	sc.took = time.Since(began)
+	if err := json.Unmarshal(raw, &sc.out); err != nil {
+		t.Fatalf("share-close.mjs printed %s: %v", raw, err)
+	}
+	return sc
+}
+
 // TestBrowserCloseIsTheClientsOwn: clients A and B (Puppeteer) and C
 // (Playwright connectOverCDP) share a Chromium of their own through the
 // relay; A ends with browser.close(). Without --allow-browser-close A's
@@ -155,22 +191,10 @@ type shareOut struct {
 // refused with an error the client sees.
 func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 	t.Run("contained", func(t *testing.T) {
-		httpURL, ws, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		pid := browserPID(t, ws)
-		s := newSite(t)
-		r := startRelayTo(t, httpURL, fixed(20*time.Millisecond, 10))
-		run := runID()
-		began := time.Now()
-		raw := runNode(t, 90*time.Second, "share-close.mjs", "RELAY="+r.url, "SITE="+s.url("share.test", ""), "MODE=contain", "RUN="+run)
-		var out shareOut
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("share-close.mjs printed %s: %v", raw, err)
-		}
-		t.Logf("A's browser.close() answered in %d ms (%s); the script ran %v", out.ACloseMs, out.AClose, time.Since(began).Round(time.Millisecond))
+		sc := runShareClose(t, "contain")
+		defer sc.stop()
+		ws, pid, s, r, run, out := sc.ws, sc.pid, sc.s, sc.r, sc.run, sc.out
+		t.Logf("A's browser.close() answered in %d ms (%s); the script ran %v", out.ACloseMs, out.AClose, sc.took.Round(time.Millisecond))
 		if out.AClose != "ok" || !out.ADisconnected {
 			t.Errorf("A: close %q, disconnected %v; want ok, true", out.AClose, out.ADisconnected)
 		}
@@ -234,19 +258,9 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 	})
 
 	t.Run("allowed", func(t *testing.T) {
-		httpURL, ws, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		pid := browserPID(t, ws)
-		s := newSite(t)
-		r := startRelayTo(t, httpURL, fixed(20*time.Millisecond, 10), func(p *relay.Proxy) { p.AllowBrowserClose = true })
-		raw := runNode(t, 90*time.Second, "share-close.mjs", "RELAY="+r.url, "SITE="+s.url("share.test", ""), "MODE=allow", "RUN="+runID())
-		var out shareOut
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("share-close.mjs printed %s: %v", raw, err)
-		}
+		sc := runShareClose(t, "allow", func(p *relay.Proxy) { p.AllowBrowserClose = true })
+		defer sc.stop()
+		pid, r, out := sc.pid, sc.r, sc.out
 		t.Logf("allowed: A %q; B got %q, C got %q", out.AClose, out.B, out.C)
 		if !out.ADisconnected || !out.BDisconnected || !out.CDisconnected {
 			t.Errorf("disconnected: A %v, B %v, C %v; want all three once the browser closed", out.ADisconnected, out.BDisconnected, out.CDisconnected)
