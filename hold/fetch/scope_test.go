@@ -22,27 +22,69 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
+// startScope starts a relay of clients in front of a new fake browser,
+// holding with the Fetch way and a limiter for cfg (opts adjust the
+// Holder), and returns it with the relay's own two connections to the
+// browser, net and pages, once they are up.
+func startScope(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (fb *fakebrowser.Browser, th *holdtest.Relay, net, pages *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb = fakebrowser.New(t, fakebrowser.Config{})
+	th = holdtest.Start(t, fb, cfg, ways, opts...)
+	net, pages = fb.Holder(t), fb.Pages(t)
+	return fb, th, net, pages
+}
+
+// letGo announces new pages to the relay (net) that no client drives,
+// and waits until the relay let them run and let go of them.
+func letGo(t *testing.T, fb *fakebrowser.Browser, net, pages *fakebrowser.Conn, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		net.Send(fakebrowser.PageCreated(id, ""))
+	}
+	fb.Await(t, "the relay letting go of pages no client drives", func() bool {
+		for _, id := range ids {
+			if pages.SessionLocked(id) != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// driveMine has the client drive page MINE as Puppeteer and Playwright
+// drive a page they are attached to: the client learns of its session on
+// the page (S-MINE), the relay of the page (net), and cmd, the client's
+// command in that session, reaches the browser.
+func driveMine(t *testing.T, c *websocket.Conn, fc, net *fakebrowser.Conn, cmd string) {
+	t.Helper()
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
+	net.Send(fakebrowser.PageCreated("MINE", ""))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(cmd))
+	fc.Next(t)
+}
+
+// fetchOn reports whether the relay's browser-level Fetch (net's) is on.
+func fetchOn(fb *fakebrowser.Browser, net *fakebrowser.Conn) bool {
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
+	return net.FetchOn
+}
+
 // TestScope checks that in Fetch mode the relay holds the navigations of
 // the pages its clients drive, create or open as popups, and that every
 // other page's navigations pause nowhere: the relay lets such a page run
 // as soon as it appears and lets go of it.
 func TestScope(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *holdtest.Recorder
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, holdtest.RecordBookings(&rec))
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour), holdtest.RecordBookings(&rec))
 	for _, host := range []string{"a.test", "b.test", "c.test", "d.test", "e.test"} {
 		th.Lim.Reserve(host, time.Now()) // each host's next slot is an hour away
 	}
-	net, pages := fb.Holder(t), fb.Pages(t)
 	c, fc := th.Client(t)
-	for _, page := range []string{"MINE", "OTHERS"} {
-		net.Send(fakebrowser.PageCreated(page, ""))
-	}
 	// New pages no client drives: let run and let go.
-	fb.Await(t, "the relay letting go of pages no client drives", func() bool {
-		return pages.SessionLocked("MINE") == nil && pages.SessionLocked("OTHERS") == nil
-	})
+	letGo(t, fb, net, pages, "MINE", "OTHERS")
 	if n := len(fakebrowser.Commands(pages, "Runtime.runIfWaitingForDebugger")); n != 2 {
 		t.Errorf("the relay let %d new pages run, want 2", n)
 	}
@@ -121,16 +163,9 @@ func TestScope(t *testing.T) {
 // would be without the relay (chromedp takes only an unattached target for
 // a new one); once a client attaches, as attached.
 func TestScopeAttached(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
-	net, pages := fb.Holder(t), fb.Pages(t)
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour))
 	c, fc := th.Client(t)
-	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
-	holdtest.ReadClient(t, c)
-	net.Send(fakebrowser.PageCreated("MINE", ""))
-	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
-	fc.Next(t)
+	driveMine(t, c, fc, net, `{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`)
 	fb.Armed(t, pages, "MINE")
 	net.Send(fakebrowser.PageCreated("POPUP", "MINE"))
 	fb.Armed(t, pages, "POPUP")
@@ -286,17 +321,10 @@ func TestScopeCreateLeftUnanswered(t *testing.T) {
 // keeps one session on it and lets the other go: two would each pause and
 // book the page's requests.
 func TestScopeAttachedTwice(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var rec *holdtest.Recorder
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, holdtest.RecordBookings(&rec))
-	net, pages := fb.Holder(t), fb.Pages(t)
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour), holdtest.RecordBookings(&rec))
 	c, fc := th.Client(t)
-	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
-	holdtest.ReadClient(t, c)
-	net.Send(fakebrowser.PageCreated("MINE", ""))
-	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`))
-	fc.Next(t)
+	driveMine(t, c, fc, net, `{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"1"}}`)
 	fb.Armed(t, pages, "MINE")
 	kept := pages.Session("MINE").ID
 
@@ -336,16 +364,8 @@ func TestScopeAttachedTwice(t *testing.T) {
 // the last one is gone. A page the client drives then is held where it
 // navigates, and losing the pages connection hands it to net.
 func TestScopeNetOnlyForClients(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, func(hd *hold.Holder) { hd.NetLinger = 300 * time.Millisecond })
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour), func(hd *hold.Holder) { hd.NetLinger = 300 * time.Millisecond })
 	th.Lim.Reserve("b.test", time.Now()) // the next slot is an hour away
-	net, pages := fb.Holder(t), fb.Pages(t)
-	netOn := func() bool {
-		fb.Mu.Lock()
-		defer fb.Mu.Unlock()
-		return net.FetchOn
-	}
 	fb.Await(t, "net's Fetch off while no client has a page", func() bool { return !net.FetchOn })
 
 	net.Send(fakebrowser.PageCreated("OTHERS", ""))
@@ -354,12 +374,8 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 	}
 
 	c, fc := th.Client(t)
-	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
-	holdtest.ReadClient(t, c)
-	net.Send(fakebrowser.PageCreated("MINE", ""))
-	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`))
-	fc.Next(t)
-	if !netOn() {
+	driveMine(t, c, fc, net, `{"id":1,"sessionId":"S-MINE","method":"Runtime.evaluate","params":{"expression":"location = 'http://b.test/'"}}`)
+	if !fetchOn(fb, net) {
 		t.Fatal("the client's command reached its page before net's Fetch was on")
 	}
 	fb.Armed(t, pages, "MINE")
@@ -387,10 +403,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 // lets go of it: its requests pause nowhere, and nothing is counted as a
 // page the relay could not arm.
 func TestScopeForeignWhileCreating(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways)
-	net, pages := fb.Holder(t), fb.Pages(t)
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour))
 	c, fc := th.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"about:blank"}}`))
 	create := fc.Next(t)
@@ -421,17 +434,9 @@ func TestScopeForeignWhileCreating(t *testing.T) {
 // session only on a page where no client did, before the client's
 // navigation goes on.
 func TestEventsOfTheClient(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdtest.Start(t, fb, holdtest.Fixed(10*time.Millisecond), ways)
-	net, pages := fb.Holder(t), fb.Pages(t)
+	fb, th, net, pages := startScope(t, holdtest.Fixed(10*time.Millisecond))
 	c, fc := th.Client(t)
-	for _, page := range []string{"READS", "READSNOT"} {
-		net.Send(fakebrowser.PageCreated(page, ""))
-	}
-	fb.Await(t, "the relay letting the pages go", func() bool {
-		return pages.SessionLocked("READS") == nil && pages.SessionLocked("READSNOT") == nil
-	})
+	letGo(t, fb, net, pages, "READS", "READSNOT")
 	for _, page := range []string{"READS", "READSNOT"} {
 		fc.Send(holdtest.AttachedTo("S-"+page, page, "page"))
 		holdtest.ReadClient(t, c)
@@ -474,28 +479,16 @@ func TestEventsOfTheClient(t *testing.T) {
 // whose first request no session can hold. A held navigation the browser
 // lets go when the pages connection is lost is counted unheld and logged.
 func TestNoBackup(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdtest.Start(t, fb, holdtest.Fixed(time.Hour), ways, func(hd *hold.Holder) { hd.HoldBackup = false })
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Hour), func(hd *hold.Holder) { hd.HoldBackup = false })
 	th.Lim.Reserve("b.test", time.Now()) // the next slot is an hour away
-	net, pages := fb.Holder(t), fb.Pages(t)
-	netOn := func() bool {
-		fb.Mu.Lock()
-		defer fb.Mu.Unlock()
-		return net.FetchOn
-	}
 	fb.Await(t, "net's Fetch off", func() bool { return !net.FetchOn })
 
 	c, fc := th.Client(t)
-	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
-	holdtest.ReadClient(t, c)
-	net.Send(fakebrowser.PageCreated("MINE", ""))
-	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`))
-	fc.Next(t)
+	driveMine(t, c, fc, net, `{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://b.test/"}}`)
 	fb.Armed(t, pages, "MINE")
 	mine := fb.NavigateTo(t, "MINE", "http://b.test/")
 	time.Sleep(100 * time.Millisecond) // held, waiting for its slot
-	if netOn() {
+	if fetchOn(fb, net) {
 		t.Errorf("net's Fetch is on while a client's navigation is held (patterns %q), want off", net.Patterns)
 	}
 	select {
@@ -512,7 +505,7 @@ func TestNoBackup(t *testing.T) {
 	wide := net.FetchOn && slices.Contains(net.Patterns, "*")
 	fb.Mu.Unlock()
 	if !wide {
-		t.Errorf("the client's Target.createTarget with a URL reached the browser before net paused every document (on %v, patterns %q)", netOn(), net.Patterns)
+		t.Errorf("the client's Target.createTarget with a URL reached the browser before net paused every document (on %v, patterns %q)", fetchOn(fb, net), net.Patterns)
 	}
 
 	// The pages connection is lost: the browser lets the held navigation go.
