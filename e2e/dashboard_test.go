@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -269,18 +268,7 @@ func TestDashboard(t *testing.T) {
 
 	// What it shows, as a user sees it.
 	time.Sleep(1200 * time.Millisecond) // one more poll: blog.test's answer
-	var shot struct {
-		Data string `json:"data"`
-	}
-	json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
-	raw, err := base64.StdEncoding.DecodeString(shot.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
+	raw, img := screenshotImage(t, w.rc, w.session)
 	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 800 {
 		t.Errorf("screenshot is %dx%d, want 1280x800", b.Dx(), b.Dy())
 	}
@@ -328,6 +316,20 @@ func TestDashboard(t *testing.T) {
 	}
 	cut, _ := json.MarshalIndent(example, "", "  ")
 	t.Logf("/status, two navigations per bucket:\n%s", cut)
+}
+
+// screenshotImage captures session's page, as a PNG and decoded.
+func screenshotImage(t *testing.T, rc *rawClient, session string) ([]byte, image.Image) {
+	t.Helper()
+	raw, err := rc.screenshot(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	return raw, img
 }
 
 // pixelsOf counts the pixels of colour c in the rectangle in of img.

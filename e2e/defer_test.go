@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -439,9 +438,7 @@ func checkPageShowsDeferred(t *testing.T, r *relayed, host string, n int) {
 	}
 	t.Logf("the relay's page: counts %q; %s's row %q", got.Navs, host, got.Row)
 	if out := os.Getenv("DEFER_PNG"); out != "" { // to look at it
-		var shot struct{ Data string }
-		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
-		png, _ := base64.StdEncoding.DecodeString(shot.Data)
+		png, _ := w.rc.screenshot(w.session)
 		os.WriteFile(out, png, 0o644)
 	}
 }

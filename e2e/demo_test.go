@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
-	"image/png"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -105,31 +103,10 @@ func TestDemo(t *testing.T) {
 	if page.Overflow {
 		t.Errorf("the page is wider than the window")
 	}
-	var shot struct {
-		Data string `json:"data"`
-	}
-	json.Unmarshal(rc.mustCall(session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
-	raw, err := base64.StdEncoding.DecodeString(shot.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
+	_, img := screenshotImage(t, rc, session)
 	colors := map[string][3]uint32{"off": {0x7f, 0x7f, 0x7f}, "fixed100": {0x1b, 0x64, 0xc8}, "adaptive": {0xd9, 0x5f, 0x02}}
 	for mode, c := range colors {
-		n := 0
-		b := img.Bounds()
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for x := b.Min.X; x < b.Max.X; x++ {
-				r, g, bl, _ := img.At(x, y).RGBA()
-				if near(r>>8, c[0]) && near(g>>8, c[1]) && near(bl>>8, c[2]) {
-					n++
-				}
-			}
-		}
-		if n < 200 {
+		if n := pixelsOf(img, img.Bounds(), c); n < 200 {
 			t.Errorf("screenshot has %d pixels of %s's colour, want a drawn series (≥ 200)", n, mode)
 		}
 	}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -234,9 +233,7 @@ func checkServerShown(t *testing.T, r *relayed, host, name string) {
 		t.Errorf("the page's row of %s reads %q, want the server's 200 ms until a time, and its quota's reset", host, row.Server)
 	}
 	if dir := os.Getenv("RATELIMIT_PNG"); dir != "" { // to look at it
-		var shot struct{ Data string }
-		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
-		raw, _ := base64.StdEncoding.DecodeString(shot.Data)
+		raw, _ := w.rc.screenshot(w.session)
 		out := filepath.Join(dir, name+".png")
 		if err := os.WriteFile(out, raw, 0o644); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,6 +222,14 @@ func (rc *rawClient) openTarget(params map[string]any) (session string) {
 	var at struct{ SessionID string }
 	json.Unmarshal(rc.mustCall("", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true}), &at)
 	return at.SessionID
+}
+
+// screenshot captures session's page as a PNG.
+func (rc *rawClient) screenshot(session string) ([]byte, error) {
+	rc.t.Helper()
+	var shot struct{ Data string }
+	json.Unmarshal(rc.mustCall(session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
+	return base64.StdEncoding.DecodeString(shot.Data)
 }
 
 // messages returns what the client has received so far.

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -259,11 +258,7 @@ func robotsOnPage(t *testing.T, r *relayed) {
 		t.Errorf("the page's robots.test row: %q, want refused 3", shown.Row)
 	}
 	if dir := os.Getenv("CDP_E2E_SHOTS"); dir != "" {
-		var shot struct {
-			Data string `json:"data"`
-		}
-		json.Unmarshal(w.rc.mustCall(w.session, "Page.captureScreenshot", map[string]any{"format": "png"}), &shot)
-		raw, err := base64.StdEncoding.DecodeString(shot.Data)
+		raw, err := w.rc.screenshot(w.session)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, "robots-dashboard.png"), raw, 0o644)
 		}
