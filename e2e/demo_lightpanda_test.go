@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,18 +16,9 @@ import (
 // Chromium, then simulate's for the page load it measured; the fixed
 // mode's span through Lightpanda matches the simulated one.
 func TestDemoLightpanda(t *testing.T) {
-	bin := buildBinary(t)
 	lp := lightpandaBin(t)
 	out := filepath.Join(t.TempDir(), "demo.html")
-	cmd := exec.Command(bin, "demo", "--browser", "lightpanda", "--navigations", "15", "--phases", "2", "--idle", "1s", "--out", out)
-	cmd.Env = append(os.Environ(), "LIGHTPANDA="+lp)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("demo: %v\n%s\n%s", err, stdout.String(), stderr.String())
-	}
-	report := stdout.String()
-	t.Logf("demo output:\n%s", report)
+	report, _ := runDemo(t, []string{"LIGHTPANDA=" + lp}, "--browser", "lightpanda", "--out", out)
 	measured, simulated, ok := strings.Cut(report, "simulated for the page load measured here")
 	if !ok {
 		t.Fatalf("no simulated tables after the measured ones")

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,16 +19,8 @@ import (
 // TestDemo runs `cdp-throttle demo` small, checks the shape of its tables,
 // then opens the chart it wrote in Chromium and looks at a screenshot of it.
 func TestDemo(t *testing.T) {
-	bin := buildBinary(t)
 	out := filepath.Join(t.TempDir(), "demo.html")
-	cmd := exec.Command(bin, "demo", "--navigations", "15", "--phases", "2", "--idle", "1s", "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("demo: %v\n%s\n%s", err, stdout.String(), stderr.String())
-	}
-	report := stdout.String()
-	t.Logf("demo output:\n%s", report)
+	report, stderr := runDemo(t, nil, "--out", out)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^mode\s+phase\s+reqs\s+span \(s\)\s+req/s\s+gap p50\s+gap p95\s+gap max$`),
 		regexp.MustCompile(`(?m)^off\s+1\s+15\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$`),
@@ -46,8 +39,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %v", want)
 		}
 	}
-	if !strings.Contains(stderr.String(), "adaptive  phase 2: 15/15 navigations") {
-		t.Errorf("no progress line for the last phase on stderr:\n%s", stderr.String())
+	if !strings.Contains(stderr, "adaptive  phase 2: 15/15 navigations") {
+		t.Errorf("no progress line for the last phase on stderr:\n%s", stderr)
 	}
 
 	// The chart, in a real browser: three series, drawn.
@@ -110,6 +103,24 @@ func TestDemo(t *testing.T) {
 			t.Errorf("screenshot has %d pixels of %s's colour, want a drawn series (≥ 200)", n, mode)
 		}
 	}
+}
+
+// runDemo runs `cdp-throttle demo` small (15 navigations, two phases, 1 s
+// idle) with args added and env added to the environment, and returns its
+// standard output and error.
+func runDemo(t *testing.T, env []string, args ...string) (report, stderr string) {
+	t.Helper()
+	cmd := exec.Command(buildBinary(t), append([]string{"demo", "--navigations", "15", "--phases", "2", "--idle", "1s"}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	var stdout, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &errs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, stdout.String(), errs.String())
+	}
+	t.Logf("demo output:\n%s", stdout.String())
+	return stdout.String(), errs.String()
 }
 
 func near(a, b uint32) bool { return a+12 >= b && a <= b+12 }
