@@ -269,14 +269,10 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 	} {
 		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, tc.flags))
 		run := runID()
-		type client struct {
-			rc      *rawClient
-			session string
-		}
-		var clients []client
+		var clients []pageClient
 		for range pages {
 			rc := dialRaw(t, browserWSVia(t, r))
-			clients = append(clients, client{rc, openPage(t, rc)})
+			clients = append(clients, pageClient{rc, openPage(t, rc)})
 		}
 		cs.mostInFlight()
 		start := time.Now()
@@ -284,10 +280,7 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 		for p, c := range clients {
 			wg.Go(func() {
 				for i := range each {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					_, err := c.rc.call(ctx, c.session, "Page.navigate", map[string]any{"url": cs.url(lpHost, fmt.Sprintf("/slow?run=%s&p=%d&i=%d", run, p, i))})
-					cancel()
-					if err != nil {
+					if err := c.navigate(context.Background(), time.Minute, cs.url(lpHost, fmt.Sprintf("/slow?run=%s&p=%d&i=%d", run, p, i))); err != nil {
 						t.Errorf("page %d, navigation %d: %v", p, i, err)
 						return
 					}

@@ -49,16 +49,10 @@ func (l *logLines) count(message string) int {
 // server sees the k-th. It returns when every navigation was answered.
 func crawl(t *testing.T, s *site, host string, n int, endpoints []string, pages int, at func(k int)) {
 	t.Helper()
-	type client struct {
-		rc      *rawClient
-		session string
-	}
-	var clients []client
+	var clients []pageClient
 	for _, ep := range endpoints {
 		for range pages {
-			rc := dialRaw(t, ep)
-			session, _ := rc.newPage()
-			clients = append(clients, client{rc, session})
+			clients = append(clients, newPageClient(t, ep))
 		}
 	}
 	run := runID()
@@ -74,10 +68,7 @@ func crawl(t *testing.T, s *site, host string, n int, endpoints []string, pages 
 	for _, c := range clients {
 		wg.Go(func() {
 			for k := next.Add(1); k <= int64(n); k = next.Add(1) {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				_, err := c.rc.call(ctx, c.session, "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/page/%s/%d", run, k))})
-				cancel()
-				if err != nil {
+				if err := c.navigate(context.Background(), 2*time.Minute, s.url(host, fmt.Sprintf("/page/%s/%d", run, k))); err != nil {
 					t.Errorf("navigation %d: %v", k, err)
 					return
 				}
@@ -259,16 +250,13 @@ func TestClusterNodeDown(t *testing.T) {
 	args := []string{"--store", rc.URL(), "--http-nav-delay", "200", "--http-nav-burst", "1"}
 	relays := []*launched{lpRelay(t, 1, args...), lpRelay(t, 1, args...)}
 	type client struct {
-		rc      *rawClient
-		session string
-		host    string
+		pageClient
+		host string
 	}
 	var clients []client
 	for _, l := range relays {
 		for _, h := range order {
-			c := dialRaw(t, "ws://"+l.listen+"/")
-			session, _ := c.newPage()
-			clients = append(clients, client{c, session, h})
+			clients = append(clients, client{newPageClient(t, "ws://"+l.listen+"/"), h})
 		}
 	}
 	phase := func() map[string][]time.Time {
@@ -277,10 +265,7 @@ func TestClusterNodeDown(t *testing.T) {
 		for _, c := range clients {
 			wg.Go(func() {
 				for k := range perRelay {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					_, err := c.rc.call(ctx, c.session, "Page.navigate", map[string]any{"url": sites[c.host].url(c.host, fmt.Sprintf("/page/%s/%d", run, k))})
-					cancel()
-					if err != nil {
+					if err := c.navigate(context.Background(), time.Minute, sites[c.host].url(c.host, fmt.Sprintf("/page/%s/%d", run, k))); err != nil {
 						t.Errorf("%s: %v", c.host, err)
 						return
 					}

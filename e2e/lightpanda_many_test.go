@@ -29,17 +29,12 @@ type hammered struct {
 // last is answered, all at once, until the server has seen n.
 func hammer(t *testing.T, s *site, host string, n int, endpoints []string) hammered {
 	t.Helper()
-	type client struct {
-		rc      *rawClient
-		session string
-	}
-	var clients []client
+	var clients []pageClient
 	for _, ep := range endpoints {
-		rc := dialRaw(t, ep)
-		session, _ := rc.newPage()
+		c := newPageClient(t, ep)
 		// A fresh page's first request; the host is idle again after it.
-		rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?warm=1")})
-		clients = append(clients, client{rc, session})
+		c.rc.mustCall(c.session, "Page.navigate", map[string]any{"url": s.url(host, "/page?warm=1")})
+		clients = append(clients, c)
 	}
 	time.Sleep(hostForgotten)
 
@@ -70,10 +65,7 @@ func hammer(t *testing.T, s *site, host string, n int, endpoints []string) hamme
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				path := fmt.Sprintf("%s%d", prefix, next.Add(1))
-				cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
-				_, err := c.rc.call(cctx, c.session, "Page.navigate", map[string]any{"url": s.url(host, path)})
-				ccancel()
-				if err != nil {
+				if err := c.navigate(ctx, 2*time.Minute, s.url(host, path)); err != nil {
 					return // the run is over, or the failure shows as a navigation missing
 				}
 				mu.Lock()

@@ -232,6 +232,28 @@ func (rc *rawClient) screenshot(session string) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(shot.Data)
 }
 
+// pageClient is a client's connection and the page it attached to.
+type pageClient struct {
+	rc      *rawClient
+	session string
+}
+
+// newPageClient dials ws and opens a page in a fresh browser context.
+func newPageClient(t testing.TB, ws string) pageClient {
+	t.Helper()
+	rc := dialRaw(t, ws)
+	session, _ := rc.newPage()
+	return pageClient{rc, session}
+}
+
+// navigate sends the page to url and waits, up to within, for the answer.
+func (c pageClient) navigate(ctx context.Context, within time.Duration, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	_, err := c.rc.call(ctx, c.session, "Page.navigate", map[string]any{"url": url})
+	return err
+}
+
 // messages returns what the client has received so far.
 func (rc *rawClient) messages() []rawMessage {
 	rc.mu.Lock()
