@@ -202,13 +202,10 @@ func TestFetchHolder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			th := holdOn(t, fb, tt.cfg)
+			fb, th, net, pages := connected(t, tt.cfg)
 			if tt.prime != nil {
 				tt.prime(th.Lim)
 			}
-			net, pages := fakebrowser.RelayConns(t, fb, false)
 			var hops [][]fakebrowser.Hops
 			var began []time.Time
 			for _, url := range tt.chains {
@@ -223,10 +220,7 @@ func TestFetchHolder(t *testing.T) {
 // TestFetchHolderExemptHost checks that a navigation to an exempt host is
 // never held nor booked, and pauses once only.
 func TestFetchHolderExemptHost(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(time.Hour))
-	net, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, net, pages := connected(t, holdtest.Fixed(time.Hour))
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	for _, host := range []string{"localhost", "127.0.0.1", "LocalHost"} {
 		var local [][]byte
@@ -250,11 +244,8 @@ func TestFetchHolderExemptHost(t *testing.T) {
 // TestFetchHolderConcurrent plays navigations to many hosts at once, each
 // on a page of its own, and checks each host's navigations are spaced.
 func TestFetchHolderConcurrent(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
 	const interval = 50 * time.Millisecond
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(interval))
-	net, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, net, pages := connected(t, holdtest.Fixed(interval))
 	chain := fb.FetchRec.Chain(t, "/r") // a.test → b.test
 	p, _ := fakebrowser.ReadPause(chain[0])
 	const hosts, navs = 8, 4
@@ -347,10 +338,8 @@ func TestNavigationLinesNameThePage(t *testing.T) {
 // answer came from (Chromium's remoteIPAddress) reaches the policy, and
 // the host's next navigation is booked on it.
 func TestFetchHolderLearnsAddress(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var pol *policy.Policy
-	holdOn(t, fb, limiter.Config{}, func(hd *hold.Holder) {
+	fb, _, _, _ := connected(t, limiter.Config{}, func(hd *hold.Holder) {
 		cfg, err := policy.FromFlags(policy.Flags{Delay: "1ms", Burst: "100", Bucket: "ip", IPSource: "browser"})
 		if err != nil {
 			t.Fatal(err)
@@ -359,7 +348,6 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 		t.Cleanup(pol.Close)
 		hd.Limiter = pol
 	})
-	fakebrowser.RelayConns(t, fb, false)
 	if got := pol.Bucket("a.test"); got != "a.test" {
 		t.Fatalf("before any answer: bucket %q, want a.test", got)
 	}
@@ -384,11 +372,8 @@ func TestFetchHolderLearnsAddress(t *testing.T) {
 // not after pace's bound on waiting for a departure (2 s, the cause of
 // URL pages loading late through the relay in front of the shell).
 func TestFetchHolderFollowsByFrame(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
 	const interval = 300 * time.Millisecond
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(interval))
-	_, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, _, pages := connected(t, holdtest.Fixed(interval))
 	first := fb.Navigate(t, fb.FetchRec.Chain(t, "/r")) // a.test → b.test, no session with Network on
 	next := fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
 	if gap := next[0].Continued.Sub(first[0].Continued); gap > interval+500*time.Millisecond {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
@@ -37,15 +36,6 @@ func (l plainLimiter) Observe(host string, o limiter.Outcome, now time.Time) lim
 // answer is fed back, and loopback is exempt (limiter.Exempt, as
 // Exempter's doc says).
 func TestPlainLimiter(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	cfg := holdtest.Fixed(300 * time.Millisecond)
-	lim := limiter.New(cfg)
-	var reserves atomic.Int64
-	th := holdOn(t, fb, cfg, func(hd *hold.Holder) {
-		hd.Limiter = plainLimiter{policy.New(policy.Config{Default: cfg}, lim), &reserves}
-	})
-	th.Lim = lim
 	var l hold.Limiter = plainLimiter{}
 	if _, ok := l.(hold.Exempter); ok {
 		t.Fatal("plainLimiter is an Exempter: the test shows nothing")
@@ -53,7 +43,13 @@ func TestPlainLimiter(t *testing.T) {
 	if _, ok := l.(hold.Pusher); ok {
 		t.Fatal("plainLimiter is a Pusher: the test shows nothing")
 	}
-	fakebrowser.RelayConns(t, fb, false)
+	cfg := holdtest.Fixed(300 * time.Millisecond)
+	lim := limiter.New(cfg)
+	var reserves atomic.Int64
+	fb, th, _, _ := connected(t, cfg, func(hd *hold.Holder) {
+		hd.Limiter = plainLimiter{policy.New(policy.Config{Default: cfg}, lim), &reserves}
+	})
+	th.Lim = lim
 	first := fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
 	second := fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first"))
 	if waited := second[0].Continued.Sub(first[0].Paused); waited < 300*time.Millisecond {

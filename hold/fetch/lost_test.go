@@ -24,9 +24,7 @@ import (
 func TestFetchHolderReconnects(t *testing.T) {
 	for _, how := range []string{"dropped", "closed"} {
 		t.Run(how, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			th := holdOn(t, fb, holdtest.Fixed(300*time.Millisecond))
+			fb, th, net, pages := connected(t, holdtest.Fixed(300*time.Millisecond))
 			lose := func(hc *fakebrowser.Conn) {
 				if how == "dropped" {
 					hc.Drop()
@@ -35,7 +33,6 @@ func TestFetchHolderReconnects(t *testing.T) {
 				}
 				hc.Ended(t)
 			}
-			net, pages := fakebrowser.RelayConns(t, fb, false)
 			chain := fb.FetchRec.Chain(t, "/page?first")
 			first := fb.Navigate(t, chain)
 			lose(pages)
@@ -137,10 +134,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 // name it, which holds it until the slot already booked, books nothing
 // more, and counts nothing as unheld.
 func TestFetchHolderHandsOver(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(500*time.Millisecond))
-	net, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, net, pages := connected(t, holdtest.Fixed(500*time.Millisecond))
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	first := fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
@@ -190,13 +184,10 @@ func (g gatedLimiter) Reserve(ctx context.Context, host, rawURL string, now time
 // (the relay widens them as soon as it sees pages gone), hands it to net,
 // which holds it: never out uncounted.
 func TestFetchHolderLostWhileBooking(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	g := gatedLimiter{asked: make(chan struct{}, 1), gate: make(chan struct{})}
 	var open sync.Once
-	th := holdOn(t, fb, holdtest.Fixed(time.Hour), func(hd *hold.Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
 	defer open.Do(func() { close(g.gate) })
-	net, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, net, pages := connected(t, holdtest.Fixed(time.Hour), func(hd *hold.Holder) { g.Limiter = hd.Limiter; hd.Limiter = g })
 	nav := make(chan []fakebrowser.Hops, 1)
 	go func() { nav <- fb.Navigate(t, fb.FetchRec.Chain(t, "/page?first")) }()
 	select {
@@ -234,10 +225,7 @@ func TestFetchHolderLostWhileBooking(t *testing.T) {
 // navigation is held ends its connections (Chromium then lets the request
 // go) and leaves nothing running.
 func TestFetchHolderCloseReleases(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(time.Hour))
-	net, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, net, pages := connected(t, holdtest.Fixed(time.Hour))
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)

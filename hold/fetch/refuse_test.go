@@ -44,11 +44,8 @@ func busiest(t *testing.T, th *holdtest.Holder) []limiter.HostState {
 // refused for its host in the Limiter's state (/hosts), and said once;
 // one it allows goes on.
 func TestFetchHolderRefusesDisallowed(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1,concurrency:1")
-	th := holdOn(t, fb, limiter.Config{}, obey)
-	_, pages := fakebrowser.RelayConns(t, fb, false)
+	fb, th, _, pages := connected(t, limiter.Config{}, obey)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 
 	for i, path := range []string{"/private/x", "/private/y?q=1"} {
@@ -93,11 +90,8 @@ func TestFetchHolderRefusesDisallowed(t *testing.T) {
 // (nothing spaced, nothing capped) still holds navigations, to refuse the
 // disallowed ones; the others go at once, booking nothing.
 func TestFetchHolderRefusesUnspaced(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, lim := holdtest.ObeyingFlags(t, "User-agent: *\nDisallow: /private/\n", policy.Flags{Robots: "obey", Delay: "0"})
-	th := holdOn(t, fb, limiter.Config{}, obey)
-	fakebrowser.RelayConns(t, fb, false)
+	fb, th, _, _ := connected(t, limiter.Config{}, obey)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	if hops := fb.Navigate(t, rewritten(chain, "/page?first", "/private/x")); len(hops) != 1 || hops[0].Failed != "BlockedByClient" {
 		t.Fatalf("got %+v, want failed with BlockedByClient", hops)
@@ -119,11 +113,8 @@ func TestFetchHolderRefusesUnspaced(t *testing.T) {
 // path robots.txt disallows (a.test/r2 → a.test/y, recorded off Chromium)
 // is failed at its hop, which books nothing more.
 func TestFetchHolderRefusesRedirectHop(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	obey, _ := holdtest.Obeying(t, "User-agent: *\nDisallow: /y\n", "a.test=fixed:1h,burst:1")
-	th := holdOn(t, fb, limiter.Config{}, obey)
-	fakebrowser.RelayConns(t, fb, false)
+	fb, th, _, _ := connected(t, limiter.Config{}, obey)
 	hops := fb.Navigate(t, fb.FetchRec.Chain(t, "/r2"))
 	if len(hops) != 2 || hops[0].Failed != "" || hops[1].Failed != "BlockedByClient" {
 		t.Fatalf("got %+v, want /r2 let go and its hop to /y failed with BlockedByClient", hops)
@@ -141,16 +132,13 @@ func TestFetchHolderRefusesRedirectHop(t *testing.T) {
 // once, and its 429, which the browser tells as the page's answer, is not
 // fed back as the host's: the host's one answer is the first's.
 func TestFetchHolderDefers(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	cfg, err := policy.FromFlags(policy.Flags{Rules: []string{"a.test=adaptive,burst:1"}, MaxWait: "10s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := limiter.New(cfg.Default)
 	pol := policy.New(cfg, lim)
-	th := holdOn(t, fb, limiter.Config{}, func(hd *hold.Holder) { hd.Limiter = pol })
-	fakebrowser.RelayConns(t, fb, false)
+	fb, th, _, _ := connected(t, limiter.Config{}, func(hd *hold.Holder) { hd.Limiter = pol })
 	chain := fb.FetchRec.Chain(t, "/page?first")
 
 	if hops := fb.Navigate(t, chain); len(hops) == 0 || hops[0].Failed != "" || hops[0].Fulfilled != 0 {
