@@ -39,6 +39,22 @@ func start(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...fu
 	return tp
 }
 
+// client starts a relay holding navigations in the stream, as start
+// does, in front of a new fake browser for bcfg, and connects a client.
+// A Chromium-like browser is hushed (Hush): its tests play the browser's
+// part themselves, from what was recorded from Chromium.
+func client(t *testing.T, bcfg fakebrowser.Config, cfg limiter.Config, opts ...func(*hold.Holder)) (*holdtest.Relay, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, bcfg)
+	if !bcfg.Lightpanda {
+		fb.Hush()
+	}
+	tp := start(t, fb, cfg, opts...)
+	c, fc := tp.Client(t)
+	return tp, c, fc
+}
+
 // pageSession returns the recorded Target.attachedToTarget of the page the
 // session transcript navigates, with its session and target ids.
 func pageSession(t *testing.T, sess *fakebrowser.Recording) (attached []byte, session, target string) {
@@ -96,11 +112,7 @@ func replay(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, lines []fakeb
 // stream: every message passes unchanged and in order, and the answers in
 // the session's Network events reach the limiter.
 func TestNavHoldReplaysChromiumSession(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	fb.Hush()
-	tp := start(t, fb, limiter.Config{})
-	c, fc := tp.Client(t)
+	tp, c, fc := client(t, fakebrowser.Config{}, limiter.Config{})
 	sess := fakebrowser.LoadRecording(t, "chromium-session.jsonl")
 	var busyAnswered time.Time
 	replay(t, c, fc, sess.Msgs, func(msg []byte) []byte {
@@ -265,10 +277,7 @@ func contains(s []int, i int) bool {
 // one at once, the next two a slot and two slots later, whichever books
 // first.
 func TestNavHoldDelay(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
-	c, fc := tp.Client(t)
+	_, c, fc := client(t, fakebrowser.Config{Lightpanda: true}, holdtest.Fixed(300*time.Millisecond))
 	msgs := []string{
 		`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`,
 		`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"},"sessionId":"SID-2"}`,
@@ -308,11 +317,8 @@ func TestNavHoldDelay(t *testing.T) {
 // answered as the browser answers an interrupted navigation, and never
 // reaches the browser; one that may go at once goes before the next.
 func TestNavHoldKeepsOrder(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	tp := start(t, fb, holdtest.Fixed(300*time.Millisecond))
+	tp, c, fc := client(t, fakebrowser.Config{Lightpanda: true}, holdtest.Fixed(300*time.Millisecond))
 	tp.Lim.Reserve("a.test", time.Now()) // the next a.test slot is 300 ms away
-	c, fc := tp.Client(t)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/stale"},"sessionId":"SID-1"}`))
 	time.Sleep(50 * time.Millisecond) // booked, waiting
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.reload","sessionId":"SID-1"}`))
@@ -421,11 +427,7 @@ func TestNavHoldAnswers(t *testing.T) {
 // replayed).
 func attachedClient(t *testing.T, attached []byte) (*holdtest.Relay, *websocket.Conn, *fakebrowser.Conn) {
 	t.Helper()
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	fb.Hush()
-	tp := start(t, fb, limiter.Config{})
-	c, fc := tp.Client(t)
+	tp, c, fc := client(t, fakebrowser.Config{}, limiter.Config{})
 	replay(t, c, fc, []fakebrowser.RecordedMsg{{From: "browser", Msg: attached}}, nil)
 	return tp, c, fc
 }
@@ -454,12 +456,8 @@ func navigation(t *testing.T, sess *fakebrowser.Recording, urlPart string) []fak
 // click moved it elsewhere), and a navigation of an iframe's own session
 // books nothing.
 func TestNavHoldFindsWhereItGoes(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	fb.Hush()
 	var rec *holdtest.Recorder
-	tp := start(t, fb, holdtest.Fixed(time.Millisecond), holdtest.RecordBookings(&rec))
-	c, fc := tp.Client(t)
+	_, c, fc := client(t, fakebrowser.Config{}, holdtest.Fixed(time.Millisecond), holdtest.RecordBookings(&rec))
 	fc.Send(holdtest.AttachedTo("PAGE-S", "PAGE", "page"))
 	fc.Send(holdtest.AttachedTo("IFRAME-S", "OOPIF", "iframe"))
 	holdtest.ReadClient(t, c)
@@ -533,11 +531,7 @@ func TestNavHoldWaitsForTheSend(t *testing.T) {
 		{"no Network events", false, "", false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			fb.Hush()
-			tp := start(t, fb, holdtest.Fixed(spacing))
-			c, fc := tp.Client(t)
+			_, c, fc := client(t, fakebrowser.Config{}, holdtest.Fixed(spacing))
 			for i, s := range []string{"S1", "S2"} {
 				fc.Send(holdtest.AttachedTo(s, "P"+s[1:], "page"))
 				holdtest.ReadClient(t, c)

@@ -17,11 +17,8 @@ import (
 // errorText net::ERR_BLOCKED_BY_CLIENT, and never reaches the browser; the
 // session's next command goes on.
 func TestStreamHoldRefusesDisallowed(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
-	tp := start(t, fb, limiter.Config{}, obey)
-	c, fc := tp.Client(t)
+	tp, c, fc := client(t, fakebrowser.Config{Lightpanda: true}, limiter.Config{}, obey)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/private/x"},"sessionId":"SID-1"}`))
 	_, data := holdtest.ReadClient(t, c)
 	got := string(data)
@@ -46,12 +43,9 @@ func TestStreamHoldRefusesDisallowed(t *testing.T) {
 // back (a command's answer has no room for a response), never reaching
 // the browser; it books nothing, and is counted deferred.
 func TestStreamHoldDefers(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	cfg := holdtest.Fixed(time.Minute)
 	cfg.MaxWait = 10 * time.Second
-	tp := start(t, fb, cfg)
-	c, fc := tp.Client(t)
+	tp, c, fc := client(t, fakebrowser.Config{Lightpanda: true}, cfg)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"},"sessionId":"SID-1"}`))
 	if m := fc.Next(t); !strings.Contains(string(m.Data), "/1") {
 		t.Fatalf("browser got %s, want the first navigation", m.Data)
