@@ -22,22 +22,14 @@ import (
 // closed; the guardian exits, status 1, saying what it did.
 func TestCrashFailsClosed(t *testing.T) {
 	t.Run("chromium-upstream", func(t *testing.T) {
-		httpURL, _, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
+		httpURL := ownChromium(t)
 		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL})
 	})
 	// Without a guardian (it launched the browser, which dies with it;
 	// Lightpanda, whose navigations are held in the clients' connections,
 	// which die with it), nothing it held reaches the site either.
 	t.Run("chromium-launch", func(t *testing.T) {
-		chromium, err := findChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		command := append(append([]string{"--", chromium}, ChromiumFlags...), "--remote-debugging-port=0", "--user-data-dir="+t.TempDir())
+		command := launchChromium(t)
 		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: command, launched: true})
 	})
 	t.Run("lightpanda", func(t *testing.T) {

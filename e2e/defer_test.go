@@ -98,21 +98,12 @@ var (
 	}}
 )
 
-// ownChromium starts a Chromium for one test alone. The long tests share
-// theirs (E2E_LONG), and under their full-page screenshots it took about
-// 4 s to pause each of the breaker tests' documents, in a run beside the
-// whole suite (their relay answered the pause at once): a deferred goto
-// then took as long, where it takes tens of milliseconds in a Chromium of
-// its own.
-func ownChromium(t *testing.T) string {
-	t.Helper()
-	http, _, stop, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return http
-}
+// The deferring tests run in a Chromium of their own (ownChromium). The
+// long tests share theirs (E2E_LONG), and under their full-page
+// screenshots it took about 4 s to pause each of the breaker tests'
+// documents, in a run beside the whole suite (their relay answered the
+// pause at once): a deferred goto then took as long, where it takes tens
+// of milliseconds in a Chromium of its own.
 
 // deferGoto is one goto of js/pptr-defer.mjs.
 type deferGoto struct {

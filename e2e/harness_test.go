@@ -153,6 +153,29 @@ func startChromiumBin(bin, port string, extra ...string) (httpURL, wsURL string,
 	}
 }
 
+// ownChromium starts a Chromium for one test alone, stopped at cleanup,
+// and returns its HTTP address.
+func ownChromium(t testing.TB) string {
+	t.Helper()
+	httpURL, _, stop, err := startChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return httpURL
+}
+
+// launchChromium is the end of a relay command that launches a Chromium
+// of its own: "--", the browser, its flags, any port, a fresh profile.
+func launchChromium(t *testing.T) []string {
+	t.Helper()
+	chromium, err := findChromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append([]string{"--", chromium}, ChromiumFlags...), "--remote-debugging-port=0", "--user-data-dir="+t.TempDir())
+}
+
 func runWithChromium(m *testing.M) (int, error) {
 	httpURL, wsURL, stop, err := startChromium()
 	if err != nil {

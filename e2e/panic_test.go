@@ -24,11 +24,7 @@ func TestPanicInOneClient(t *testing.T) {
 		n       = 4
 		spacing = 200 * time.Millisecond
 	)
-	httpURL, _, stop, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	httpURL := ownChromium(t)
 	s := newSite(t)
 	rp := startRelayBinary(t, faultBuild.get(t), "--upstream", httpURL, "--http-nav-delay", spacing.String(), "--http-nav-burst", "1")
 	out := runNode(t, 3*time.Minute, "panic-crawl.mjs", "CDP_URL="+rp.url, "PAGE_URL="+s.url("panic.test", "/page?x=1"),

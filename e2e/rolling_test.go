@@ -92,16 +92,7 @@ func TestRollingRestart(t *testing.T) {
 		}
 	}
 	rs := startRedisServer(t)
-	aHTTP, _, stopA, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopA)
-	bHTTP, _, stopB, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stopB)
+	aHTTP, bHTTP := ownChromium(t), ownChromium(t)
 	s := newSite(t)
 	run, isDoc, first := watchRun(s, rollHost)
 	bin := os.Getenv("E2E_ROLLING_BIN") // another build of the relay, to compare with

@@ -71,12 +71,7 @@ type relayProcess struct {
 
 func startRelayProcess(t *testing.T, args ...string) *relayProcess {
 	t.Helper()
-	httpURL, _, stop, err := startChromium()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return startRelayBinary(t, buildBinary(t), append([]string{"--upstream", httpURL, "--log-level", "debug"}, args...)...)
+	return startRelayBinary(t, buildBinary(t), append([]string{"--upstream", ownChromium(t), "--log-level", "debug"}, args...)...)
 }
 
 // startRelayBinary runs the relay binary bin with args, logging JSON, on a

@@ -63,27 +63,15 @@ type stopCase struct {
 // connection, so there each client has one.
 func TestStopFailsClosed(t *testing.T) {
 	t.Run("chromium-upstream", func(t *testing.T) {
-		httpURL, _, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
+		httpURL := ownChromium(t)
 		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL})
 	})
 	t.Run("chromium-launch", func(t *testing.T) {
-		chromium, err := findChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		command := append(append([]string{"--", chromium}, ChromiumFlags...), "--remote-debugging-port=0", "--user-data-dir="+t.TempDir())
+		command := launchChromium(t)
 		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: command, launched: true})
 	})
 	t.Run("second-signal", func(t *testing.T) {
-		httpURL, _, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
+		httpURL := ownChromium(t)
 		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL, hurry: 1200 * time.Millisecond})
 	})
 	t.Run("lightpanda", func(t *testing.T) {

@@ -324,14 +324,7 @@ func TestWireAsTheBrowser(t *testing.T) {
 		browser  func(t *testing.T) string // its endpoint's http:// URL
 		sessions transcript
 	}
-	chromium := func(t *testing.T) string {
-		httpURL, _, stop, err := startChromium()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		return httpURL
-	}
+	chromium := func(t *testing.T) string { return ownChromium(t) }
 	lightpanda := func(t *testing.T) string { return startLightpanda(t) }
 	runs := []*run{
 		{name: "chromium directly", browser: chromium},
