@@ -35,21 +35,7 @@ func newLPSites(t *testing.T) lpSites {
 // checkLPRedirects is checkRedirects for hosts served by sites of their own.
 func checkLPRedirects(t *testing.T, r *relayed, s lpSites) {
 	t.Helper()
-	b := navigations(s.rb, lpRB)
-	checkSlotsWithin(t, r, lpRB+" (second one a redirect hop from "+lpRA+")", b, 2, kindsInterval, heldJitter)
-	a := navigations(s.ra, lpRA)
-	if len(a) != 4 {
-		t.Errorf("%s: the server saw %d documents, want 4 (redirect, redirect, its hop, page):%s", lpRA, len(a), describe(a))
-		return
-	}
-	if a[0].Path != "/redirect" || a[1].Path != "/redirect" || a[2].Path != "/page" || a[3].Path != "/page" {
-		t.Errorf("%s: documents arrived out of order:%s", lpRA, describe(a))
-		return
-	}
-	if hop := a[2].At.Sub(a[1].At); hop >= kindsInterval/2 {
-		t.Errorf("%s: the hop of a redirect within the host came %v after its redirect, want it at once (it books nothing):%s", lpRA, hop, describe(a))
-	}
-	checkSlots(t, r, lpRA+" (redirects, without the same-host hop)", []hit{a[0], a[1], a[3]}, 3, kindsInterval)
+	checkRedirectsAt(t, r, s.ra, lpRA, s.rb, lpRB)
 }
 
 // checkSubresourcesNotHeld checks that the script, fetch and XHR of the page

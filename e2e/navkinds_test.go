@@ -246,9 +246,15 @@ func checkSlotsWithin(t *testing.T, r *relayed, name string, hits []hit, n int, 
 // its hop going at once, and the next navigation to ra comes one slot later.
 func checkRedirects(t *testing.T, r *relayed, s *site, ra, rb string) {
 	t.Helper()
-	b := navigations(s, rb)
+	checkRedirectsAt(t, r, s, ra, s, rb)
+}
+
+// checkRedirectsAt is checkRedirects for ra served by sa and rb by sb.
+func checkRedirectsAt(t *testing.T, r *relayed, sa *site, ra string, sb *site, rb string) {
+	t.Helper()
+	b := navigations(sb, rb)
 	checkSlotsWithin(t, r, rb+" (second one a redirect hop from "+ra+")", b, 2, kindsInterval, heldJitter)
-	a := navigations(s, ra)
+	a := navigations(sa, ra)
 	if len(a) != 4 {
 		t.Errorf("%s: the server saw %d documents, want 4 (redirect, redirect, its hop, page):%s", ra, len(a), describe(a))
 		return
