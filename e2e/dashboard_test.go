@@ -56,10 +56,7 @@ func (w *watcher) open(t *testing.T, u string) (status int, mime string) {
 	before := len(w.rc.messages())
 	w.rc.mustCall(w.session, "Page.navigate", map[string]any{"url": u})
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		for _, m := range w.rc.messages()[before:] {
-			if m.Method != "Network.responseReceived" || m.SessionID != w.session {
-				continue
-			}
+		for _, m := range w.events("Network.responseReceived", before) {
 			var ev struct {
 				Type     string `json:"type"`
 				Response struct {
@@ -136,13 +133,22 @@ func (w *watcher) rows(t *testing.T) map[string][2]int {
 	return got
 }
 
+// events returns the page's events of method, from the from-th message
+// the client received on.
+func (w *watcher) events(method string, from int) []rawMessage {
+	var out []rawMessage
+	for _, m := range w.rc.messages()[from:] {
+		if m.Method == method && m.SessionID == w.session {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // requests returns the URL of every request the page made, and how many
 // of them were documents.
 func (w *watcher) requests() (urls []string, documents int) {
-	for _, m := range w.rc.messages() {
-		if m.Method != "Network.requestWillBeSent" || m.SessionID != w.session {
-			continue
-		}
+	for _, m := range w.events("Network.requestWillBeSent", 0) {
 		var ev struct {
 			Type    string `json:"type"`
 			Request struct {

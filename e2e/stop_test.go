@@ -454,21 +454,19 @@ func startStopCrawl(t *testing.T, relayURL, base, run string, clients, pages int
 }
 
 // targets returns the target ids of the script's pages, once it said them.
-func (c *stopCrawl) targets() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []string
-	json.Unmarshal(c.lines["targets"], &ids)
-	return ids
-}
+func (c *stopCrawl) targets() []string { return said[[]string](c, "targets") }
 
 // gotos returns what each goto got, once the script said it.
-func (c *stopCrawl) gotos() []stopGoto {
+func (c *stopCrawl) gotos() []stopGoto { return said[[]stopGoto](c, "gotos") }
+
+// said decodes the script's line with key, once it said it (the zero T
+// before).
+func said[T any](c *stopCrawl, key string) T {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var gs []stopGoto
-	json.Unmarshal(c.lines["gotos"], &gs)
-	return gs
+	var v T
+	json.Unmarshal(c.lines[key], &v)
+	return v
 }
 
 // pagesLeft returns the pages of the browser at base (its /json/list) that
