@@ -21,21 +21,12 @@ import (
 // relay's 429 (reason=relay-gone); the pages the client created are
 // closed; the guardian exits, status 1, saying what it did.
 func TestCrashFailsClosed(t *testing.T) {
-	t.Run("chromium-upstream", func(t *testing.T) {
-		httpURL := ownChromium(t)
-		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL})
-	})
+	t.Run("chromium-upstream", func(t *testing.T) { runCrash(t, upstreamCase(t, "crash.test")) })
 	// Without a guardian (it launched the browser, which dies with it;
 	// Lightpanda, whose navigations are held in the clients' connections,
 	// which die with it), nothing it held reaches the site either.
-	t.Run("chromium-launch", func(t *testing.T) {
-		command := launchChromium(t)
-		runCrash(t, stopCase{host: "crash.test", clients: 1, pages: 20, browser: command, launched: true})
-	})
-	t.Run("lightpanda", func(t *testing.T) {
-		lp := startLightpanda(t, "--cdp-max-connections", "24")
-		runCrash(t, stopCase{host: lpHost, clients: 16, pages: 1, browser: []string{"--upstream", lp}})
-	})
+	t.Run("chromium-launch", func(t *testing.T) { runCrash(t, launchCase(t, "crash.test")) })
+	t.Run("lightpanda", func(t *testing.T) { runCrash(t, lightpandaCase(t)) })
 }
 
 // runCrash is one case of TestCrashFailsClosed: the relay's process

@@ -44,6 +44,27 @@ type stopCase struct {
 	hurry          time.Duration // a second SIGTERM this long after the first; 0 for none
 }
 
+// upstreamCase is one client's 20 pages to host, through a relay in front
+// of a Chromium of the test's own.
+func upstreamCase(t *testing.T, host string) stopCase {
+	httpURL := ownChromium(t)
+	return stopCase{host: host, clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL}
+}
+
+// launchCase is one client's 20 pages to host, through a relay that
+// launched its Chromium.
+func launchCase(t *testing.T, host string) stopCase {
+	return stopCase{host: host, clients: 1, pages: 20, browser: launchChromium(t), launched: true}
+}
+
+// lightpandaCase is 16 clients' page each to lpHost, through a relay in
+// front of a Lightpanda: 16 connections (Lightpanda's default most), and
+// a few more for the relay's own.
+func lightpandaCase(t *testing.T) stopCase {
+	lp := startLightpanda(t, "--cdp-max-connections", "24")
+	return stopCase{host: lpHost, clients: 16, pages: 1, browser: []string{"--upstream", lp}}
+}
+
 // TestStopFailsClosed stops the relay binary (SIGTERM) while it holds a
 // crawl's navigations to one host (500 ms apart, burst 1, --drain-timeout
 // 4s), about 2 s after the first reached the site. Before the relay had a
@@ -62,24 +83,14 @@ type stopCase struct {
 // relay launched, the browser goes with it; Lightpanda takes one page per
 // connection, so there each client has one.
 func TestStopFailsClosed(t *testing.T) {
-	t.Run("chromium-upstream", func(t *testing.T) {
-		httpURL := ownChromium(t)
-		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL})
-	})
-	t.Run("chromium-launch", func(t *testing.T) {
-		command := launchChromium(t)
-		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: command, launched: true})
-	})
+	t.Run("chromium-upstream", func(t *testing.T) { runStop(t, upstreamCase(t, "stop.test")) })
+	t.Run("chromium-launch", func(t *testing.T) { runStop(t, launchCase(t, "stop.test")) })
 	t.Run("second-signal", func(t *testing.T) {
-		httpURL := ownChromium(t)
-		runStop(t, stopCase{host: "stop.test", clients: 1, pages: 20, browser: []string{"--upstream", httpURL}, direct: httpURL, hurry: 1200 * time.Millisecond})
+		c := upstreamCase(t, "stop.test")
+		c.hurry = 1200 * time.Millisecond
+		runStop(t, c)
 	})
-	t.Run("lightpanda", func(t *testing.T) {
-		// 16 connections (Lightpanda's default most), and a few more for
-		// the relay's own.
-		lp := startLightpanda(t, "--cdp-max-connections", "24")
-		runStop(t, stopCase{host: lpHost, clients: 16, pages: 1, browser: []string{"--upstream", lp}})
-	})
+	t.Run("lightpanda", func(t *testing.T) { runStop(t, lightpandaCase(t)) })
 }
 
 // stopGoto is what one goto of stop-crawl.mjs got.
