@@ -26,19 +26,22 @@ func Obeying(t *testing.T, robots string, rules ...string) (func(*hold.Holder), 
 	return ObeyingFlags(t, robots, policy.Flags{Robots: "obey", Rules: rules})
 }
 
-// ObeyingFlags is Obeying with the policy's flags f.
+// ObeyingFlags is Obeying with the policy's flags f. The test site
+// starts as the option runs, so that a test's leak check
+// (fakebrowser.CheckLeaks), however early or late it comes before the
+// Holder is armed, counts the site's goroutines and sees it closed.
 func ObeyingFlags(t *testing.T, robots string, f policy.Flags) (func(*hold.Holder), **limiter.Limiter) {
 	t.Helper()
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/robots.txt" {
-			http.NotFound(w, r)
-			return
-		}
-		fmt.Fprint(w, robots)
-	}))
-	t.Cleanup(site.Close)
 	var lim *limiter.Limiter
 	return func(hd *hold.Holder) {
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/robots.txt" {
+				http.NotFound(w, r)
+				return
+			}
+			fmt.Fprint(w, robots)
+		}))
+		t.Cleanup(site.Close)
 		cfg, err := policy.FromFlags(f)
 		if err != nil {
 			t.Fatal(err)
