@@ -188,10 +188,8 @@ func TestCapFetch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
 			var pol *policy.Policy
-			holdOn(t, fb, limiter.Config{Mode: limiter.Off}, holdtest.Capped(holdtest.CapOne(tt.bound), &pol))
+			fb, _ := armNew(t, limiter.Config{Mode: limiter.Off}, holdtest.Capped(holdtest.CapOne(tt.bound), &pol))
 			hc := fb.Holder(t)
 			fb.Pages(t) // both of the relay's connections are up; net holds what pauses there
 			fakebrowser.AnnouncePages(t, fb, hc, false)
@@ -219,10 +217,8 @@ func TestCapFetch(t *testing.T) {
 // navigation in flight and the one waiting under the cap of the flags
 // (what the relay's /hosts, /status and page show).
 func TestCapFetchHolds(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	var pol *policy.Policy
-	th := holdOn(t, fb, limiter.Config{Mode: limiter.Off},
+	fb, th := armNew(t, limiter.Config{Mode: limiter.Off},
 		holdtest.Capped(policy.Config{Default: holdtest.Fixed(200 * time.Millisecond), Concurrency: 1}, &pol))
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, false)

@@ -24,9 +24,7 @@ import (
 // the very commands the recorder sent (ids aside) and books what it should
 // when net holds as the whole browser's interceptor (pages away).
 func TestFetchHolderReplaysChromium(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
+	fb, th := armNew(t, limiter.Config{}) // adaptive: a few navigations never wait
 	hc := fb.Holder(t)
 
 	busyAnswered := fakebrowser.ReplayChromium(t, fb, hc)
@@ -298,9 +296,7 @@ func TestFetchHolderConcurrent(t *testing.T) {
 // relay sends the very commands the recorder sent, lets every target that
 // is no page go, and books and feeds back what it should.
 func TestFetchPagesReplaysChromium(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, limiter.Config{}) // adaptive: a few navigations never wait
+	fb, th := armNew(t, limiter.Config{}) // adaptive: a few navigations never wait
 	fb.Pages(t).Drop()
 	fb.ReplayNext(fb.PagesRec)
 	pc := fb.Pages(t) // reconnected, and answered from the recording
@@ -317,9 +313,7 @@ func TestFetchPagesReplaysChromium(t *testing.T) {
 // which page it is in (the websocket path of most clients is /, which
 // names nothing).
 func TestNavigationLinesNameThePage(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	th := holdOn(t, fb, holdtest.Fixed(300*time.Millisecond))
+	fb, th := armNew(t, holdtest.Fixed(300*time.Millisecond))
 	hc := fb.Holder(t)
 	chain := fb.FetchRec.Chain(t, "/page?first")
 	fakebrowser.AnnouncePages(t, fb, hc, false)

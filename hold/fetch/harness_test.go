@@ -29,15 +29,22 @@ func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...f
 	return holdtest.Arm(t, fb, cfg, holdtest.EveryPage(ways), opts...)
 }
 
-// connected starts a Holder for a new fake browser as holdOn does, and
-// returns it with the relay's two connections to the browser, net and
+// armNew arms a Holder, as holdOn does, for a new fake browser, and
+// returns the browser with it; the test checks for leaks.
+func armNew(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (*fakebrowser.Browser, *holdtest.Holder) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	return fb, holdOn(t, fb, cfg, opts...)
+}
+
+// connected arms a Holder for a new fake browser as armNew does, and
+// returns them with the relay's two connections to the browser, net and
 // pages, once they are up and the recorded pages announced and armed
 // (fakebrowser.RelayConns): where most tests of the Fetch way begin.
 func connected(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (fb *fakebrowser.Browser, th *holdtest.Holder, net, pages *fakebrowser.Conn) {
 	t.Helper()
-	fakebrowser.CheckLeaks(t)
-	fb = fakebrowser.New(t, fakebrowser.Config{})
-	th = holdOn(t, fb, cfg, opts...)
+	fb, th = armNew(t, cfg, opts...)
 	net, pages = fakebrowser.RelayConns(t, fb, false)
 	return fb, th, net, pages
 }

@@ -17,8 +17,6 @@ import (
 // each bucket's rule and where it came from (what the relay's /hosts
 // shows).
 func TestFetchHolderRules(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const hour = time.Hour
 	cfg, err := policy.FromFlags(policy.Flags{Rules: []string{"a.test=fixed:1h,burst:1", "b.test=exempt"}})
 	if err != nil {
@@ -26,7 +24,7 @@ func TestFetchHolderRules(t *testing.T) {
 	}
 	lim := limiter.New(cfg.Default)
 	pol := policy.New(cfg, lim)
-	th := holdOn(t, fb, limiter.Config{}, func(hd *hold.Holder) { hd.Limiter = pol })
+	fb, th := armNew(t, limiter.Config{}, func(hd *hold.Holder) { hd.Limiter = pol })
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, false)
 	// A new page opened with its URL: b.test, exempt by rule 2.
