@@ -56,15 +56,22 @@ func endHops(over []*trackHop) {
 // fly makes fl the navigation th is a hop of, unless th is over already
 // (its page went away): then fl ends, and whatever holds it stops.
 func (fc *fetchConn) fly(th *trackHop, fl *hold.Flight) {
-	fc.mu.Lock()
-	over := th.ended
-	if !over {
-		th.fl = fl
-	}
-	fc.mu.Unlock()
-	if over {
+	if !fc.unlessOver(th, func() { th.fl = fl }) {
 		fl.End()
 	}
+}
+
+// unlessOver runs set, which gives th something to end with it, under
+// fc.mu unless th is over already, and reports whether it ran: a caller
+// whose th was over ends what it meant to give, since endHops will not.
+func (fc *fetchConn) unlessOver(th *trackHop, set func()) bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if th.ended {
+		return false
+	}
+	set()
+	return true
 }
 
 // following reports whether ev is a hop of a request the connection
@@ -148,13 +155,7 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 // booked attaches the navigation a hop booked, unless the hop is over
 // already (its page went away while it was being booked).
 func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
-	fc.mu.Lock()
-	over := th.ended
-	if !over {
-		th.nav = nav
-	}
-	fc.mu.Unlock()
-	if over {
+	if !fc.unlessOver(th, func() { th.nav = nav }) {
 		nav.End()
 	}
 }
