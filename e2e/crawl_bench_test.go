@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // BenchmarkCrawl is BENCHMARKS.md's row n: what holding costs the browser
@@ -344,12 +346,12 @@ type measured struct {
 	group  string // the cgroup's directory, "" without one
 	v2     bool
 	lines  chan string
-	stderr *syncBuffer
+	stderr *fakebrowser.Logs
 }
 
 // startMeasured starts args as a process of its own, with env added.
 func startMeasured(b *testing.B, name string, args []string, env ...string) (*measured, error) {
-	m := &measured{name: name, lines: make(chan string, 64), stderr: &syncBuffer{}}
+	m := &measured{name: name, lines: make(chan string, 64), stderr: &fakebrowser.Logs{}}
 	m.group, m.v2 = newCPUGroup(name)
 	argv := args
 	if m.group != "" {

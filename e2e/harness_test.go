@@ -34,6 +34,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
@@ -369,7 +370,7 @@ type relayed struct {
 	host string // 127.0.0.1:PORT
 	p    *relay.Proxy
 	srv  *http.Server // serves p on url
-	logs *syncBuffer
+	logs *fakebrowser.Logs
 }
 
 // startRelay serves a relay with a limiter of its own.
@@ -380,7 +381,7 @@ func startRelay(t testing.TB, cfg limiter.Config, opts ...func(*relay.Proxy)) *r
 
 func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...func(*relay.Proxy)) *relayed {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	// at_ns puts each line on the clock the site's hits are on, to the
 	// nanosecond (the timestamp has whole seconds).
 	atNanos := zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) { e.Int64("at_ns", time.Now().UnixNano()) })
@@ -439,24 +440,6 @@ func (r *relayed) unheldLogged() int {
 // fixed is a fixed-interval limiter configuration.
 func fixed(interval time.Duration, burst int) limiter.Config {
 	return limiter.Config{Mode: limiter.Fixed, Interval: interval, Burst: burst}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runNode runs e2e/js/<script> with node and the given environment, and

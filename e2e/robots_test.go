@@ -54,21 +54,6 @@ func seen(s *site, path string) bool {
 	return len(s.hitsOf(func(h hit) bool { return h.Path == path })) > 0
 }
 
-// logLines returns the relay's log lines containing every one of parts.
-func (r *relayed) logLines(parts ...string) []string {
-	var out []string
-	for _, l := range strings.Split(r.logs.String(), "\n") {
-		all := l != ""
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // TestRobotsObey: with --robots obey, through real Chromium and Puppeteer,
 // a site whose robots.txt disallows /private/ never sees a request there:
 // goto throws net::ERR_BLOCKED_BY_CLIENT, a link click and a server
@@ -110,7 +95,7 @@ func TestRobotsObey(t *testing.T) {
 		if m := grepMetric(body, `outcome="disallowed"`); !strings.HasSuffix(m, " 3") {
 			t.Errorf("/metrics: got %q, want 3 disallowed navigations", m)
 		}
-		if w := r.logLines("navigation refused: robots.txt disallows it", `"host":"robots.test"`); len(w) != 1 || !strings.Contains(w[0], `"level":"warn"`) {
+		if w := r.logs.Lines("navigation refused: robots.txt disallows it", `"host":"robots.test"`); len(w) != 1 || !strings.Contains(w[0], `"level":"warn"`) {
 			t.Errorf("warnings: got %q, want one", w)
 		}
 		hosts, _ := httpGet(r.url + "/hosts")
@@ -164,7 +149,7 @@ func TestRobotsObey(t *testing.T) {
 		if got["goto-private"] != "ok" || got["goto-private-again"] != "ok" || !seen(s, "/private/x") || !seen(s, "/private/x2") {
 			t.Errorf("got %v, want both loaded", got)
 		}
-		if n := len(r.logLines("robots.txt did not answer in time", "robots.test")); n != 1 {
+		if n := len(r.logs.Lines("robots.txt did not answer in time", "robots.test")); n != 1 {
 			t.Errorf("logged the hanging robots.txt %d times, want once", n)
 		}
 	})

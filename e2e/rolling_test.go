@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // The fleet of TestRollingRestart: three relays sharing one schedule per
@@ -687,7 +689,7 @@ func atoi(s string) int {
 // rollCrawl is rolling-crawl.mjs running.
 type rollCrawl struct {
 	startAt        time.Time
-	stdout, stderr syncBuffer
+	stdout, stderr fakebrowser.Logs
 	exited         chan struct{} // closed once it exited
 	err            error         // Wait's
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -118,21 +119,6 @@ func metricAt(t *testing.T, base, name string) float64 {
 	}
 	v, _ := strconv.ParseFloat(string(m[1]), 64)
 	return v
-}
-
-// logCount counts the relay's log lines with every one of parts.
-func logCount(r *relayed, parts ...string) int {
-	n := 0
-	for _, l := range strings.Split(r.logs.String(), "\n") {
-		all := l != ""
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
 }
 
 // shareOut is what share-close.mjs prints.
@@ -236,7 +222,7 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 				t.Errorf("%s = %v, want %v", m.name, got, m.want)
 			}
 		}
-		if n := logCount(r, "the client closed its browser", `"pages":3`, `"contexts":1`); n != 1 {
+		if n := len(r.logs.Lines("the client closed its browser", `"pages":3`, `"contexts":1`)); n != 1 {
 			t.Errorf("logged %d times that the client closed its browser (3 pages, 1 context), want once", n)
 		}
 
@@ -362,7 +348,7 @@ func startNode(t *testing.T, script string, env ...string) (*nodeProcess, string
 	t.Helper()
 	cmd := exec.Command("node", filepath.Join("js", script))
 	cmd.Env = append(os.Environ(), env...)
-	var stderr syncBuffer
+	var stderr fakebrowser.Logs
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -457,7 +443,7 @@ func TestOrphansClosed(t *testing.T) {
 		if got := metricAt(t, r.url, `cdp_throttle_leftovers_total{outcome="closed",what="page",why="orphan"}`); got != 5 {
 			t.Errorf("orphan pages closed: counted %v, want 5", got)
 		}
-		if n := logCount(r, "closed what a client left behind", `"pages":5`); n != 1 {
+		if n := len(r.logs.Lines("closed what a client left behind", `"pages":5`)); n != 1 {
 			t.Errorf("logged %d times that the relay closed what a client left (5 pages), want once", n)
 		}
 	})

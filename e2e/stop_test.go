@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // The relay's stop, as TestStopFailsClosed runs it: a 500 ms slot per
@@ -408,7 +410,7 @@ func startStoppingRelay(t *testing.T, args ...string) *stoppingRelay {
 // stopCrawl is stop-crawl.mjs running.
 type stopCrawl struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr fakebrowser.Logs
 	exited         chan struct{} // closed once it exited
 	err            error         // Wait's
 	mu             sync.Mutex
