@@ -103,7 +103,7 @@ func (p *Proxy) dialBrowser(ctx context.Context, target string, r *http.Request)
 		return a, nil
 	}
 	nc.SetDeadline(time.Time{})
-	keepAlive(nc.(*batchConn).Conn)
+	keepAlive(nc.(*wire.Batch).Conn)
 	return a, nil
 }
 
@@ -138,7 +138,7 @@ func takeClient(w http.ResponseWriter, a *browserAnswer) (net.Conn, *bufio.Reade
 	}
 	nc.SetDeadline(time.Time{})
 	keepAlive(nc)
-	bc := &batchConn{Conn: nc}
+	bc := wire.Batching(nc)
 	// Anything the client sent after its request is already in brw.
 	var in io.Reader = bc
 	if n := brw.Reader.Buffered(); n > 0 {
@@ -151,4 +151,14 @@ func takeClient(w http.ResponseWriter, a *browserAnswer) (net.Conn, *bufio.Reade
 		return nil, nil, err
 	}
 	return bc, bufio.NewReaderSize(in, readBuffer), nil
+}
+
+// dialBatching dials a browser's websocket connection as a wire.Batch.
+func dialBatching(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return wire.Batching(c), nil
 }

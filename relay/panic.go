@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+
+	"github.com/cdp-throttle/cdp-throttle/wire"
 )
 
 // A panic in the code of one connection (a bug a message of one client
@@ -23,11 +25,11 @@ func (e errPanicked) Error() string { return fmt.Sprintf("relay: panic: %v", e.v
 
 // safePump is pump, ending the pair instead of the process when it
 // panics.
-func (pr *pair) safePump(src, dst *conn) (end pumpEnd) {
+func (pr *pair) safePump(src, dst *wire.Conn) (end pumpEnd) {
 	defer func() {
 		if v := recover(); v != nil {
 			pr.p.Metrics.panicked()
-			pr.log.Error().Str("from", src.side).Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
+			pr.log.Error().Str("from", src.Side).Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
 				Msg("a panic in this connection's code: the connection is ended, the relay goes on")
 			end = pumpEnd{from: src, to: dst, err: errPanicked{v}}
 		}

@@ -381,8 +381,8 @@ func (p *Proxy) Close() error {
 			select {
 			case <-pr.ended:
 			case <-grace.C:
-				pr.client.nc.Close()
-				pr.browser.nc.Close()
+				pr.client.NC.Close()
+				pr.browser.NC.Close()
 				<-pr.ended
 			}
 		})

@@ -1,4 +1,4 @@
-package relay
+package wire
 
 import (
 	"errors"
@@ -77,16 +77,16 @@ func readFor(c net.Conn, d time.Duration) []byte {
 
 // batched returns a client and a browser side as the relay has them (the
 // relay's ends, batching) and the ends of the client and the browser.
-func batched(t *testing.T) (client, browser *batchConn, bw *writeCounter, clientEnd, browserEnd net.Conn) {
+func batched(t *testing.T) (client, browser *Batch, bw *writeCounter, clientEnd, browserEnd net.Conn) {
 	cr, ce := tcpPair(t)
 	br, be := tcpPair(t)
 	bw = &writeCounter{Conn: br}
-	client, browser = pairBatches(&batchConn{Conn: cr}, &batchConn{Conn: bw})
+	client, browser = PairBatches(&Batch{Conn: cr}, &Batch{Conn: bw})
 	return client, browser, bw, ce, be
 }
 
 // relayed writes as the pump does what it relays to bc.
-func relayed(bc *batchConn, msgs ...string) {
+func relayed(bc *Batch, msgs ...string) {
 	for _, m := range msgs {
 		bc.mark(true)
 		bc.Write([]byte(m))
@@ -157,9 +157,9 @@ func TestBatchConn(t *testing.T) {
 		bw.mu.Lock()
 		bw.fail = broken
 		bw.mu.Unlock()
-		var we writeError
-		if _, err := client.Read(make([]byte, 8)); !errors.As(err, &we) || !errors.Is(we.err, broken) {
-			t.Errorf("the pump's read, sending a batch that failed: %v, want a writeError of %v", err, broken)
+		var we WriteError
+		if _, err := client.Read(make([]byte, 8)); !errors.As(err, &we) || !errors.Is(we.Err, broken) {
+			t.Errorf("the pump's read, sending a batch that failed: %v, want a WriteError of %v", err, broken)
 		}
 		if _, err := browser.Write([]byte("after")); !errors.Is(err, broken) {
 			t.Errorf("a write after the failed batch: %v, want %v", err, broken)
@@ -204,7 +204,7 @@ func TestBatchConnDeadline(t *testing.T) {
 	t.Run("asked per frame, given when it matters", func(t *testing.T) {
 		a, b := tcpPair(t)
 		dc := &deadlineCounter{Conn: a}
-		bc := &batchConn{Conn: dc}
+		bc := &Batch{Conn: dc}
 		for i := range 200 {
 			bc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 			bc.mark(true)
@@ -225,7 +225,7 @@ func TestBatchConnDeadline(t *testing.T) {
 	})
 	t.Run("a sooner deadline ends a write under way", func(t *testing.T) {
 		a, _ := tcpPair(t) // the peer never reads
-		bc := &batchConn{Conn: a}
+		bc := &Batch{Conn: a}
 		bc.SetWriteDeadline(time.Now().Add(time.Hour))
 		done := make(chan error, 1)
 		go func() {
@@ -251,7 +251,7 @@ func TestBatchConnDeadline(t *testing.T) {
 	t.Run("a later deadline is given once the one there is half spent", func(t *testing.T) {
 		a, _ := tcpPair(t) // the peer never reads
 		dc := &deadlineCounter{Conn: a}
-		bc := &batchConn{Conn: dc}
+		bc := &Batch{Conn: dc}
 		bc.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
 		time.Sleep(200 * time.Millisecond) // two thirds of it spent
 		start := time.Now()

@@ -4,9 +4,16 @@
 // through without holding the message whole. It also reads and writes
 // the opening handshake's HTTP head byte for byte (handshake.go).
 //
-// It knows nothing of CDP and makes no policy: which frames to pass,
-// answer or refuse is the caller's. Nothing here starts a goroutine or
-// takes a lock; a Reader is for one goroutine.
+// On top of frames it relays: a Conn is one side of a relayed
+// connection (conn.go), a Pump passes one side's frames on to the other
+// (pump.go), handing each message read whole to its caller's Deliver
+// hook, and a Batch lets what a Pump relays from one read go out in one
+// system call (batch.go).
+//
+// It knows nothing of CDP and makes no policy: which messages to pass,
+// hold or answer is the caller's. Nothing here starts a goroutine; a
+// Reader is for one goroutine, a Conn's writes are serialised by a lock
+// of its own, taken after every lock of the caller's.
 package wire
 
 import (
