@@ -42,11 +42,8 @@ func Capped(cfg policy.Config, pol **policy.Policy) func(*hold.Holder) {
 // connection.
 func StartCapped(t *testing.T, ways hold.Ways, opts ...func(*hold.Holder)) (*policy.Policy, *websocket.Conn, *fakebrowser.Conn) {
 	t.Helper()
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var pol *policy.Policy
-	tp := Start(t, fb, limiter.Config{Mode: limiter.Off}, ways, append([]func(*hold.Holder){Capped(CapOne(0), &pol)}, opts...)...)
-	c, fc := tp.Client(t)
+	_, c, fc := StartLightpanda(t, limiter.Config{Mode: limiter.Off}, ways, append([]func(*hold.Holder){Capped(CapOne(0), &pol)}, opts...)...)
 	return pol, c, fc
 }
 

@@ -58,6 +58,18 @@ func Start(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, ways hold.
 	return Serve(t, th, fb)
 }
 
+// StartLightpanda starts a relay, as Start does, in front of a new
+// Lightpanda-like fake browser, and connects a client (Client); the test
+// checks for leaks.
+func StartLightpanda(t *testing.T, cfg limiter.Config, ways hold.Ways, opts ...func(*hold.Holder)) (*Relay, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
+	r := Start(t, fb, cfg, ways, opts...)
+	c, fc := r.Client(t)
+	return r, c, fc
+}
+
 // Dial connects a client to the relay's path; it is closed when the test
 // ends.
 func (r *Relay) Dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {

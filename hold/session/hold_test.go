@@ -9,7 +9,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // TestSessionHoldFollowsLightpandaDepartures: Lightpanda times no send,
@@ -19,11 +18,8 @@ import (
 // one of its host, and one answered late moves the next one's slot by as
 // much.
 func TestSessionHoldFollowsLightpandaDepartures(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	const spacing, late = 100 * time.Millisecond, 250 * time.Millisecond
-	tp := holdtest.Start(t, fb, holdtest.Fixed(spacing), ways)
-	c, fc := tp.Client(t)
+	tp, c, fc := holdtest.StartLightpanda(t, holdtest.Fixed(spacing), ways)
 	// Two pages: a page's next document ends the one before.
 	const S1, F1, S2, F2 = "SID-1", "FID-0000000001", "SID-2", "FID-0000000002"
 	for _, p := range [][2]string{{S1, F1}, {S2, F2}} {
@@ -76,13 +72,10 @@ func TestSessionHoldFollowsLightpandaDepartures(t *testing.T) {
 // let go at once; the client's own interception merged with the relay's,
 // seeing exactly its own paused requests, across its own Fetch.disable.
 func TestSessionHold(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
-	tp := holdtest.Start(t, fb, holdtest.Fixed(300*time.Millisecond), ways)
+	tp, c, fc := holdtest.StartLightpanda(t, holdtest.Fixed(300*time.Millisecond), ways)
 	if got := tp.Browser.Holding(); got != "session" {
 		t.Fatalf("navigations held by %q, want session for Lightpanda", got)
 	}
-	c, fc := tp.Client(t)
 	const S, F = "SID-1", "FID-0000000001"
 	marker := func(n int) []byte {
 		return fmt.Appendf(nil, `{"method":"Page.lifecycleEvent","params":{"name":"m%d"},"sessionId":%q}`, n, S)
@@ -163,11 +156,8 @@ func TestSessionHold(t *testing.T) {
 // on a URL (its request may leave before the new session is armed) and
 // books the page's first document no second time.
 func TestSessionHoldCreateTarget(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	var rec *holdtest.Recorder
-	tp := holdtest.Start(t, fb, holdtest.Fixed(300*time.Millisecond), ways, holdtest.RecordBookings(&rec))
-	c, fc := tp.Client(t)
+	tp, c, fc := holdtest.StartLightpanda(t, holdtest.Fixed(300*time.Millisecond), ways, holdtest.RecordBookings(&rec))
 	tp.Lim.Reserve("a.test", time.Now())
 	sent := time.Now()
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/"}}`))

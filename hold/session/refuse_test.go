@@ -9,7 +9,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -18,12 +17,9 @@ import (
 // host into a disallowed path, are failed there with BlockedByClient and
 // book nothing; an allowed one goes on.
 func TestSessionHoldRefusesDisallowed(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
 	const S, F = "SID-1", "FID-1"
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
-	tp := holdtest.Start(t, fb, limiter.Config{}, ways, obey)
-	c, fc := tp.Client(t)
+	tp, c, fc := holdtest.StartLightpanda(t, limiter.Config{}, ways, obey)
 	attach(t, fc, c, S, F)
 
 	failedOwn := func(id string) {
@@ -60,11 +56,8 @@ func TestSessionHoldRefusesDisallowed(t *testing.T) {
 // Target.createTarget with a disallowed URL never reaches the browser and
 // is answered with a CDP error net::ERR_BLOCKED_BY_CLIENT.
 func TestSessionHoldRefusesCreateTarget(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{Lightpanda: true})
 	obey, lim := holdtest.Obeying(t, "User-agent: *\nDisallow: /private/\n", "a.test=fixed:1h,burst:1")
-	tp := holdtest.Start(t, fb, limiter.Config{}, ways, obey)
-	c, fc := tp.Client(t)
+	_, c, fc := holdtest.StartLightpanda(t, limiter.Config{}, ways, obey)
 	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Target.createTarget","params":{"url":"http://a.test/private/x"}}`))
 	_, data := holdtest.ReadClient(t, c)
 	if got := string(data); !strings.Contains(got, `"id":1`) || !strings.Contains(got, `"error":`) || !strings.Contains(got, "net::ERR_BLOCKED_BY_CLIENT") {
