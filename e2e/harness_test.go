@@ -446,10 +446,71 @@ func fixed(interval time.Duration, burst int) limiter.Config {
 // returns its standard output. The script fails the test by exiting non-zero.
 func runNode(t testing.TB, timeout time.Duration, script string, env ...string) []byte {
 	t.Helper()
+	nodeReady(t)
+	return runScript(t, timeout, "node", filepath.Join("js", script), env...)
+}
+
+// nodeReady fails the test if e2e/'s node packages are not installed.
+func nodeReady(t testing.TB) {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
 		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)
 	}
-	return runScript(t, timeout, "node", filepath.Join("js", script), env...)
+}
+
+// nodeProc is an e2e/js script running beside the test.
+type nodeProc struct {
+	cmd            *exec.Cmd
+	startAt        time.Time
+	stdout, stderr fakebrowser.Logs
+	exited         chan struct{} // closed once it exited
+	err            error         // Wait's, set before exited is closed
+}
+
+// startNode starts e2e/js/<script> with env added to its environment.
+// Each line it prints goes to stdout and, when onLine is not nil, to
+// onLine, on the goroutine that reads them. It is killed at cleanup if it
+// still runs; a failed test logs its stderr.
+func startNode(t *testing.T, script string, onLine func([]byte), env ...string) *nodeProc {
+	t.Helper()
+	nodeReady(t)
+	p := &nodeProc{exited: make(chan struct{})}
+	p.cmd = exec.Command("node", filepath.Join("js", script))
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = &p.stderr
+	p.startAt = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			p.stdout.Write(append(sc.Bytes(), '\n'))
+			if onLine != nil {
+				onLine(sc.Bytes())
+			}
+		}
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() && p.stderr.String() != "" {
+			t.Logf("%s stderr:\n%s", script, p.stderr.String())
+		}
+	})
+	return p
 }
 
 // venvPython is the Python of the repository's virtual environment, where

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // The fleet of TestRollingRestart: three relays sharing one schedule per
@@ -686,39 +684,8 @@ func atoi(s string) int {
 	return n
 }
 
-// rollCrawl is rolling-crawl.mjs running.
-type rollCrawl struct {
-	startAt        time.Time
-	stdout, stderr fakebrowser.Logs
-	exited         chan struct{} // closed once it exited
-	err            error         // Wait's
-}
-
-func startRollCrawl(t *testing.T, env ...string) *rollCrawl {
+// startRollCrawl starts rolling-crawl.mjs with env.
+func startRollCrawl(t *testing.T, env ...string) *nodeProc {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
-		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)
-	}
-	c := &rollCrawl{exited: make(chan struct{})}
-	cmd := exec.Command("node", filepath.Join("js", "rolling-crawl.mjs"))
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stdout, cmd.Stderr = &c.stdout, &c.stderr
-	c.startAt = time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.exited:
-		default:
-			cmd.Process.Kill()
-			<-c.exited
-		}
-	})
-	return c
+	return startNode(t, "rolling-crawl.mjs", nil, env...)
 }

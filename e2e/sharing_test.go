@@ -3,14 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,7 +21,6 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -335,48 +332,29 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 	})
 }
 
-// nodeProcess is a node script left running, whose stdout lines arrive
-// on lines.
-type nodeProcess struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
-
-// startNode starts e2e/js/<script> and returns once it has printed its
-// first line, which it returns too; the process is killed at cleanup.
-func startNode(t *testing.T, script string, env ...string) (*nodeProcess, string) {
+// startNodeSaying starts e2e/js/<script> as startNode does and returns
+// once it has printed its first line, which it returns too.
+func startNodeSaying(t *testing.T, script string, env ...string) (*nodeProc, string) {
 	t.Helper()
-	cmd := exec.Command("node", filepath.Join("js", script))
-	cmd.Env = append(os.Environ(), env...)
-	var stderr fakebrowser.Logs
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	np := &nodeProcess{cmd: cmd, lines: make(chan string, 16)}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			np.lines <- sc.Text()
+	first := make(chan string, 1)
+	p := startNode(t, script, func(line []byte) {
+		select {
+		case first <- string(line):
+		default:
 		}
-		close(np.lines)
-	}()
+	}, env...)
 	select {
-	case l, ok := <-np.lines:
-		if !ok {
-			t.Fatalf("node %s ended without a word:\n%s", script, stderr.String())
+	case l := <-first:
+		return p, l
+	case <-p.exited:
+		select {
+		case l := <-first: // its only line, then it ended
+			return p, l
+		default:
 		}
-		return np, l
+		t.Fatalf("node %s ended without a word:\n%s", script, p.stderr.String())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("node %s said nothing within 60 s:\n%s", script, stderr.String())
+		t.Fatalf("node %s said nothing within 60 s:\n%s", script, p.stderr.String())
 	}
 	return nil, ""
 }
@@ -402,20 +380,20 @@ func TestOrphansClosed(t *testing.T) {
 	})
 
 	// A bystander with pages of its own, connected throughout.
-	startNode(t, "orphan-pages.mjs", "RELAY="+r.url, "SITE="+site, "WHO=b", "PAGES=2", "RUN="+run)
+	startNodeSaying(t, "orphan-pages.mjs", "RELAY="+r.url, "SITE="+site, "WHO=b", "PAGES=2", "RUN="+run)
 
 	t.Run("killed", func(t *testing.T) {
-		a, _ := startNode(t, "orphan-pages.mjs", "RELAY="+r.url, "SITE="+site, "WHO=a", "PAGES=5", "RUN="+run)
+		a, _ := startNodeSaying(t, "orphan-pages.mjs", "RELAY="+r.url, "SITE="+site, "WHO=a", "PAGES=5", "RUN="+run)
 		if got := pagesOf(t, ws, "run="+run, "who=a"); len(got) != 5 {
 			t.Fatalf("A opened %d pages, want 5", len(got))
 		}
 		// Others connect and look at every page, and stay: had that made
 		// A's pages theirs too, nothing would be closed.
-		_, saw := startNode(t, "orphan-bystand.mjs", "RELAY="+r.url, "STAY=1")
+		_, saw := startNodeSaying(t, "orphan-bystand.mjs", "RELAY="+r.url, "STAY=1")
 		t.Logf("bystanders that stay saw %s", saw)
 		a.cmd.Process.Signal(syscall.SIGKILL)
 		killed := time.Now()
-		a.cmd.Wait()
+		<-a.exited
 		time.Sleep(orphan / 3)
 		if got := pagesOf(t, ws, "run="+run, "who=a"); len(got) != 5 {
 			t.Errorf("%v after A was killed, %d of its pages left, want all 5 until the orphan timeout (%v)", time.Since(killed).Round(time.Millisecond), len(got), orphan)

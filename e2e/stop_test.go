@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // The relay's stop, as TestStopFailsClosed runs it: a 500 ms slot per
@@ -409,60 +406,24 @@ func startStoppingRelay(t *testing.T, args ...string) *stoppingRelay {
 
 // stopCrawl is stop-crawl.mjs running.
 type stopCrawl struct {
-	cmd            *exec.Cmd
-	stdout, stderr fakebrowser.Logs
-	exited         chan struct{} // closed once it exited
-	err            error         // Wait's
-	mu             sync.Mutex
-	lines          map[string]json.RawMessage // its stdout's JSON lines by their one key
+	*nodeProc
+	mu    sync.Mutex
+	lines map[string]json.RawMessage // its stdout's JSON lines by their one key; guarded by mu
 }
 
 func startStopCrawl(t *testing.T, relayURL, base, run string, clients, pages int) *stopCrawl {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join("node_modules", "puppeteer-core")); err != nil {
-		t.Fatalf("node packages missing: run npm ci in e2e/ first (%v)", err)
-	}
-	c := &stopCrawl{exited: make(chan struct{}), lines: map[string]json.RawMessage{}}
-	c.cmd = exec.Command("node", filepath.Join("js", "stop-crawl.mjs"))
-	c.cmd.Env = append(os.Environ(), "RELAY="+relayURL, "BASE="+base, "RUN="+run,
-		"CLIENTS="+strconv.Itoa(clients), "PAGES="+strconv.Itoa(pages), "TIMEOUT=20000")
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Stderr = &c.stderr
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			c.stdout.Write(append(sc.Bytes(), '\n'))
-			var m map[string]json.RawMessage
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				c.mu.Lock()
-				for k, v := range m {
-					c.lines[k] = v
-				}
-				c.mu.Unlock()
+	c := &stopCrawl{lines: map[string]json.RawMessage{}}
+	c.nodeProc = startNode(t, "stop-crawl.mjs", func(line []byte) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(line, &m) == nil {
+			c.mu.Lock()
+			for k, v := range m {
+				c.lines[k] = v
 			}
+			c.mu.Unlock()
 		}
-		c.err = c.cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.exited:
-		default:
-			c.cmd.Process.Kill()
-			<-c.exited
-		}
-		if t.Failed() && c.stderr.String() != "" {
-			t.Logf("stop-crawl.mjs stderr:\n%s", c.stderr.String())
-		}
-	})
+	}, "RELAY="+relayURL, "BASE="+base, "RUN="+run, "CLIENTS="+strconv.Itoa(clients), "PAGES="+strconv.Itoa(pages), "TIMEOUT=20000")
 	return c
 }
 
