@@ -468,8 +468,8 @@ type nodeProc struct {
 }
 
 // startNode starts e2e/js/<script> with env added to its environment.
-// Each line it prints goes to stdout and, when onLine is not nil, to
-// onLine, on the goroutine that reads them. It is killed at cleanup if it
+// What it prints goes to stdout and, when onLine is not nil, line by line
+// (up to 4 MiB each) to onLine too, on the goroutine that reads them. It is killed at cleanup if it
 // still runs; a failed test logs its stderr.
 func startNode(t *testing.T, script string, onLine func([]byte), env ...string) *nodeProc {
 	t.Helper()
@@ -478,21 +478,27 @@ func startNode(t *testing.T, script string, onLine func([]byte), env ...string) 
 	p.cmd = exec.Command("node", filepath.Join("js", script))
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	p.cmd.Stderr = &p.stderr
+	var out io.Reader
+	if onLine == nil {
+		p.cmd.Stdout = &p.stdout // as it comes, however long its lines
+	} else {
+		pipe, err := p.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = pipe
+	}
 	p.startAt = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			p.stdout.Write(append(sc.Bytes(), '\n'))
-			if onLine != nil {
+		if out != nil {
+			sc := bufio.NewScanner(out)
+			sc.Buffer(make([]byte, 64<<10), 4<<20)
+			for sc.Scan() {
+				p.stdout.Write(append(sc.Bytes(), '\n'))
 				onLine(sc.Bytes())
 			}
 		}
