@@ -65,6 +65,17 @@ func driveMine(t *testing.T, c *websocket.Conn, fc, net *fakebrowser.Conn, cmd s
 	fc.Next(t)
 }
 
+// stillHeld fails the test with why unless nav, a navigation played
+// (fakebrowser.Browser.NavigateTo), is still held d later.
+func stillHeld(t *testing.T, nav <-chan []fakebrowser.Hops, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case <-nav:
+		t.Error(why)
+	case <-time.After(d):
+	}
+}
+
 // fetchOn reports whether the relay's browser-level Fetch (net's) is on.
 func fetchOn(fb *fakebrowser.Browser, net *fakebrowser.Conn) bool {
 	fb.Mu.Lock()
@@ -108,21 +119,13 @@ func TestScope(t *testing.T) {
 		t.Errorf("another client's navigation paused %d times, want never", others[0].Pauses)
 	}
 	mine := fb.NavigateTo(t, "MINE", "http://b.test/")
-	select {
-	case <-mine:
-		t.Error("the client's page was not held")
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillHeld(t, mine, 200*time.Millisecond, "the client's page was not held")
 
 	// A popup of the client's page is the client's.
 	net.Send(fakebrowser.PageCreated("POPUP2", "MINE"))
 	fb.Armed(t, pages, "POPUP2")
 	popup := fb.NavigateTo(t, "POPUP2", "http://c.test/")
-	select {
-	case <-popup:
-		t.Error("a popup of the client's page was not held")
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillHeld(t, popup, 200*time.Millisecond, "a popup of the client's page was not held")
 
 	// A page the client creates with its URL pauses before the client
 	// learns its id, and before the relay can attach to it: the relay
@@ -135,20 +138,12 @@ func TestScope(t *testing.T) {
 	}
 	net.Send(fakebrowser.PageCreated("NEW", ""))
 	created := fb.NavigateTo(t, "NEW", "http://d.test/")
-	select {
-	case <-created:
-		t.Error("a page being created went before the relay knew whose it is")
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillHeld(t, created, 200*time.Millisecond, "a page being created went before the relay knew whose it is")
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"targetId":"NEW"}}`, *create.Wire.ID))
 	holdtest.ReadClient(t, c)
 	fb.Armed(t, pages, "NEW")
 	fb.Await(t, "net pausing only what is held once the new page is armed", func() bool { return !slices.Contains(net.Patterns, "*") })
-	select {
-	case <-created:
-		t.Error("the page the client created was not held")
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillHeld(t, created, 200*time.Millisecond, "the page the client created was not held")
 	var hosts []string
 	for _, b := range rec.Bookings() {
 		hosts = append(hosts, b.Host)
@@ -345,11 +340,7 @@ func TestScopeAttachedTwice(t *testing.T) {
 	}
 	th.Lim.Reserve("a.test", time.Now()) // the next slot is an hour away
 	nav := fb.NavigateTo(t, "MINE", "http://a.test/")
-	select {
-	case <-nav:
-		t.Error("the page's navigation was not held")
-	case <-time.After(200 * time.Millisecond):
-	}
+	stillHeld(t, nav, 200*time.Millisecond, "the page's navigation was not held")
 	if n := len(rec.Bookings()); n != 1 {
 		t.Errorf("booked %d times, want once", n)
 	}
@@ -384,11 +375,7 @@ func TestScopeNetOnlyForClients(t *testing.T) {
 		return slices.Contains(net.Patterns, "http://b.test/")
 	})
 	pages.Drop()
-	select {
-	case <-mine:
-		t.Error("the held navigation went when the pages connection was lost, want it handed to net")
-	case <-time.After(300 * time.Millisecond):
-	}
+	stillHeld(t, mine, 300*time.Millisecond, "the held navigation went when the pages connection was lost, want it handed to net")
 
 	// The client's page goes: net's Fetch is off Holder.NetLinger later (and
 	// stays on while the pages connection is back and arming).
