@@ -469,8 +469,8 @@ type nodeProc struct {
 
 // startNode starts e2e/js/<script> with env added to its environment.
 // What it prints goes to stdout and, when onLine is not nil, line by line
-// (up to 4 MiB each) to onLine too, on the goroutine that reads them. It is killed at cleanup if it
-// still runs; a failed test logs its stderr.
+// (up to 4 MiB each) to onLine too, on the goroutine that reads them. It
+// is killed at cleanup if it still runs; a failed test logs its stderr.
 func startNode(t *testing.T, script string, onLine func([]byte), env ...string) *nodeProc {
 	t.Helper()
 	nodeReady(t)
