@@ -19,6 +19,8 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/relay"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // relayConfigOf reads a relay command line the way the command does, and
@@ -144,24 +146,6 @@ func fakeChrome(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// lockedBuffer collects what the relay logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRunTokenAndShutdown runs the relay command with its token from
 // CDP_THROTTLE_TOKEN and an upstream given with credentials, at debug
 // level: every endpoint wants the token, the URL the relay advertises
@@ -180,7 +164,7 @@ func TestRunTokenAndShutdown(t *testing.T) {
 	ln.Close()
 	t.Setenv("CDP_THROTTLE_TOKEN", token)
 	upstream := "http://user:upstreampw-5ecret@" + strings.TrimPrefix(browser.URL, "http://")
-	logs := &lockedBuffer{}
+	logs := &fakebrowser.Logs{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // script writes a shell script named name into a fresh directory and
@@ -29,32 +30,10 @@ func script(t *testing.T, name, body string) string {
 	return p
 }
 
-// syncBuffer collects a logger's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) count(msg string) int {
-	return strings.Count(s.String(), `"message":"`+msg+`"`)
-}
-
-// waitLog waits until msg has been logged n times.
-func waitLog(t *testing.T, logs *syncBuffer, msg string, n int) {
+// waitLog waits until a line with the message msg has been logged n times.
+func waitLog(t *testing.T, logs *fakebrowser.Logs, msg string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); logs.count(msg) < n; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); logs.Count(`"message":"`+msg+`"`) < n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%q not logged %d times within 10s:\n%s", msg, n, logs)
 		}
@@ -117,7 +96,7 @@ sleep 300 >/dev/null 2>&1 &
 [ "$(wc -l < $DIR/pids)" -le 1 ] && exit 1
 exec sleep 300
 `)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	b, err := Start([]string{bin}, zerolog.New(logs))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +163,7 @@ trap '' TERM
 sleep 300 >/dev/null 2>&1 &
 while :; do sleep 1; done
 `)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	b, err := Start([]string{bin}, zerolog.New(logs))
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +335,7 @@ n=$(wc -l < $DIR/pids)
 sleep 0.2
 echo "DevTools listening on ws://127.0.0.1:4000$n/devtools/browser/id$n" >&2
 exec sleep 300`)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	g, err := StartGroup(t.Context(), []string{bin, "--remote-debugging-port=0"}, Options{Log: zerolog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
@@ -522,7 +501,7 @@ sleep 300 &  # holds the output
 [ "$(wc -l < $DIR/pids)" -le 1 ] && exit 1
 exec sleep 300
 `)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	b, err := Start([]string{bin}, zerolog.New(logs))
 	if err != nil {
 		t.Fatal(err)
@@ -586,7 +565,7 @@ func TestClosedIsNotCrashed(t *testing.T) {
 echo "DevTools listening on ws://127.0.0.1:40001/devtools/browser/id" >&2
 sleep 0.1
 exit %d`, tt.status))
-			logs := &syncBuffer{}
+			logs := &fakebrowser.Logs{}
 			b, err := Start([]string{bin, "--remote-debugging-port=40001"}, zerolog.New(logs))
 			if err != nil {
 				t.Fatal(err)

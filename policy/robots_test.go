@@ -1,13 +1,11 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // robotsSite serves body as /robots.txt (or runs serve) and counts fetches.
@@ -41,26 +41,8 @@ func text(body string) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }
 }
 
-// logBuffer is a zerolog destination safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
-func newRobots(t *testing.T, r *Robots) (*Robots, *logBuffer) {
-	logs := &logBuffer{}
+func newRobots(t *testing.T, r *Robots) (*Robots, *fakebrowser.Logs) {
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	r.Log = &log
 	t.Cleanup(r.Close)
@@ -88,7 +70,7 @@ func TestRobotsCrawlDelay(t *testing.T) {
 	if got := mine.CrawlDelay(ctx, site.URL+"/"); got != 500*time.Millisecond {
 		t.Errorf("for --robots-user-agent otherbot: got %v, want the * group's 500ms", got)
 	}
-	if n := logs.count("robots"); n != 0 {
+	if n := logs.Count("robots"); n != 0 {
 		t.Errorf("a good robots.txt logged %d lines, want none", n)
 	}
 }
@@ -118,9 +100,9 @@ func TestRobotsWithoutCrawlDelay(t *testing.T) {
 					t.Fatalf("got %v, want %v", got, tt.want)
 				}
 			}
-			infos := logs.count(`"level":"info"`)
-			if tt.log == "" && infos != 0 || tt.log != "" && (infos != 1 || logs.count(tt.log) != 1) {
-				t.Errorf("logged %d info lines (%d with %q), want %s", infos, logs.count(tt.log), tt.log, map[bool]string{true: "none", false: "one"}[tt.log == ""])
+			infos := logs.Count(`"level":"info"`)
+			if tt.log == "" && infos != 0 || tt.log != "" && (infos != 1 || logs.Count(tt.log) != 1) {
+				t.Errorf("logged %d info lines (%d with %q), want %s", infos, logs.Count(tt.log), tt.log, map[bool]string{true: "none", false: "one"}[tt.log == ""])
 			}
 		})
 	}
@@ -151,7 +133,7 @@ func TestRobotsNeverAnswers(t *testing.T) {
 	if first < time.Second || second > 500*time.Millisecond {
 		t.Errorf("waited %v, then %v; want 1s, then nothing", first, second)
 	}
-	if n := logs.count("did not answer in time"); n != 1 {
+	if n := logs.Count("did not answer in time"); n != 1 {
 		t.Errorf("logged the slow robots.txt %d times, want once", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -354,7 +336,7 @@ func TestRobotsAllowedHangs(t *testing.T) {
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("waited %v, want the bound", d)
 	}
-	if n := logs.count("did not answer in time"); n != 1 {
+	if n := logs.Count("did not answer in time"); n != 1 {
 		t.Errorf("logged the hang %d times, want once", n)
 	}
 	close(release)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/store/redistest"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 func TestParseKind(t *testing.T) {
@@ -48,7 +50,7 @@ func TestParseKind(t *testing.T) {
 // says once that it follows the new master.
 func TestSentinelFailover(t *testing.T) {
 	rs := redistest.StartSentinels(t)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs)
 	cfg := limiter.Config{Mode: limiter.Fixed, Interval: 10 * time.Second, Burst: 1}
 	s, err := NewRedis(context.Background(), rs.URL(), cfg, Options{Fallback: FallbackClosed, Log: &log, Prefix: "t:", ProbeInterval: 100 * time.Millisecond})
@@ -103,7 +105,7 @@ func TestSentinelFailover(t *testing.T) {
 // shared.
 func TestClusterNodeDown(t *testing.T) {
 	rc := redistest.StartCluster(t, 3)
-	logs := &syncBuffer{}
+	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs)
 	cfg := limiter.Config{Mode: limiter.Fixed, Interval: 10 * time.Second, Burst: 1}
 	open := func() *Redis {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // server is a redis-server of a test's own, on a free loopback port, with
@@ -26,8 +28,8 @@ type server struct {
 	persist bool // an append-only file, synced at every write, brings the keys back after a restart
 
 	mu  sync.Mutex
-	cmd *exec.Cmd   // guarded by mu; nil while stopped
-	out *syncBuffer // guarded by mu; what the running server printed
+	cmd *exec.Cmd         // guarded by mu; nil while stopped
+	out *fakebrowser.Logs // guarded by mu; what the running server printed
 }
 
 // startRedis starts a redis-server for t and stops it when t ends. A
@@ -74,7 +76,7 @@ func (s *server) start() {
 	if s.cmd != nil {
 		s.t.Fatal("redis-server already running")
 	}
-	s.out = new(syncBuffer)
+	s.out = new(fakebrowser.Logs)
 	appendOnly := []string{"--appendonly", "no"}
 	if s.persist {
 		appendOnly = []string{"--appendonly", "yes", "--appendfsync", "always"}

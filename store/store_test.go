@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/limiter/limitertest"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 func TestMain(m *testing.M) {
@@ -274,7 +275,7 @@ func TestSlowWayNeverEarly(t *testing.T) {
 // calls, and books in Redis again once Redis is back.
 func TestFallbackLocal(t *testing.T) {
 	srv := startRedis(t)
-	var logs syncBuffer
+	var logs fakebrowser.Logs
 	log := zerolog.New(&logs)
 	// A timeout long enough that a loaded machine does not look like an
 	// outage, short enough that a paused server is noticed at once.
@@ -531,7 +532,7 @@ func TestNoScript(t *testing.T) {
 // the wrong type) falls back for that call only, without an outage.
 func TestServerErrorFailsOneCall(t *testing.T) {
 	srv := startRedis(t)
-	var logs syncBuffer
+	var logs fakebrowser.Logs
 	log := zerolog.New(&logs)
 	s := newStore(t, srv, limiter.Config{}, Options{Timeout: patient, Log: &log})
 	rc := srv.client()
@@ -602,24 +603,6 @@ func TestDefaults(t *testing.T) {
 	if n, _ := srv.client().Exists(context.Background(), "cdp-throttle:example.com").Result(); n != 1 {
 		t.Fatal(`no key "cdp-throttle:example.com" after a booking`)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the store's logging goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestBusiest: the status page reads the same hosts, pressures and next

@@ -28,6 +28,9 @@ func (b *Logs) String() string {
 	return b.buf.String()
 }
 
+// Count returns how many times s occurs in the logs so far.
+func (b *Logs) Count(s string) int { return strings.Count(b.String(), s) }
+
 // Lines returns the log lines that contain every one of parts.
 func (b *Logs) Lines(parts ...string) []string {
 	var out []string
