@@ -30,7 +30,8 @@ func holdOn(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...f
 }
 
 // armNew arms a Holder, as holdOn does, for a new fake browser, and
-// returns the browser with it; the test checks for leaks.
+// returns the browser with it; the test is checked for leaked goroutines
+// (fakebrowser.CheckLeaks).
 func armNew(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (*fakebrowser.Browser, *holdtest.Holder) {
 	t.Helper()
 	fakebrowser.CheckLeaks(t)

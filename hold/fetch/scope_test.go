@@ -25,7 +25,8 @@ import (
 // startScope starts a relay of clients in front of a new fake browser,
 // holding with the Fetch way and a limiter for cfg (opts adjust the
 // Holder), and returns it with the relay's own two connections to the
-// browser, net and pages, once they are up.
+// browser, net and pages, once they are up; the test is checked for
+// leaked goroutines (fakebrowser.CheckLeaks).
 func startScope(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (fb *fakebrowser.Browser, th *holdtest.Relay, net, pages *fakebrowser.Conn) {
 	t.Helper()
 	fakebrowser.CheckLeaks(t)

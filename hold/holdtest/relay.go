@@ -60,7 +60,7 @@ func Start(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, ways hold.
 
 // StartLightpanda starts a relay, as Start does, in front of a new
 // Lightpanda-like fake browser, and connects a client (Client); the test
-// checks for leaks.
+// is checked for leaked goroutines (fakebrowser.CheckLeaks).
 func StartLightpanda(t *testing.T, cfg limiter.Config, ways hold.Ways, opts ...func(*hold.Holder)) (*Relay, *websocket.Conn, *fakebrowser.Conn) {
 	t.Helper()
 	fakebrowser.CheckLeaks(t)
