@@ -40,7 +40,8 @@ func start(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...fu
 }
 
 // client starts a relay holding navigations in the stream, as start
-// does, in front of a new fake browser for bcfg, and connects a client.
+// does, in front of a new fake browser for bcfg, and connects a client;
+// the test is checked for leaked goroutines (fakebrowser.CheckLeaks).
 // A Chromium-like browser is hushed (Hush): its tests play the browser's
 // part themselves, from what was recorded from Chromium.
 func client(t *testing.T, bcfg fakebrowser.Config, cfg limiter.Config, opts ...func(*hold.Holder)) (*holdtest.Relay, *websocket.Conn, *fakebrowser.Conn) {
