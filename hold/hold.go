@@ -40,17 +40,28 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
 
-// Lock order. The mutexes of holding, this package's and its ways', are
-// taken in this order, never the other way round (a mutex not named takes
-// no other while held):
+// Lock order. The mutexes of holding, this package's, its ways' and those
+// of what it calls, are taken in this order, never the other way round (a
+// mutex not named takes no other while held):
 //
-//	Watch.mu (Watch.Lock) → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
+//	Watch.mu → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
+//	session: sessionHold.mu → Flight.mu
+//	stream: streamHold.mu → Flight.mu
 //
-// and, after any of them, the leaves BrowserHold.mu, claims.Set's mu, Counts.mu,
-// Holder.stopMu and fetch's fetchHold.ackMu. BrowserHold.connsMu, BrowserHold.ansMu,
-// and warnOnce.mu are leaves taken under none of them.
-// The session and stream ways keep their state under Watch.mu. Each
-// struct says where its mutex stands.
+// Watch.mu, sessionHold.mu and streamHold.mu are never held together:
+// the ways keep their state under their own locks and read the watch's
+// through methods that take its lock alone. After any of the above come
+// the leaves, which take none: BrowserHold.mu, claims.Set's mu, Counts.mu,
+// Holder.stopMu, fetch's fetchHold.ackMu and monoClock.mu, and, when a
+// flight ends under fetchConn.mu or a way's lock, pace.Tracker.mu and
+// inflight.Cap's mu (a flight lets Flight.mu go before it ends its place
+// and its pace.Nav). BrowserHold.connsMu, BrowserHold.ansMu and
+// warnOnce.mu are leaves taken under none of them. Each struct says where
+// its mutex stands.
+//
+// A pace.Nav that ends under fetchConn.mu may push its bucket's schedule
+// (pace.Config.Push): with a shared store that is a Redis call, within
+// the store's timeout, made under that lock.
 
 // Intercept chooses how the relay catches navigations.
 type Intercept int

@@ -128,6 +128,7 @@ func (w *Watch) Ended() {
 	creates := w.creates
 	w.creates = make(map[CmdKey]func())
 	w.detachAllLocked()
+	sess := w.sess
 	w.mu.Unlock()
 	for _, done := range creates {
 		w.Browser.Claims.Created("")
@@ -135,8 +136,8 @@ func (w *Watch) Ended() {
 			done()
 		}
 	}
-	if w.sess != nil {
-		w.sess.Ended()
+	if sess != nil {
+		sess.Ended()
 	}
 }
 
@@ -192,7 +193,7 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 	session := string(hd.SessionID)
 	key := CmdKey{session, hd.ID}
 	w.mu.Lock()
-	way := w.way
+	way, stream, sess := w.way, w.stream, w.sess
 	var cover <-chan struct{}
 	switch {
 	case hd.IsMethod("Target.createTarget"):
@@ -254,9 +255,9 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 	}
 	switch way {
 	case viaStream:
-		return w.stream.FromClient(hd, msg)
+		return stream.FromClient(hd, msg)
 	case viaSession:
-		return w.sess.FromClient(hd, msg)
+		return sess.FromClient(hd, msg)
 	}
 	return false
 }
@@ -426,11 +427,14 @@ func (w *Watch) FromBrowser(hd cdp.Header, msg []byte) bool {
 			}
 		}
 	}
-	switch w.via() {
+	w.mu.Lock()
+	way, stream, sess := w.way, w.stream, w.sess
+	w.mu.Unlock()
+	switch way {
 	case viaStream:
-		return w.stream.FromBrowser(hd, msg)
+		return stream.FromBrowser(hd, msg)
 	case viaSession:
-		return w.sess.FromBrowser(hd, msg)
+		return sess.FromBrowser(hd, msg)
 	}
 	return false
 }
@@ -606,15 +610,8 @@ func (w *Watch) NavLog(session string) *zerolog.Logger {
 }
 
 // The ways held in a client connection (session, stream) keep their
-// state under the connection's lock, with the watch's: Lock and Unlock
-// take it (the first of hold.go's lock order), and the methods named
-// …Locked read what the watch follows under it.
-
-// Lock takes the connection's lock.
-func (w *Watch) Lock() { w.mu.Lock() }
-
-// Unlock lets the connection's lock go.
-func (w *Watch) Unlock() { w.mu.Unlock() }
+// state under locks of their own; what the watch follows they read
+// through the methods below, each of which takes the watch's lock.
 
 // Context ends when the connection does: every hold of it gives up.
 func (w *Watch) Context() context.Context { return w.ctx }
@@ -625,16 +622,18 @@ func (w *Watch) Held() *sync.WaitGroup { return w.held }
 // Log is the connection's logger.
 func (w *Watch) Log() *zerolog.Logger { return w.log }
 
-// SessionLocked is what the client's session is attached to. Callers
-// hold the lock.
-func (w *Watch) SessionLocked(session string) (SessionInfo, bool) {
+// Session is what the client's session is attached to.
+func (w *Watch) Session(session string) (SessionInfo, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	si, ok := w.sessions[session]
 	return si, ok
 }
 
-// PageSessionsLocked lists the client's page sessions. Callers hold the
-// lock.
-func (w *Watch) PageSessionsLocked() []string {
+// PageSessions lists the client's page sessions.
+func (w *Watch) PageSessions() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var ids []string
 	for id, si := range w.sessions {
 		if si.Type == "page" {
@@ -644,26 +643,31 @@ func (w *Watch) PageSessionsLocked() []string {
 	return ids
 }
 
-// DepartsLocked follows the answer to a client's Fetch.continueRequest
-// (key) of fl's held document: it tells when the request left. Callers
-// hold the lock.
-func (w *Watch) DepartsLocked(key CmdKey, fl *Flight) {
+// Departs follows the answer to a client's Fetch.continueRequest (key)
+// of fl's held document: it tells when the request left. Call it before
+// the command is written on.
+func (w *Watch) Departs(key CmdKey, fl *Flight) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if len(w.departs) < MaxTracked {
 		w.departs[key] = fl
 	}
 }
 
-// FetchingLocked reports whether the client enabled Fetch in session
-// itself, and whether its patterns may pause a document before it
-// leaves. Callers hold the lock.
-func (w *Watch) FetchingLocked(session string) (pauses, on bool) {
+// Fetching reports whether the client enabled Fetch in session itself,
+// and whether its patterns may pause a document before it leaves.
+func (w *Watch) Fetching(session string) (pauses, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	pauses, on = w.fetching[session]
 	return pauses, on
 }
 
-// NetworkLocked reports whether the client enabled Network events in its
-// page session. Callers hold the lock.
-func (w *Watch) NetworkLocked(session string) bool {
+// Network reports whether the client enabled Network events in its page
+// session.
+func (w *Watch) Network(session string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	_, on := w.network[session]
 	return on
 }

@@ -65,7 +65,8 @@ type FetchWay interface {
 
 // ConnWay is a way of holding in one client connection (Session,
 // Stream), as the connection's Watch hands it the client's messages.
-// Its state is guarded by the connection's lock (Watch.Lock).
+// It keeps its state under a lock of its own, which takes none of the
+// Watch's while held; the Watch calls it with none of its own held.
 type ConnWay interface {
 	// Arm arms the way on what the connection has already: it holds the
 	// connection's navigations from now on.

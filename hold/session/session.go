@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -43,11 +44,14 @@ type sessionHold struct {
 	// pattern.
 	patterns []pattern
 
-	// The fields below are guarded by w's lock (w.Lock: the connection's,
-	// the first of hold.go's lock order).
-	states    map[string]*sessState // guarded by w's lock; page sessions
-	prebooked map[string]prebooked  // guarded by w's lock; URL of a held Target.createTarget → when it was let go
-	held      int                   // guarded by w's lock; top-level documents waiting for their slot
+	// mu guards the fields below, and the sessStates' fields. It takes no
+	// lock of the Watch's while held; in hold.go's lock order it stands
+	// where Watch.mu does, before Flight.mu (flights are made and ended
+	// under it).
+	mu        sync.Mutex
+	states    map[string]*sessState // guarded by mu; page sessions
+	prebooked map[string]prebooked  // guarded by mu; URL of a held Target.createTarget → when it was let go
+	held      int                   // guarded by mu; top-level documents waiting for their slot
 }
 
 // prebooked is a Target.createTarget held and let go: its page's first
@@ -104,9 +108,7 @@ func New(w *hold.Watch) hold.ConnWay {
 
 // Arm arms every page session the client has.
 func (s *sessionHold) Arm() {
-	s.w.Lock()
-	sessions := s.w.PageSessionsLocked()
-	s.w.Unlock()
+	sessions := s.w.PageSessions()
 	for _, id := range sessions {
 		s.arm(id)
 	}
@@ -115,12 +117,11 @@ func (s *sessionHold) Arm() {
 // arm enables the relay's interception on a page session, once.
 func (s *sessionHold) arm(session string) {
 	w := s.w
-	w.Lock()
-	si, ok := w.SessionLocked(session)
+	si, ok := w.Session(session)
 	if !ok || si.Type != "page" {
-		w.Unlock()
 		return
 	}
+	s.mu.Lock()
 	st := s.states[session]
 	if st == nil {
 		if len(s.states) >= hold.MaxTracked {
@@ -133,13 +134,13 @@ func (s *sessionHold) arm(session string) {
 		s.states[session] = st
 	}
 	if st.armed {
-		w.Unlock()
+		s.mu.Unlock()
 		return
 	}
 	st.armed = true
 	enable := s.enableParams(st)
 	network := st.network
-	w.Unlock()
+	s.mu.Unlock()
 	if _, err := w.Send(session, "Fetch.enable", enable, nil); err != nil {
 		w.Log().Debug().Err(err).Msg("could not enable the relay's interception")
 	}
@@ -149,7 +150,7 @@ func (s *sessionHold) arm(session string) {
 }
 
 // enableParams is the Fetch.enable the session needs: the client's
-// patterns and the relay's. Callers hold the connection's lock (hold.Watch.Lock).
+// patterns and the relay's. Callers hold s.mu.
 func (s *sessionHold) enableParams(st *sessState) any {
 	type params struct {
 		Patterns           []pattern `json:"patterns"`
@@ -205,15 +206,15 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 				return false
 			}
 		}
-		w.Lock()
+		s.mu.Lock()
 		st := s.state(session)
 		if st == nil {
-			w.Unlock()
+			s.mu.Unlock()
 			return false
 		}
 		st.client = c
 		params := s.enableParams(st)
-		w.Unlock()
+		s.mu.Unlock()
 		out, err := cdp.Command(hd.ID, "Fetch.enable", session, params)
 		if err != nil {
 			return false
@@ -221,17 +222,17 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		w.Pass(out)
 		return true
 	case "Fetch.disable":
-		w.Lock()
+		s.mu.Lock()
 		st := s.state(session)
 		if st == nil {
-			w.Unlock()
+			s.mu.Unlock()
 			return false
 		}
 		st.client = nil
 		waiting := maps.Clone(st.delivered)
 		clear(st.delivered)
 		params := s.enableParams(st)
-		w.Unlock()
+		s.mu.Unlock()
 		// What the client held goes on, as Fetch.disable would have let it.
 		for id, fl := range waiting {
 			s.goOnFollowed(session, id, fl)
@@ -244,31 +245,35 @@ func (s *sessionHold) fromClient(hd *cdp.Header, msg []byte) bool {
 			RequestID string `json:"requestId"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil {
-			w.Lock()
+			var departs *hold.Flight
+			s.mu.Lock()
 			if st := s.state(session); st != nil {
 				fl := st.delivered[p.RequestID]
 				delete(st.delivered, p.RequestID)
 				if fl.Followed() != nil && string(hd.Method) == "Fetch.continueRequest" {
-					// A held document the client lets go itself: the
-					// answer says when it left, as goOnFollowed's does.
-					w.DepartsLocked(hold.CmdKey{Session: session, ID: hd.ID}, fl)
+					departs = fl
 				}
 			}
-			w.Unlock()
+			s.mu.Unlock()
+			if departs != nil {
+				// A held document the client lets go itself: the answer
+				// says when it left, as goOnFollowed's does.
+				w.Departs(hold.CmdKey{Session: session, ID: hd.ID}, departs)
+			}
 		}
 	case "Network.enable":
-		w.Lock()
+		s.mu.Lock()
 		if st := s.state(session); st != nil {
 			st.network = true
 		}
-		w.Unlock()
+		s.mu.Unlock()
 	case "Network.disable":
-		w.Lock()
+		s.mu.Lock()
 		st := s.state(session)
 		if st != nil {
 			st.network = false
 		}
-		w.Unlock()
+		s.mu.Unlock()
 		if st != nil {
 			w.Answer(session, hd.ID, "{}") // the relay reads the answers from Network
 			return true
@@ -320,7 +325,7 @@ func (c createHold) Refused(r refusal.Reason) {
 // place goes back once it cannot come any more.
 func (c createHold) Release() {
 	s, w, fl := c.s, c.s.w, c.fl
-	w.Lock()
+	s.mu.Lock()
 	if len(s.prebooked) >= hold.MaxTracked {
 		for _, pb := range s.prebooked {
 			pb.fl.End()
@@ -328,14 +333,14 @@ func (c createHold) Release() {
 		clear(s.prebooked)
 	}
 	s.prebooked[c.url] = prebooked{at: time.Now(), fl: fl}
-	w.Unlock()
+	s.mu.Unlock()
 	time.AfterFunc(hold.ClaimWait, func() {
-		w.Lock()
+		s.mu.Lock()
 		pb, waiting := s.prebooked[c.url]
 		if waiting && pb.fl == fl {
 			delete(s.prebooked, c.url)
 		}
-		w.Unlock()
+		s.mu.Unlock()
 		if waiting && pb.fl == fl {
 			fl.End()
 		}
@@ -364,21 +369,21 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		return false
 	case method == "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
-			w.Lock()
+			s.mu.Lock()
 			if st := s.states[sid]; st != nil {
 				st.endDocs() // the page went, or the client left it
 			}
 			delete(s.states, sid)
-			w.Unlock()
+			s.mu.Unlock()
 		}
 		return false
 	case method == "Fetch.requestPaused":
 		return s.paused(session, hd.Params, msg)
 	case method == "Fetch.authRequired":
-		w.Lock()
+		s.mu.Lock()
 		st := s.state(session)
 		auth := st != nil && st.client != nil && st.client.auth
-		w.Unlock()
+		s.mu.Unlock()
 		if st == nil || auth {
 			return false
 		}
@@ -395,15 +400,15 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			ParentFrameID string `json:"parentFrameId"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil && p.ParentFrameID != "" {
-			w.Lock()
+			s.mu.Lock()
 			if st := s.state(session); st != nil && len(st.children) < hold.MaxTracked {
 				st.children[p.FrameID] = struct{}{}
 			}
-			w.Unlock()
+			s.mu.Unlock()
 		}
 		return false
 	case strings.HasPrefix(method, "Network."):
-		w.Lock()
+		s.mu.Lock()
 		st := s.state(session)
 		var doc sessDoc
 		var answer cdp.Answer
@@ -415,7 +420,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			}
 		}
 		drop := st != nil && !st.network
-		w.Unlock()
+		s.mu.Unlock()
 		if doc.host != "" {
 			w.Browser.Observe(doc.fl, doc.host, answer.Outcome, w.NavLog(session))
 			doc.fl.End()
@@ -429,10 +434,10 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	w := s.w
 	ev, ok := cdp.ReadRequestPaused(params)
-	w.Lock()
+	s.mu.Lock()
 	st := s.state(session)
 	if !ok || st == nil {
-		w.Unlock()
+		s.mu.Unlock()
 		return false // not the relay's: the client's own
 	}
 	_, answered := ev.Outcome(nil)
@@ -450,14 +455,14 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 			st.endDocs() // a navigation that is not held replaces the page's last one
 			clear(st.docs)
 		}
-		w.Unlock()
+		s.mu.Unlock()
 		if top {
 			w.Browser.NotBooked(httpURL)
 		}
 		if wants {
-			w.Lock()
+			s.mu.Lock()
 			st.delivered[ev.RequestID] = nil
-			w.Unlock()
+			s.mu.Unlock()
 			return false // the client's own, now
 		}
 		s.goOn(session, ev.RequestID)
@@ -491,7 +496,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	}
 	st.docs[networkOr(&ev)] = sessDoc{host: host, fl: fl}
 	s.held++
-	w.Unlock()
+	s.mu.Unlock()
 
 	d := docHold{s: s, st: st, ev: ev, fl: fl, session: session, wants: wants, msg: append([]byte(nil), msg...)}
 	n := hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: w.NavLog(session), Refusable: true}
@@ -528,12 +533,12 @@ func (d docHold) Booked(_ time.Time, n *pace.Nav) { d.fl.Follow(n) }
 
 func (d docHold) Release() {
 	s, w := d.s, d.s.w
-	w.Lock()
+	s.mu.Lock()
 	s.held--
 	if d.wants {
 		d.st.delivered[d.ev.RequestID] = d.fl
 	}
-	w.Unlock()
+	s.mu.Unlock()
 	if d.wants {
 		w.ToClient(d.msg)
 	} else {
@@ -542,13 +547,13 @@ func (d docHold) Release() {
 }
 
 func (d docHold) Refused(r refusal.Reason) {
-	s, w := d.s, d.s.w
-	w.Lock()
+	s := d.s
+	s.mu.Lock()
 	s.held--
 	if doc, ok := d.st.docs[networkOr(&d.ev)]; ok && doc.fl == d.fl {
 		delete(d.st.docs, networkOr(&d.ev)) // its failure is no answer of the site
 	}
-	w.Unlock()
+	s.mu.Unlock()
 	s.fail(d.session, d.ev.RequestID, r)
 	d.fl.End()
 }
@@ -556,7 +561,7 @@ func (d docHold) Refused(r refusal.Reason) {
 func (d docHold) Done() { d.s.w.Held().Done() }
 
 // endDocs ends the navigations of the documents under way. Callers hold
-// the connection's lock (hold.Watch.Lock).
+// the sessionHold's mu.
 func (st *sessState) endDocs() {
 	for _, d := range st.docs {
 		d.fl.End()
@@ -566,7 +571,8 @@ func (st *sessState) endDocs() {
 // awaits reports whether a Network event's params (one the browser sends
 // for every request of the page) may be of a document under way: its
 // requestId, read without decoding the rest when the browser wrote it
-// first (Chromium and Lightpanda do), is one of docs. Callers hold the connection's lock (hold.Watch.Lock).
+// first (Chromium and Lightpanda do), is one of docs. Callers hold
+// the sessionHold's mu.
 func (st *sessState) awaits(params []byte) bool {
 	id, ok := cdp.NetworkRequestID(params)
 	if !ok {
@@ -617,10 +623,10 @@ func networkOr(ev *cdp.RequestPaused) string {
 // closed: Chromium lets a detached session's paused requests go on to the
 // network (Lightpanda drops them).
 func (s *sessionHold) Ended() {
-	s.w.Lock()
+	s.mu.Lock()
 	n := s.held
 	s.held = 0
-	s.w.Unlock()
+	s.mu.Unlock()
 	if n > 0 && !s.w.Browser.Lightpanda {
 		s.w.Browser.Unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
 	}

@@ -7,6 +7,7 @@ package stream
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -42,17 +43,19 @@ import (
 type streamHold struct {
 	w *hold.Watch
 
-	// The fields below are guarded by w's lock (w.Lock: the connection's,
-	// the first of hold.go's lock order).
-	queues map[string][]*heldCmd   // guarded by w's lock; session → its navigation commands, the first one booked
-	docs   map[string]streamDoc    // guarded by w's lock; session+" "+requestId → a main-frame document under way
-	let    map[string][]letNav     // guarded by w's lock; host → held navigations to it let go, not seen yet
-	urls   map[string]string       // guarded by w's lock; session → URL its main frame last committed
-	last   map[string]*hold.Flight // guarded by w's lock; session → its last navigation let go
+	// mu guards the fields below. It takes no lock of the Watch's while
+	// held; in hold.go's lock order it stands where Watch.mu does, before
+	// Flight.mu (a flight ended under it).
+	mu     sync.Mutex
+	queues map[string][]*heldCmd   // guarded by mu; session → its navigation commands, the first one booked
+	docs   map[string]streamDoc    // guarded by mu; session+" "+requestId → a main-frame document under way
+	let    map[string][]letNav     // guarded by mu; host → held navigations to it let go, not seen yet
+	urls   map[string]string       // guarded by mu; session → URL its main frame last committed
+	last   map[string]*hold.Flight // guarded by mu; session → its last navigation let go
 	// paused are the main-frame documents the client's own interception
 	// paused before they left: session+" "+its Fetch requestId → the
 	// document's (session+" "+its network requestId, a key of docs).
-	// Guarded by the connection's lock (hold.Watch.Lock).
+	// Guarded by mu.
 	paused map[string]string
 }
 
@@ -80,7 +83,7 @@ type heldCmd struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	fl      *hold.Flight // the navigation, from its hold to its answer
-	waiting bool         // guarded by w's lock; booked, for a slot still to come
+	waiting bool         // guarded by the streamHold's mu; booked, for a slot still to come
 }
 
 // New is the in-stream way of holding the navigations of one client
@@ -136,16 +139,16 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 			return false // not a page's main frame: an iframe, a worker
 		}
 		rawURL = p.URL
-		w.Lock()
+		s.mu.Lock()
 		s.setURL(session, p.URL)
-		w.Unlock()
+		s.mu.Unlock()
 	case "Page.reload":
 		if target, known := w.PageOf(session); known && target == "" {
 			return false
 		}
-		w.Lock()
+		s.mu.Lock()
 		rawURL = s.urls[session] // where its main frame is, as last seen; asked for when unknown
-		w.Unlock()
+		s.mu.Unlock()
 	case "Page.navigateToHistoryEntry":
 		if target, known := w.PageOf(session); known && target == "" {
 			return false
@@ -170,9 +173,9 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	if rawURL != "" {
-		w.Lock()
+		s.mu.Lock()
 		queued := len(s.queues[session]) > 0
-		w.Unlock()
+		s.mu.Unlock()
 		host, ok := limiter.Key(rawURL)
 		if (!ok || s.w.Browser.Exempt(host)) && (!queued || method == "Target.createTarget") {
 			s.w.Browser.NotBooked(ok)
@@ -186,7 +189,7 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		s.start(cmd) // opens a page of its own: nothing to keep in order with
 		return true
 	}
-	w.Lock()
+	s.mu.Lock()
 	q := s.queues[session]
 	q = append(q, cmd)
 	var overtaken []*heldCmd
@@ -199,7 +202,7 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 	}
 	s.queues[session] = q
 	head := len(q) == 1
-	w.Unlock()
+	s.mu.Unlock()
 	for _, old := range overtaken {
 		s.supersede(old)
 	}
@@ -234,9 +237,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 		// command's request when it gets to it, tens or hundreds of
 		// milliseconds after the command when busy, and the next one is
 		// let go no sooner than that moves it.
-		w.Lock()
-		events := w.NetworkLocked(cmd.session)
-		w.Unlock()
+		events := w.Network(cmd.session)
 		done := make(chan struct{})
 		w.Browser.Hold(cmd.ctx, hold.Request{Flight: cmd.fl, Host: host, URL: u, Log: w.NavLog(cmd.session), Depart: events, Refusable: true},
 			cmdHold{s: s, cmd: cmd, host: host, over: done})
@@ -265,12 +266,12 @@ func (c cmdHold) Booked(start time.Time, n *pace.Nav) {
 	if time.Until(start) <= 0 {
 		return
 	}
-	w := c.s.w
-	w.Lock()
+	s := c.s
+	s.mu.Lock()
 	c.cmd.waiting = true
-	q := c.s.queues[c.cmd.session]
+	q := s.queues[c.cmd.session]
 	behind := len(q) > 1 && q[0] == c.cmd
-	w.Unlock()
+	s.mu.Unlock()
 	if behind {
 		c.s.overtake(c.cmd.session) // a later navigation arrived while this one was booked
 	}
@@ -283,16 +284,15 @@ func (c cmdHold) Done()                    { close(c.over) }
 // overtake answers every queued command of a session but the last, which
 // it starts.
 func (s *streamHold) overtake(session string) {
-	w := s.w
-	w.Lock()
+	s.mu.Lock()
 	q := s.queues[session]
 	if len(q) < 2 {
-		w.Unlock()
+		s.mu.Unlock()
 		return
 	}
 	overtaken, last := q[:len(q)-1], q[len(q)-1]
 	s.queues[session] = []*heldCmd{last}
-	w.Unlock()
+	s.mu.Unlock()
 	for _, old := range overtaken {
 		s.supersede(old)
 	}
@@ -318,10 +318,10 @@ func (s *streamHold) supersede(old *heldCmd) {
 // overtook it, expects its document, and starts the session's next one.
 func (s *streamHold) release(cmd *heldCmd, host string) {
 	w := s.w
-	w.Lock()
+	s.mu.Lock()
 	next, ok := s.dequeueLocked(cmd)
 	if !ok {
-		w.Unlock()
+		s.mu.Unlock()
 		return // overtaken, and answered already
 	}
 	var ended []*hold.Flight
@@ -354,7 +354,7 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 			s.last[cmd.session] = cmd.fl
 		}
 	}
-	w.Unlock()
+	s.mu.Unlock()
 	for _, fl := range ended {
 		fl.End()
 	}
@@ -366,7 +366,7 @@ func (s *streamHold) release(cmd *heldCmd, host string) {
 
 // dequeueLocked takes cmd off its session's queue and returns the
 // command after it; false when cmd is not at its head (overtaken, and
-// answered already). Callers hold the connection's lock (hold.Watch.Lock).
+// answered already). Callers hold s.mu.
 func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 	if cmd.method == "Target.createTarget" {
 		return nil, true // in no queue
@@ -392,9 +392,9 @@ func (s *streamHold) dequeueLocked(cmd *heldCmd) (next *heldCmd, ok bool) {
 // whose results carry no error, get a CDP error with that message.
 func (s *streamHold) refuse(cmd *heldCmd, r refusal.Reason) {
 	w := s.w
-	w.Lock()
+	s.mu.Lock()
 	next, ok := s.dequeueLocked(cmd)
-	w.Unlock()
+	s.mu.Unlock()
 	if !ok {
 		return
 	}
@@ -455,9 +455,9 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			} `json:"frame"`
 		}
 		if json.Unmarshal(hd.Params, &p) == nil && p.Frame.ParentID == "" && s.mainFrame(session, p.Frame.ID) {
-			w.Lock()
+			s.mu.Lock()
 			s.setURL(session, p.Frame.URL)
-			w.Unlock()
+			s.mu.Unlock()
 		}
 	case "Network.requestWillBeSent":
 		ev, ok := cdp.RequestWillBeSent(hd.Params, w.Browser.Holder.AnswerHeaders())
@@ -465,9 +465,9 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			return false
 		}
 		key := session + " " + ev.RequestID
-		w.Lock()
+		s.mu.Lock()
 		prev, had := s.docs[key]
-		w.Unlock()
+		s.mu.Unlock()
 		if target, known := w.PageOf(session); !had && known && target != "" && !w.Browser.Claims.Claimed(target) {
 			// Another's page (another relay's client's, a direct
 			// client's), which a client of this relay attached to as
@@ -480,9 +480,9 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		}
 		host, ok := limiter.Key(ev.URL)
 		if !ok || s.w.Browser.Exempt(host) {
-			w.Lock()
+			s.mu.Lock()
 			delete(s.docs, key)
-			w.Unlock()
+			s.mu.Unlock()
 			prev.fl.End()
 			return false
 		}
@@ -504,14 +504,12 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			// The browser tells of the request as it starts it, unless
 			// the client's own interception may pause it: then it
 			// leaves when the client lets it go (clientLets).
-			w.Lock()
-			pauses, _ := w.FetchingLocked(session)
-			w.Unlock()
+			pauses, _ := w.Fetching(session)
 			if !pauses {
 				doc.fl.Followed().Departed(time.Now(), true)
 			}
 		}
-		w.Lock()
+		s.mu.Lock()
 		if len(s.docs) >= hold.MaxTracked {
 			for _, d := range s.docs {
 				d.fl.End()
@@ -519,39 +517,39 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			clear(s.docs)
 		}
 		s.docs[key] = doc
-		w.Unlock()
+		s.mu.Unlock()
 	case "Fetch.requestPaused":
 		ev, ok := cdp.ReadRequestPaused(hd.Params)
 		if !ok || ev.ResourceType != "Document" || ev.NetworkID == "" || ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
 			return false // not a document the client holds before it leaves
 		}
-		w.Lock()
+		s.mu.Lock()
 		if len(s.paused) >= hold.MaxTracked {
 			clear(s.paused)
 		}
 		s.paused[session+" "+ev.RequestID] = session + " " + ev.NetworkID
-		w.Unlock()
+		s.mu.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
 		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params, w.Browser.Holder.AnswerHeaders())
 		if !ok {
 			return false
 		}
 		key := session + " " + ev.RequestID
-		w.Lock()
+		s.mu.Lock()
 		doc, tracked := s.docs[key]
 		delete(s.docs, key)
-		w.Unlock()
+		s.mu.Unlock()
 		if tracked {
 			w.Browser.Observe(doc.fl, doc.host, ev.Outcome, w.NavLog(session))
 			doc.fl.End()
 		}
 	case "Target.detachedFromTarget":
 		if sid, ok := cdp.DetachedSession(hd.Params); ok {
-			w.Lock()
+			s.mu.Lock()
 			delete(s.urls, sid)
 			last := s.last[sid]
 			delete(s.last, sid)
-			w.Unlock()
+			s.mu.Unlock()
 			last.End() // the page went, or the client left it
 		}
 	}
@@ -569,19 +567,18 @@ func (s *streamHold) clientLets(session, method string, params []byte) {
 	if json.Unmarshal(params, &p) != nil {
 		return // the browser refuses it
 	}
-	w := s.w
 	key := session + " " + p.RequestID
-	w.Lock()
+	s.mu.Lock()
 	doc, ok := s.paused[key]
 	delete(s.paused, key)
 	fl := s.docs[doc].fl
-	w.Unlock()
+	s.mu.Unlock()
 	if ok && method == "Fetch.continueRequest" {
 		fl.Followed().Departed(time.Now(), true)
 	}
 }
 
-// setURL notes where a session's page is. Callers hold the connection's lock (hold.Watch.Lock).
+// setURL notes where a session's page is. Callers hold s.mu.
 func (s *streamHold) setURL(session, u string) {
 	if len(s.urls) >= hold.MaxTracked {
 		clear(s.urls)
@@ -593,7 +590,7 @@ func (s *streamHold) setURL(session, u string) {
 // navigation the relay held and let go, marks it seen and returns that
 // navigation's flight.
 func (s *streamHold) expected(host string) (*hold.Flight, bool) {
-	s.w.Lock()
+	s.mu.Lock()
 	lets := s.let[host]
 	var aged []*hold.Flight
 	for len(lets) > 0 && time.Since(lets[0].at) > letWindow {
@@ -610,7 +607,7 @@ func (s *streamHold) expected(host string) (*hold.Flight, bool) {
 	} else {
 		s.let[host] = lets
 	}
-	s.w.Unlock()
+	s.mu.Unlock()
 	for _, a := range aged {
 		a.End()
 	}
