@@ -58,10 +58,12 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags lockorder ./internal/lockorder ./hold/... ./relay
 	$(GO) vet -tags e2e ./e2e
 
 unit: redis
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags lockorder ./internal/lockorder ./hold/... ./relay   # hold.go's lock order, checked
 
 # The tests that run minutes of wall clock, mostly idle (the wire as the
 # browser sees it, long sessions of every client, a client's host gone, a

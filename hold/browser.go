@@ -2,13 +2,13 @@ package hold
 
 import (
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold/claims"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // via is how the navigations of one browser are held.
@@ -55,15 +55,15 @@ type BrowserHold struct {
 
 	// mu guards armed; a leaf (hold.go's lock order: taken under
 	// Watch.mu and fetch's mutexes, takes none).
-	mu    sync.Mutex
+	mu    lockorder.Mutex[lockorder.Leaf]
 	armed chan struct{} // guarded by mu; closed while navigations can be held
 
 	// connsMu guards conns; taken under no other, takes none.
-	connsMu sync.Mutex
+	connsMu lockorder.Mutex[lockorder.Lone]
 	conns   map[*Watch]struct{} // guarded by connsMu; the client connections started and not ended
 
 	// ansMu guards answering; taken under no other, takes none.
-	ansMu     sync.Mutex
+	ansMu     lockorder.Mutex[lockorder.Lone]
 	answering map[string]*answering // guarded by ansMu; by host
 
 	// attachedClients counts the sessions the relay's clients have on each
@@ -80,8 +80,8 @@ type BrowserHold struct {
 // Counts is a number per key, safe for concurrent use; a key counted down
 // to zero is forgotten.
 type Counts struct {
-	mu sync.Mutex     // a leaf: taken under watch.mu, takes none
-	n  map[string]int // guarded by mu
+	mu lockorder.Mutex[lockorder.Leaf] // a leaf: taken under watch.mu, takes none
+	n  map[string]int                  // guarded by mu
 }
 
 // add adds d to key's count and returns the count.

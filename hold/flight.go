@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/ratelimit"
@@ -34,7 +34,7 @@ type Flight struct {
 
 	// mu guards the fields below; the last of hold.go's lock order: taken
 	// under watch.mu and a fetchConn's mu, takes none.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[RankFlight]
 	place    *inflight.Place // guarded by mu; nil without a cap, or given back
 	entered  bool            // guarded by mu; it asked for its place
 	released time.Time       // guarded by mu; when it was let go

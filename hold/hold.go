@@ -36,6 +36,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 )
@@ -56,8 +57,11 @@ import (
 // flight ends under fetchConn.mu or a way's lock, pace.Tracker.mu and
 // inflight.Cap's mu (a flight lets Flight.mu go before it ends its place
 // and its pace.Nav). BrowserHold.connsMu, BrowserHold.ansMu and
-// warnOnce.mu are leaves taken under none of them. Each struct says where
-// its mutex stands.
+// warnOnce.mu are leaves taken under none of them. Each mutex's type says
+// where it stands (lockorder.Mutex[RankFlight]; the ranks are in
+// lockorder.go), and a build with the tag lockorder checks every lock
+// taken against this order (package internal/lockorder): the tests of
+// hold/..., and relay's, fail on a break of it.
 //
 // A pace.Nav that ends under fetchConn.mu may push its bucket's schedule
 // (pace.Config.Push): with a shared store that is a Redis call, within
@@ -265,7 +269,7 @@ type Holder struct {
 
 	// A stop (stop.go). stopMu is a leaf: it guards the waits a stop may
 	// end and whether Refuse was called.
-	stopMu   sync.Mutex
+	stopMu   lockorder.Mutex[lockorder.Leaf]
 	stops    map[*stopper]struct{} // guarded by stopMu
 	refusing bool                  // guarded by stopMu
 	drainEnd atomic.Int64          // the drain's end in Unix ns, 0 before Drain

@@ -1,10 +1,10 @@
 package hold
 
 import (
-	"sync"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/hold/claims"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // MaxClaims bounds what the ways remember per page of a browser, as the
@@ -19,8 +19,8 @@ const ClaimWait = 3 * time.Second
 // once for the life of the process. Memory is bounded: past max hosts the
 // older half is forgotten, and a host from it may be warned once more.
 type warnOnce struct {
-	mu       sync.Mutex          // taken under no other, takes none
-	cur, old map[string]struct{} // guarded by mu
+	mu       lockorder.Mutex[lockorder.Lone] // taken under no other, takes none
+	cur, old map[string]struct{}             // guarded by mu
 }
 
 const maxWarned = 100_000

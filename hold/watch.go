@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // Watch is what the relay follows of one client connection whose browser
@@ -37,7 +38,7 @@ type Watch struct {
 	// connection (session, stream: Lock); the first of hold.go's lock
 	// order: it may be held while fetch's, the flights' and the leaves'
 	// are taken, never taken under any of them.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[RankConn]
 	way      via                    // guarded by mu; how navigations are held in this connection
 	sessions map[string]SessionInfo // guarded by mu; "" is the connection's own session
 	creates  map[CmdKey]func()      // guarded by mu; Target.createTarget commands not answered yet → what ends them (nil: nothing)

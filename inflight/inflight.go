@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // Defaults for the zero values of Cap's fields.
@@ -74,7 +76,7 @@ type Cap struct {
 	expired atomic.Uint64
 	leaving sync.WaitGroup // Table.Leave calls under way
 
-	mu      sync.Mutex
+	mu      lockorder.Mutex[lockorder.Leaf]
 	buckets map[string]*bucket  // guarded by mu; those with places held or waiters here
 	places  map[*Place]struct{} // guarded by mu; held here
 	closed  bool                // guarded by mu

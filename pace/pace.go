@@ -28,8 +28,9 @@
 package pace
 
 import (
-	"sync"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // Defaults for the zero values of Config's fields.
@@ -94,7 +95,7 @@ type Config struct {
 type Tracker struct {
 	Config
 
-	mu      sync.Mutex
+	mu      lockorder.Mutex[lockorder.Leaf]
 	buckets map[string]*bucket // guarded by mu; buckets with navigations not ended
 	lags    map[string]*lags   // guarded by mu; by source (browser)
 }

@@ -7,7 +7,8 @@ package claims
 
 import (
 	"context"
-	"sync"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 // Set holds the pages of one browser that the relay's own clients
@@ -21,7 +22,7 @@ type Set struct {
 	OnClaim func(target string)
 	// mu guards pages, pending and changed; a leaf: taken under
 	// hold.Watch.mu and hold/fetch's mutexes, takes none.
-	mu      sync.Mutex
+	mu      lockorder.Mutex[lockorder.Leaf]
 	pages   map[string]struct{} // guarded by mu; target ids
 	pending int                 // guarded by mu; pages being created by clients, ids not known yet
 	changed chan struct{}       // guarded by mu; closed and replaced when pending or pages change

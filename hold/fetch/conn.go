@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
@@ -45,12 +45,12 @@ type fetchConn struct {
 
 	// wmu serialises writes and guards nextID; taken after fetchHold's
 	// mutexes, before mu (hold.go's lock order).
-	wmu    sync.Mutex
+	wmu    lockorder.Mutex[hold.RankFetchWrite]
 	nextID int64 // guarded by wmu
 
 	// mu guards the fields below; taken after wmu and fetchHold's,
 	// before the flights' mu.
-	mu       sync.Mutex
+	mu       lockorder.Mutex[hold.RankFetchConn]
 	closed   bool                       // guarded by mu
 	calls    map[int64]func(hold.Reply) // guarded by mu; commands whose reply someone waits for
 	pages    map[string]struct{}        // guarded by mu; target ids of pages
@@ -408,7 +408,7 @@ type monoClock struct {
 
 	// mu guards off and set; a leaf (taken under fetchConn.mu, takes
 	// none).
-	mu  sync.Mutex
+	mu  lockorder.Mutex[lockorder.Leaf]
 	off time.Duration // guarded by mu; relay time − ref − browser time, at least; the least seen
 	set bool          // guarded by mu
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
 
@@ -67,7 +68,7 @@ type fetchHold struct {
 
 	// netMu serialises the net connection's pattern updates, each written
 	// in order, and guards the fields below.
-	netMu     sync.Mutex
+	netMu     lockorder.Mutex[hold.RankFetchNet]
 	netSeq    int64       // guarded by netMu; pattern updates written to net
 	netBusy   *fetchConn  // guarded by netMu; the connection an update is under way on
 	netDirty  bool        // guarded by netMu; what net should pause changed since that update
@@ -75,7 +76,7 @@ type fetchHold struct {
 	recheck   *time.Timer // guarded by netMu; turns net's Fetch off once NetLinger is over
 
 	// mu guards the fields below and heldNav's.
-	mu        sync.Mutex
+	mu        lockorder.Mutex[hold.RankFetch]
 	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
 	paused    map[string]time.Time // guarded by mu; page target → when its document request last paused
@@ -90,7 +91,7 @@ type fetchHold struct {
 
 	// ackMu guards what was asked of net and what it took: the fields
 	// below.
-	ackMu     sync.Mutex
+	ackMu     lockorder.Mutex[lockorder.Leaf]
 	wideAsked bool          // guarded by ackMu; the last patterns written to net were wide
 	wideSince int64         // guarded by ackMu; the pattern update that made net wide
 	wideAcked int64         // guarded by ackMu; the last pattern update net answered (named for the wide one it may be)

@@ -11,10 +11,12 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/hold/stream"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(lockorder.Checked(m))
 }
 
 // ways are the ways the Fetch way's tests hold with: Fetch, and the two

@@ -8,11 +8,11 @@ import (
 	"encoding/json"
 	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
@@ -48,7 +48,7 @@ type sessionHold struct {
 	// lock of the Watch's while held; in hold.go's lock order it stands
 	// where Watch.mu does, before Flight.mu (flights are made and ended
 	// under it).
-	mu        sync.Mutex
+	mu        lockorder.Mutex[hold.RankConn]
 	states    map[string]*sessState // guarded by mu; page sessions
 	prebooked map[string]prebooked  // guarded by mu; URL of a held Target.createTarget → when it was let go
 	held      int                   // guarded by mu; top-level documents waiting for their slot

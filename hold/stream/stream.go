@@ -7,11 +7,11 @@ package stream
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
@@ -46,7 +46,7 @@ type streamHold struct {
 	// mu guards the fields below. It takes no lock of the Watch's while
 	// held; in hold.go's lock order it stands where Watch.mu does, before
 	// Flight.mu (a flight ended under it).
-	mu     sync.Mutex
+	mu     lockorder.Mutex[hold.RankConn]
 	queues map[string][]*heldCmd   // guarded by mu; session → its navigation commands, the first one booked
 	docs   map[string]streamDoc    // guarded by mu; session+" "+requestId → a main-frame document under way
 	let    map[string][]letNav     // guarded by mu; host → held navigations to it let go, not seen yet
