@@ -31,6 +31,7 @@ import (
 // Chromium per run, through each of CRAWL_RUNS in turn, CRAWL_ROUNDS (3)
 // rounds whose order turns:
 //
+//   - direct: the clients straight at Chromium, no proxy between;
 //   - floor: a process that only copies bytes (floor_test.go);
 //   - off, or a name starting with off: the relay with nothing held
 //     (--http-nav-delay 0);
@@ -49,8 +50,10 @@ import (
 // 30% slower than the next seen).
 //
 // Each run reports the crawl's wall time, the CPU that Chromium (all its
-// processes) and the proxy (floor or relay) used, each ÷ the floor's of
-// the same round; the figures are medians over the rounds. Each run also
+// processes) and the proxy (floor or relay) used, each ÷ the floor's and
+// the direct connection's of the same round (when those run); the figures
+// are medians over the rounds, each ratio with its 95% bootstrap interval
+// (the margin a difference must clear). Each run also
 // says what the site saw: the lowest gaps between its navigations as the
 // site's kernel stamped their arrival (crawl_site_test.go), and fails when
 // a run with a fixed spacing of more than exactSlack and a burst of 1
@@ -108,28 +111,38 @@ func crawlRounds(b *testing.B, s *remoteSite, names []string, rounds int, browse
 }
 
 // reportCrawl reports each run's medians over the rounds in got, and each
-// one's ratios to the floor's of the same round; browser names the
-// browser's CPU in the metrics.
+// one's ratios to the floor's and the direct connection's of the same
+// round, each median with its 95% bootstrap interval (the margin a
+// difference must clear); browser names the browser's CPU in the metrics.
 func reportCrawl(b *testing.B, names []string, got map[string][]crawlRun, browser string) {
+	of := map[string]func(crawlRun) float64{
+		"wall":                func(c crawlRun) float64 { return c.wall.Seconds() },
+		browser + " CPU":      func(c crawlRun) float64 { return c.browser.Seconds() },
+		"proxy CPU":           func(c crawlRun) float64 { return c.proxy.Seconds() },
+		browser + " CPU/load": func(c crawlRun) float64 { return c.browser.Seconds() / float64(max(c.ok, 1)) },
+	}
+	order := []string{"wall", browser + " CPU", "proxy CPU"}
 	for _, name := range names {
 		runs := got[name]
-		wall := median(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }))
-		chrome := median(mapRuns(runs, func(c crawlRun) float64 { return c.browser.Seconds() }))
-		proxy := median(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }))
-		b.ReportMetric(wall, name+"-wall-s")
-		b.ReportMetric(chrome, name+"-"+browser+"-cpu-s")
-		b.ReportMetric(proxy, name+"-proxy-cpu-s")
-		if name == "floor" || len(got["floor"]) == 0 {
-			continue
+		b.ReportMetric(median(mapRuns(runs, of["wall"])), name+"-wall-s")
+		b.ReportMetric(median(mapRuns(runs, of[browser+" CPU"])), name+"-"+browser+"-cpu-s")
+		b.ReportMetric(median(mapRuns(runs, of["proxy CPU"])), name+"-proxy-cpu-s")
+		for _, base := range []string{"floor", "direct"} {
+			if name == base || len(got[base]) == 0 {
+				continue
+			}
+			line := fmt.Sprintf("%-12s ÷ %-6s medians of %d rounds (95%% bootstrap interval):", name, base, len(runs))
+			for _, f := range order {
+				if f == "proxy CPU" && base == "direct" {
+					continue // the direct connection has none
+				}
+				lo, med, hi := bootstrapMedian(ratios(mapRuns(runs, of[f]), mapRuns(got[base], of[f])))
+				line += fmt.Sprintf("  %s %.3f (%.3f–%.3f)", f, med, lo, hi)
+				b.ReportMetric(med, name+"/"+base+"-"+strings.ReplaceAll(f, " ", "-"))
+			}
+			b.Log(line)
+			fmt.Fprintln(os.Stderr, line)
 		}
-		fl := got["floor"]
-		rw := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.wall.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.wall.Seconds() })))
-		rc := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.browser.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.browser.Seconds() })))
-		rp := median(ratios(mapRuns(runs, func(c crawlRun) float64 { return c.proxy.Seconds() }), mapRuns(fl, func(c crawlRun) float64 { return c.proxy.Seconds() })))
-		b.Logf("%-12s ÷ floor, medians of %d rounds: wall %.3f  %s CPU %.3f  proxy CPU %.3f", name, len(runs), rw, browser, rc, rp)
-		b.ReportMetric(rw, name+"/floor-wall")
-		b.ReportMetric(rc, name+"/floor-"+browser)
-		b.ReportMetric(rp, name+"/floor-proxy")
 	}
 }
 
@@ -172,15 +185,20 @@ func crawlOnce(b *testing.B, bin, name, page, clients, loads string) crawlRun {
 		chrome.stop()
 		b.Fatal(err)
 	}
-	proxy, url, err := startCrawlProxy(b, bin, name, []string{"http://" + endpoint})
-	if err != nil {
-		chrome.stop()
-		b.Fatalf("%s: %v", name, err)
+	var proxy *measured
+	url := "http://" + endpoint // direct: no proxy between
+	if name != "direct" {
+		if proxy, url, err = startCrawlProxy(b, bin, name, []string{url}); err != nil {
+			chrome.stop()
+			b.Fatalf("%s: %v", name, err)
+		}
 	}
 	sampler := chrome.sampleByType()
 	cr := runCrawl(b, name, proxy, "CDP_URL="+url, "SITE_URL="+page, "CLIENTS="+clients, "LOADS="+loads)
 	cr.byType = sampler()
-	cr.proxy = proxy.stop()
+	if proxy != nil {
+		cr.proxy = proxy.stop()
+	}
 	cr.browser = chrome.stop()
 	return cr
 }
@@ -250,7 +268,8 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 		b.Fatalf("bench-crawl output %q: %v", out, err)
 	}
 	cr := crawlRun{wall: time.Duration(res.MS * float64(time.Millisecond)), ok: res.OK, failed: res.Failed}
-	if name != "floor" {
+	relayed := name != "floor" && name != "direct"
+	if relayed {
 		for _, e := range env {
 			if u, ok := strings.CutPrefix(e, "CDP_URL="); ok {
 				if m, err := httpGet(u + "/metrics"); err == nil {
@@ -263,11 +282,17 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 			}
 		}
 	}
+	said := func(n int) string {
+		if proxy == nil {
+			return "(no proxy)"
+		}
+		return proxy.name + " said:\n" + lastLines(proxy.stderr.String(), n)
+	}
 	if os.Getenv("CRAWL_SHOW_PROXY") != "" {
-		fmt.Fprintf(os.Stderr, "%s said:\n%s\n", name, lastLines(proxy.stderr.String(), 60))
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, said(60))
 	}
 	if res.Failed > 0 {
-		b.Errorf("%s: %d loads failed: %v\n%s said:\n%s", name, res.Failed, res.Errors, proxy.name, lastLines(proxy.stderr.String(), 30))
+		b.Errorf("%s: %d loads failed: %v\n%s", name, res.Failed, res.Errors, said(30))
 	}
 	if cr.unheld > 0 {
 		b.Errorf("%s: %d navigations unheld", name, cr.unheld)
@@ -275,7 +300,7 @@ func runCrawl(b *testing.B, name string, proxy *measured, env ...string) crawlRu
 	// A run of the breakdown with the pauses switched off holds nothing.
 	runEnv := os.Getenv("CRAWL_ENV_" + strings.ToUpper(name))
 	pausesOff := strings.Contains(runEnv, "CDP_THROTTLE_PARTS_OFF=") && strings.Contains(runEnv, "pauses")
-	if name != "floor" && !strings.HasPrefix(name, "off") && !pausesOff && cr.booked < cr.ok {
+	if relayed && !strings.HasPrefix(name, "off") && !pausesOff && cr.booked < cr.ok {
 		b.Errorf("%s: %d navigations booked, %d loads: want every load held", name, cr.booked, cr.ok)
 	}
 	return cr
