@@ -208,13 +208,7 @@ func (g *Group) Stop() {
 func (g *Group) Bind(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	for _, b := range g.Browsers {
-		go func() {
-			select {
-			case <-b.exited:
-				cancel(b.Err())
-			case <-ctx.Done():
-			}
-		}()
+		go b.cancelOnExit(ctx, cancel)
 	}
 	return ctx, func() { cancel(nil) }
 }

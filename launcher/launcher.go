@@ -344,14 +344,18 @@ func (b *Browser) Exited() <-chan struct{} { return b.exited }
 // given up on, with Err as its cause.
 func (b *Browser) Bind(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	go func() {
-		select {
-		case <-b.exited:
-			cancel(b.Err())
-		case <-ctx.Done():
-		}
-	}()
+	go b.cancelOnExit(ctx, cancel)
 	return ctx, func() { cancel(nil) }
+}
+
+// cancelOnExit cancels ctx with Err as its cause when the browser is
+// given up on; it returns then, or when ctx ends first.
+func (b *Browser) cancelOnExit(ctx context.Context, cancel context.CancelCauseFunc) {
+	select {
+	case <-b.exited:
+		cancel(b.Err())
+	case <-ctx.Done():
+	}
 }
 
 // Err says why the browser was given up on.
