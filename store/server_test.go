@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
+	"github.com/cdp-throttle/cdp-throttle/store/redistest"
 )
 
 // server is a redis-server of a test's own, on a free loopback port, with
@@ -104,17 +104,8 @@ func (s *server) start() {
 	}
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on port %d does not answer: %v\n%s", s.port, err, s.out)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := redistest.Ping(c, deadline, 10*time.Millisecond); err != nil {
+		s.t.Fatalf("redis-server on port %d does not answer: %v\n%s", s.port, err, s.out)
 	}
 }
 

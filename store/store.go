@@ -443,16 +443,7 @@ func (s *Redis) ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, 
 		args.spent = srv.Wait.Microseconds()
 	}
 	args.server = srv.Spacing.Microseconds()
-	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
-		_, err := s.run(host, now, "o", set, args)
-		if err == nil {
-			s.answered(o)
-			return
-		}
-		s.failed(o, err)
-	}
-	s.fallbacks.Add(1)
-	if !s.holds {
+	if !s.runOrFallBack(host, now, "o", set, args) && !s.holds {
 		s.local.ObserveWith(host, cfg, o, now)
 	}
 }
@@ -465,18 +456,26 @@ func (s *Redis) Push(host string, by time.Duration, now time.Time) {
 	if by <= 0 || limiter.Exempt(host) {
 		return
 	}
+	if !s.runOrFallBack(host, now, "l", settingOf(s.cfg), stepArgs{add: max(by.Microseconds(), 1), wait: -1}) && !s.holds {
+		s.local.Push(host, by, now)
+	}
+}
+
+// runOrFallBack runs a step that answers nothing on host's schedule in
+// Redis (run) and reports whether Redis took it. While Redis does not
+// answer it counts a fallback and reports false: the caller takes the
+// step on the local fallback instead, unless FallbackClosed holds.
+func (s *Redis) runOrFallBack(host string, now time.Time, op string, set setting, args stepArgs) bool {
 	if o := s.outageOf(s.prefix + host); s.tryRedis(o) {
-		_, err := s.run(host, now, "l", settingOf(s.cfg), stepArgs{add: max(by.Microseconds(), 1), wait: -1})
+		_, err := s.run(host, now, op, set, args)
 		if err == nil {
 			s.answered(o)
-			return
+			return true
 		}
 		s.failed(o, err)
 	}
 	s.fallbacks.Add(1)
-	if !s.holds {
-		s.local.Push(host, by, now)
-	}
+	return false
 }
 
 // Pushed reports how far, in all, late departures have pushed host's

@@ -117,18 +117,22 @@ func (p *Process) start() {
 	p.mu.Unlock()
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	if err := Ping(c, time.Now().Add(10*time.Second), 20*time.Millisecond); err != nil {
+		p.t.Fatalf("%s on port %d does not answer: %v\n%s", filepath.Base(p.bin), p.Port, err, p.Output())
+	}
+}
+
+// Ping pings the server c talks to, every interval, until it answers or
+// deadline passes; it returns the last error, nil when it answered.
+func Ping(c *redis.Client, deadline time.Time, every time.Duration) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
-			return
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s on port %d does not answer: %v\n%s", filepath.Base(p.bin), p.Port, err, p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
