@@ -365,26 +365,23 @@ func Eventually(t *testing.T, what string, check func() bool) {
 // the relay's own.
 func (fb *Browser) Holder(t testing.TB) *Conn {
 	t.Helper()
-	var got *Conn
-	fb.Await(t, "relay connection with Fetch enabled", func() bool {
-		for _, c := range fb.conns {
-			if c.holder && !fb.returned[c] && !c.ended_() {
-				got, fb.returned[c] = c, true
-				return true
-			}
-		}
-		return false
-	})
-	return got
+	return fb.next(t, "relay connection with Fetch enabled", func(c *Conn) bool { return c.holder && !c.ended_() })
 }
 
 // Accept returns the next connection relayed for a client.
 func (fb *Browser) Accept(t testing.TB) *Conn {
 	t.Helper()
+	return fb.next(t, "relayed connection", func(c *Conn) bool { return !c.holder && !c.own })
+}
+
+// next waits for a connection that is what is and that none of Holder,
+// Accept and Pages returned yet, and returns it; is runs under fb.Mu.
+func (fb *Browser) next(t testing.TB, what string, is func(*Conn) bool) *Conn {
+	t.Helper()
 	var got *Conn
-	fb.Await(t, "relayed connection", func() bool {
+	fb.Await(t, what, func() bool {
 		for _, c := range fb.conns {
-			if !c.holder && !c.own && !fb.returned[c] {
+			if !fb.returned[c] && is(c) {
 				got, fb.returned[c] = c, true
 				return true
 			}

@@ -467,11 +467,17 @@ func (fc *Conn) Send(data []byte) error {
 
 // PagesConns returns the live connections that auto-attach to pages.
 func (fb *Browser) PagesConns() []*Conn {
+	return fb.live(func(c *Conn) bool { return c.pagesConn })
+}
+
+// live returns the live connections that are what is, in the order the
+// browser accepted them; is runs under fb.Mu.
+func (fb *Browser) live(is func(*Conn) bool) []*Conn {
 	fb.Mu.Lock()
 	defer fb.Mu.Unlock()
 	var out []*Conn
 	for _, c := range fb.conns {
-		if c.pagesConn && !c.ended_() {
+		if is(c) && !c.ended_() {
 			out = append(out, c)
 		}
 	}
@@ -639,15 +645,7 @@ func (fc *Conn) pausesAnswer(requestID string) bool {
 // Holders returns the live connections that enabled browser-level Fetch,
 // in the order they did: the order Chromium passes a request along.
 func (fb *Browser) Holders() []*Conn {
-	fb.Mu.Lock()
-	defer fb.Mu.Unlock()
-	var out []*Conn
-	for _, c := range fb.conns {
-		if c.FetchOn && !c.ended_() {
-			out = append(out, c)
-		}
-	}
-	return out
+	return fb.live(func(c *Conn) bool { return c.FetchOn })
 }
 
 // PlayAll replays a recorded chain the way Chromium passes each paused

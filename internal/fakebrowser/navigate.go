@@ -16,17 +16,7 @@ import (
 // auto-attached to pages.
 func (fb *Browser) Pages(t testing.TB) *Conn {
 	t.Helper()
-	var got *Conn
-	fb.Await(t, "relay connection attached to pages", func() bool {
-		for _, c := range fb.conns {
-			if c.pagesConn && !fb.returned[c] && !c.ended_() {
-				got, fb.returned[c] = c, true
-				return true
-			}
-		}
-		return false
-	})
-	return got
+	return fb.next(t, "relay connection attached to pages", func(c *Conn) bool { return c.pagesConn && !c.ended_() })
 }
 
 // Session returns fc's session on page target (the armed one, if any),
