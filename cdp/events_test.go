@@ -123,14 +123,31 @@ func TestRequestWillBeSent(t *testing.T) {
 	}
 }
 
+// eventCase is a Network event (method, params) and what a reader of it,
+// DocumentAnswer or ReadNetworkEvent, makes of it.
+type eventCase[T comparable] struct {
+	name   string
+	method string
+	params string
+	want   T
+	wantOK bool
+}
+
+// checkEvents runs read over every case of tests, keeping no headers.
+func checkEvents[T comparable](t *testing.T, read func(method, params []byte, keep []string) (T, bool), tests []eventCase[T]) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := read([]byte(tt.method), []byte(tt.params), nil)
+			if ok != tt.wantOK || ok && got != tt.want {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
 func TestDocumentAnswer(t *testing.T) {
-	tests := []struct {
-		name   string
-		method string
-		params string
-		want   Answer
-		wantOK bool
-	}{
+	tests := []eventCase[Answer]{
 		{name: "200", method: "Network.responseReceived",
 			params: `{"requestId":"943","loaderId":"943","timestamp":2179.4,"type":"Document","response":{"url":"http://a.test:38201/page?first","status":200,"statusText":"OK","headers":{"Cache-Control":"no-store","Content-Type":"text/html"}},"hasExtraInfo":true,"frameId":"E6E"}`,
 			want:   Answer{RequestID: "943", Outcome: Outcome{Status: 200}}, wantOK: true},
@@ -168,14 +185,7 @@ func TestDocumentAnswer(t *testing.T) {
 		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
 		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := DocumentAnswer([]byte(tt.method), []byte(tt.params), nil)
-			if ok != tt.wantOK || ok && got != tt.want {
-				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
+	checkEvents(t, DocumentAnswer, tests)
 }
 
 func TestTargetParams(t *testing.T) {
@@ -230,13 +240,7 @@ func TestReply(t *testing.T) {
 }
 
 func TestReadNetworkEvent(t *testing.T) {
-	tests := []struct {
-		name   string
-		method string
-		params string
-		want   NetworkEvent
-		wantOK bool
-	}{
+	tests := []eventCase[NetworkEvent]{
 		{name: "sending", method: "Network.requestWillBeSentExtraInfo",
 			params: `{"requestId":"8886","associatedCookies":[],"headers":{"Accept":"text/html"},"connectTiming":{"requestTime":4346.13}}`,
 			want:   NetworkEvent{RequestID: "8886", Sending: true}, wantOK: true},
@@ -281,14 +285,7 @@ func TestReadNetworkEvent(t *testing.T) {
 		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
 		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ReadNetworkEvent([]byte(tt.method), []byte(tt.params), nil)
-			if ok != tt.wantOK || ok && got != tt.want {
-				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
+	checkEvents(t, ReadNetworkEvent, tests)
 }
 
 func TestNetworkRequestID(t *testing.T) {
