@@ -133,9 +133,20 @@ type eventCase[T comparable] struct {
 	wantOK bool
 }
 
-// checkEvents runs read over every case of tests, keeping no headers.
+// notEvents are read as nothing by every reader of Network events.
+var notEvents = []struct{ name, method, params string }{
+	{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
+	{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
+	{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
+}
+
+// checkEvents runs read over every case of tests, and notEvents, keeping
+// no headers.
 func checkEvents[T comparable](t *testing.T, read func(method, params []byte, keep []string) (T, bool), tests []eventCase[T]) {
 	t.Helper()
+	for _, n := range notEvents {
+		tests = append(tests, eventCase[T]{name: n.name, method: n.method, params: n.params})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := read([]byte(tt.method), []byte(tt.params), nil)
@@ -181,9 +192,6 @@ func TestDocumentAnswer(t *testing.T) {
 		{name: "lightpanda could not connect", method: "Network.loadingFailed",
 			params: `{"requestId":"LID-0000000003","timestamp":1,"type":"Ping","errorText":"CouldntConnect","canceled":false}`,
 			want:   Answer{RequestID: "LID-0000000003", Outcome: Outcome{NoAnswer: true}}, wantOK: true},
-		{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
-		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
-		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
 	}
 	checkEvents(t, DocumentAnswer, tests)
 }
@@ -281,9 +289,6 @@ func TestReadNetworkEvent(t *testing.T) {
 		{name: "timing without a send", method: "Network.responseReceived",
 			params: `{"requestId":"R","type":"Document","response":{"status":200,"timing":{"requestTime":4,"sendStart":-1}}}`,
 			want:   NetworkEvent{RequestID: "R", Document: true, Ended: true, Outcome: Outcome{Status: 200}}, wantOK: true},
-		{name: "other method", method: "Network.loadingFinished", params: `{"requestId":"R"}`},
-		{name: "no requestId", method: "Network.loadingFailed", params: `{"errorText":"net::ERR_FAILED"}`},
-		{name: "not JSON", method: "Network.responseReceived", params: `{"requestId":`},
 	}
 	checkEvents(t, ReadNetworkEvent, tests)
 }
