@@ -45,7 +45,7 @@ import (
 // of what it calls, are taken in this order, never the other way round (a
 // mutex not named takes no other while held):
 //
-//	Watch.mu → fetch: fetchHold.netMu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
+//	Watch.mu → fetch: netPatterns.mu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
 //	session: sessionHold.mu → Flight.mu
 //	stream: streamHold.mu → Flight.mu
 //
@@ -53,7 +53,7 @@ import (
 // the ways keep their state under their own locks and read the watch's
 // through methods that take its lock alone. After any of the above come
 // the leaves, which take none: BrowserHold.mu, claims.Set's mu, Counts.mu,
-// Holder.stopMu, fetch's fetchHold.ackMu and monoClock.mu, and, when a
+// Holder.stopMu, fetch's netPatterns.ackMu and monoClock.mu, and, when a
 // flight ends under fetchConn.mu or a way's lock, pace.Tracker.mu and
 // inflight.Cap's mu (a flight lets Flight.mu go before it ends its place
 // and its pace.Nav). BrowserHold.connsMu, BrowserHold.ansMu and

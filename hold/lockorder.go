@@ -8,7 +8,7 @@ type (
 	// connection (session's sessionHold.mu, stream's streamHold.mu):
 	// the first of the order, and never two of them together.
 	RankConn struct{}
-	// RankFetchNet ranks fetch's fetchHold.netMu.
+	// RankFetchNet ranks fetch's netPatterns.mu (net's pattern updates).
 	RankFetchNet struct{}
 	// RankFetch ranks fetch's fetchHold.mu.
 	RankFetch struct{}

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/target"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
@@ -62,20 +61,12 @@ type fetchHold struct {
 	// now (its tracks).
 	tracked atomic.Int64
 
-	// Three mutexes, in hold.go's lock order: netMu, then mu, then the
-	// connections' wmu and mu and the flights'; ackMu is a leaf (taken
-	// under any of them, takes none).
+	// np is what was asked of net's Fetch patterns and what net took
+	// (net.go); its mutex comes before mu in hold.go's lock order.
+	np netPatterns
 
-	// netMu serialises the net connection's pattern updates, each written
-	// in order, and guards the fields below.
-	netMu     lockorder.Mutex[hold.RankFetchNet]
-	netSeq    int64       // guarded by netMu; pattern updates written to net
-	netBusy   *fetchConn  // guarded by netMu; the connection an update is under way on
-	netDirty  bool        // guarded by netMu; what net should pause changed since that update
-	clientsAt time.Time   // guarded by netMu; when net last saw the clients with a page
-	recheck   *time.Timer // guarded by netMu; turns net's Fetch off once NetLinger is over
-
-	// mu guards the fields below and heldNav's.
+	// mu guards the fields below and heldNav's; it comes after np.mu, before
+	// the connections' wmu and mu and the flights' (hold.go's lock order).
 	mu        lockorder.Mutex[hold.RankFetch]
 	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
@@ -88,16 +79,6 @@ type fetchHold struct {
 	// lost: then none of their answers can come. Guarded by mu.
 	life    context.Context
 	endLife context.CancelFunc
-
-	// ackMu guards what was asked of net and what it took: the fields
-	// below.
-	ackMu     lockorder.Mutex[lockorder.Leaf]
-	wideAsked bool          // guarded by ackMu; the last patterns written to net were wide
-	wideSince int64         // guarded by ackMu; the pattern update that made net wide
-	wideAcked int64         // guarded by ackMu; the last pattern update net answered (named for the wide one it may be)
-	onAsked   bool          // guarded by ackMu; the last update written to net enabled its Fetch
-	onSince   int64         // guarded by ackMu; the update that enabled net's Fetch, 0 while off
-	netAcked  chan struct{} // guarded by ackMu; closed and replaced when net takes an update
 }
 
 // navKey is what two pauses of one document request have in common.
@@ -131,9 +112,8 @@ func New(h *hold.BrowserHold) hold.FetchWay {
 		passed: make(map[navKey]passedNav),
 		paused: make(map[string]time.Time),
 		urls:   make(map[string]int),
-
-		netAcked: make(chan struct{}),
 	}
+	f.np = netPatterns{f: f, taken: make(chan struct{})}
 	h.Claims.OnClaim = f.claimed
 	f.life, f.endLife = context.WithCancel(context.Background())
 	return f
@@ -249,25 +229,7 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 		return nil, err
 	}
 	mode := f.h.Holder.Intercept
-	f.netMu.Lock()
-	f.mu.Lock()
-	patterns, wide := f.patternsLocked()
-	if patterns == nil {
-		// Enabled once all the same, to learn that the browser can; the
-		// update attach writes turns it off.
-		patterns = noMatch
-	}
-	f.netSeq++
-	seq := f.netSeq
-	f.ackMu.Lock()
-	f.onAsked, f.onSince = true, seq
-	f.ackMu.Unlock()
-	f.mu.Unlock()
-	r, err := fc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: patterns})
-	if err == nil {
-		f.acked(seq, wide)
-	}
-	f.netMu.Unlock()
+	r, err := f.np.enable(ctx, fc)
 	if err != nil {
 		fc.close()
 		return nil, refusedOrSilent("browser refused browser-level Fetch", r, err, mode)
@@ -298,7 +260,7 @@ func (f *fetchHold) attach(role connRole, fc *fetchConn) (first, before bool) {
 	f.mu.Lock()
 	f.confirmed = true
 	f.mu.Unlock()
-	f.updateNet() // with pages ready, net needs only what it holds
+	f.np.update() // with pages ready, net needs only what it holds
 	f.rearm()
 	return first, before
 }
@@ -325,7 +287,7 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				f.pages.Store(nil)
 			} else {
 				f.net.Store(nil)
-				f.wakeNetWaiters() // those waiting for net to take an update: it never will
+				f.np.wake() // those waiting for net to take an update: it never will
 			}
 			f.dropped(fc)
 			if ctx.Err() != nil {
@@ -416,7 +378,7 @@ func (f *fetchHold) wideLocked() bool {
 // other one last answered.
 func (f *fetchHold) rearm() {
 	f.mu.Lock()
-	ok := f.confirmed && (f.pagesReady() || f.netWide())
+	ok := f.confirmed && (f.pagesReady() || f.np.wide())
 	f.mu.Unlock()
 	f.h.SetArmed(ok)
 }
@@ -427,7 +389,7 @@ func (f *fetchHold) uncovered(n int) {
 	f.mu.Lock()
 	f.holes = max(f.holes+n, 0)
 	f.mu.Unlock()
-	f.updateNet()
+	f.np.update()
 	f.rearm()
 }
 
@@ -450,7 +412,7 @@ func (f *fetchHold) claimed(target string) {
 	if fc := f.pages.Load(); fc != nil {
 		fc.cover(target, false)
 	}
-	f.netCovering()
+	f.np.covering()
 }
 
 // Cover returns a channel closed once a page a client drives is held
@@ -470,7 +432,7 @@ func (f *fetchHold) Cover(target string, navigates bool) <-chan struct{} {
 	if ch == nil && !f.h.IsArmed() {
 		ch = f.h.WhenArmed()
 	}
-	return both(ch, f.netCovering())
+	return both(ch, f.np.covering())
 }
 
 // both returns a channel closed once a and b are (nil ones count as
@@ -510,7 +472,7 @@ func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 	f.mu.Lock()
 	f.creating++
 	f.mu.Unlock()
-	f.updateNet()
+	f.np.update()
 	var once sync.Once
 	done = func() {
 		// The page's first request may reach net after the answer that
@@ -521,12 +483,12 @@ func (f *fetchHold) CreatingWithURL() (covered <-chan struct{}, done func()) {
 				f.mu.Lock()
 				f.creating--
 				f.mu.Unlock()
-				f.updateNet()
+				f.np.update()
 			})
 		})
 	}
 	// Without net, navigations wait for a connection anyway (armed).
-	return f.whenNet(func() bool { return f.netWide() || f.net.Load() == nil }, hold.ClaimWait), done
+	return f.np.when(func() bool { return f.np.wide() || f.net.Load() == nil }, hold.ClaimWait), done
 }
 
 // Unattached rewrites a target's info that says it is attached only

@@ -27,7 +27,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	f.mu.Unlock()
 	f.h.SetArmed(false)
 	if fc.role == rolePages {
-		f.updateNet() // net holds everything while pages is away
+		f.np.update() // net holds everything while pages is away
 	}
 	now := time.Now()
 	f.mu.Lock()
@@ -101,7 +101,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 			}
 		}
 		f.mu.Unlock()
-		f.updateNet()
+		f.np.update()
 		f.countLost(lost)
 	})
 }

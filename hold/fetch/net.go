@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/pace"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
@@ -39,14 +40,45 @@ const maxPatternURL = 512
 // there later.
 var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
 
+// netPatterns is what the relay asked of its net connection's Fetch
+// patterns and what net took: the updates, written one at a time and in
+// order, and the answers they got. Its methods are safe for concurrent
+// use. What the patterns name is fetchHold's (urls, and what makes net
+// pause every document: wideLocked), read under fetchHold.mu.
+type netPatterns struct {
+	f *fetchHold
+
+	// mu serialises the pattern updates, each written in order, and
+	// guards the fields below; in hold.go's lock order it comes before
+	// fetchHold.mu.
+	mu        lockorder.Mutex[hold.RankFetchNet]
+	seq       int64       // guarded by mu; pattern updates written to net
+	busy      *fetchConn  // guarded by mu; the connection an update is under way on
+	dirty     bool        // guarded by mu; what net should pause changed since that update
+	clientsAt time.Time   // guarded by mu; when net last saw the clients with a page
+	recheck   *time.Timer // guarded by mu; turns net's Fetch off once NetLinger is over
+
+	// ackMu, a leaf, guards what was asked of net and what it took: the
+	// fields below.
+	ackMu     lockorder.Mutex[lockorder.Leaf]
+	wideAsked bool          // guarded by ackMu; the last patterns written to net were wide
+	wideSince int64         // guarded by ackMu; the pattern update that made net wide
+	wideAcked int64         // guarded by ackMu; the last pattern update net answered (named for the wide one it may be)
+	onAsked   bool          // guarded by ackMu; the last update written to net enabled its Fetch
+	onSince   int64         // guarded by ackMu; the update that enabled net's Fetch, 0 while off
+	taken     chan struct{} // guarded by ackMu; closed and replaced when net takes an update
+}
+
 // patternsLocked returns net's patterns: every document, the URLs held, or
-// none (nil: Fetch off) while no client has a page. Callers hold netMu and mu.
-func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
+// none (nil: Fetch off) while no client has a page. Callers hold np.mu and
+// fetchHold.mu.
+func (np *netPatterns) patternsLocked() ([]*fetch.RequestPattern, bool) {
+	f := np.f
 	if f.wideLocked() {
 		return documentPattern, true
 	}
 	if len(f.urls) == 0 {
-		if !f.clientsLocked() {
+		if !np.clientsLocked() {
 			return nil, false
 		}
 		return noMatch, false
@@ -60,26 +92,27 @@ func (f *fetchHold) patternsLocked() ([]*fetch.RequestPattern, bool) {
 
 // clientsLocked reports whether net's Fetch must be on for the relay's
 // clients: they have a page, or had one within Holder.NetLinger, after which it
-// looks again. Callers hold netMu.
-func (f *fetchHold) clientsLocked() bool {
-	if !f.h.Holder.HoldBackup {
+// looks again. Callers hold np.mu.
+func (np *netPatterns) clientsLocked() bool {
+	h := np.f.h
+	if !h.Holder.HoldBackup {
 		return false
 	}
 	now := time.Now()
-	if f.h.Claims.Any() {
-		f.clientsAt = now
+	if h.Claims.Any() {
+		np.clientsAt = now
 		return true
 	}
-	left := f.h.Holder.NetLinger - now.Sub(f.clientsAt)
+	left := h.Holder.NetLinger - now.Sub(np.clientsAt)
 	if left <= 0 {
 		return false
 	}
-	if f.recheck == nil {
-		f.recheck = time.AfterFunc(left, func() {
-			f.netMu.Lock()
-			f.recheck = nil
-			f.netMu.Unlock()
-			f.updateNet()
+	if np.recheck == nil {
+		np.recheck = time.AfterFunc(left, func() {
+			np.mu.Lock()
+			np.recheck = nil
+			np.mu.Unlock()
+			np.update()
 		})
 	}
 	return true
@@ -95,76 +128,103 @@ func urlPattern(rawURL string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`).Replace(rawURL) + tail
 }
 
-// updateNet writes net's patterns as they should be now (or turns its
+// enable enables net's Fetch on fc, a new net connection, with the
+// patterns in force (a pattern no request matches when none is: the
+// update attach writes then turns it off), and returns the browser's
+// reply.
+func (np *netPatterns) enable(ctx context.Context, fc *fetchConn) (*hold.Reply, error) {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	np.f.mu.Lock()
+	patterns, wide := np.patternsLocked()
+	if patterns == nil {
+		// Enabled once all the same, to learn that the browser can.
+		patterns = noMatch
+	}
+	np.seq++
+	seq := np.seq
+	np.ackMu.Lock()
+	np.onAsked, np.onSince = true, seq
+	np.ackMu.Unlock()
+	np.f.mu.Unlock()
+	r, err := fc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: patterns})
+	if err == nil {
+		np.acked(seq, wide)
+	}
+	return r, err
+}
+
+// update writes net's patterns as they should be now (or turns its
 // Fetch off). One update
 // is under way at a time: while one is, the next waits for its answer and
 // then carries the patterns of that moment, so that a crawl of many held
 // navigations writes what changed, not every change. They reach the
 // browser in order.
-func (f *fetchHold) updateNet() {
-	f.netMu.Lock()
-	defer f.netMu.Unlock()
-	nc := f.net.Load()
+func (np *netPatterns) update() {
+	np.mu.Lock()
+	defer np.mu.Unlock()
+	nc := np.f.net.Load()
 	if nc == nil {
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.netBusy == nc {
-		f.netDirty = true
+	np.f.mu.Lock()
+	defer np.f.mu.Unlock()
+	if np.busy == nc {
+		np.dirty = true
 		return
 	}
-	f.writeNetLocked(nc)
+	np.writeLocked(nc)
 }
 
-// writeNetLocked writes net's patterns to nc. Callers hold netMu and mu.
-func (f *fetchHold) writeNetLocked(nc *fetchConn) {
-	patterns, wide := f.patternsLocked()
+// writeLocked writes net's patterns to nc. Callers hold np.mu and
+// fetchHold.mu.
+func (np *netPatterns) writeLocked(nc *fetchConn) {
+	patterns, wide := np.patternsLocked()
 	on := patterns != nil
-	f.ackMu.Lock()
-	if !on && !f.onAsked {
-		f.ackMu.Unlock()
+	np.ackMu.Lock()
+	if !on && !np.onAsked {
+		np.ackMu.Unlock()
 		return // off, and net knows
 	}
-	f.wideAsked = wide
-	f.netSeq++
-	seq := f.netSeq
-	if wide && f.wideSince == 0 {
-		f.wideSince = seq
+	np.wideAsked = wide
+	np.seq++
+	seq := np.seq
+	if wide && np.wideSince == 0 {
+		np.wideSince = seq
 	}
 	if !wide {
-		f.wideSince = 0
+		np.wideSince = 0
 	}
-	if on && !f.onAsked {
-		f.onSince = seq
+	if on && !np.onAsked {
+		np.onSince = seq
 	}
 	if !on {
-		f.onSince = 0
+		np.onSince = 0
 	}
-	f.onAsked = on
-	f.ackMu.Unlock()
-	f.netBusy, f.netDirty = nc, false
+	np.onAsked = on
+	np.ackMu.Unlock()
+	np.busy, np.dirty = nc, false
 	method, params := "Fetch.enable", any(&fetch.EnableParams{Patterns: patterns})
 	if !on {
 		method, params = "Fetch.disable", struct{}{}
 	}
 	_, err := nc.send("", method, params, func(r hold.Reply) {
 		if r.Err == nil && r.Result != nil {
-			f.acked(seq, wide)
+			np.acked(seq, wide)
 		}
-		f.netMu.Lock()
-		f.mu.Lock()
-		if f.netBusy == nc {
-			f.netBusy = nil
-			if f.netDirty && f.net.Load() == nc {
-				f.writeNetLocked(nc)
+		np.mu.Lock()
+		np.f.mu.Lock()
+		if np.busy == nc {
+			np.busy = nil
+			if np.dirty && np.f.net.Load() == nc {
+				np.writeLocked(nc)
 			}
 		}
-		f.mu.Unlock()
-		f.netMu.Unlock()
+		np.f.mu.Unlock()
+		np.mu.Unlock()
 	})
 	if err != nil {
-		f.netBusy = nil
+		np.busy = nil
 		if !errors.Is(err, errConnClosed) {
 			nc.log.Debug().Err(err).Msg("updating the relay's browser-level patterns failed")
 		}
@@ -172,78 +232,80 @@ func (f *fetchHold) writeNetLocked(nc *fetchConn) {
 }
 
 // acked notes that net took pattern update seq.
-func (f *fetchHold) acked(seq int64, wide bool) {
-	f.ackMu.Lock()
-	f.wideAcked = max(f.wideAcked, seq)
-	if wide && f.wideSince == 0 {
-		f.wideSince = seq
+func (np *netPatterns) acked(seq int64, wide bool) {
+	np.ackMu.Lock()
+	np.wideAcked = max(np.wideAcked, seq)
+	if wide && np.wideSince == 0 {
+		np.wideSince = seq
 	}
-	close(f.netAcked)
-	f.netAcked = make(chan struct{})
-	f.ackMu.Unlock()
+	close(np.taken)
+	np.taken = make(chan struct{})
+	np.ackMu.Unlock()
 	if wide {
-		f.rearm()
+		np.f.rearm()
 	}
 }
 
-// netWide reports whether net pauses every document now: it took the
+// wide reports whether net pauses every document now: it took the
 // update that made it wide, and no narrower one was written since.
-func (f *fetchHold) netWide() bool {
-	f.ackMu.Lock()
-	defer f.ackMu.Unlock()
-	return f.net.Load() != nil && f.wideAsked && f.wideSince > 0 && f.wideAcked >= f.wideSince
+func (np *netPatterns) wide() bool {
+	np.ackMu.Lock()
+	defer np.ackMu.Unlock()
+	return np.f.net.Load() != nil && np.wideAsked && np.wideSince > 0 && np.wideAcked >= np.wideSince
 }
 
-// netOn reports whether net's Fetch is on: net took the update that
+// on reports whether net's Fetch is on: net took the update that
 // enabled it, and none turned it off since.
-func (f *fetchHold) netOn() bool {
-	f.ackMu.Lock()
-	defer f.ackMu.Unlock()
-	return f.net.Load() != nil && f.onAsked && f.onSince > 0 && f.wideAcked >= f.onSince
+func (np *netPatterns) on() bool {
+	np.ackMu.Lock()
+	defer np.ackMu.Unlock()
+	return np.f.net.Load() != nil && np.onAsked && np.onSince > 0 && np.wideAcked >= np.onSince
 }
 
-// wakeNetWaiters has those waiting for net (whenNet) ask again, as when
-// it takes an update: net is gone.
-func (f *fetchHold) wakeNetWaiters() {
-	f.ackMu.Lock()
-	defer f.ackMu.Unlock()
-	close(f.netAcked)
-	f.netAcked = make(chan struct{})
+// wake has those waiting for net (when) ask again, as when it takes an
+// update: net is gone.
+func (np *netPatterns) wake() {
+	np.ackMu.Lock()
+	defer np.ackMu.Unlock()
+	close(np.taken)
+	np.taken = make(chan struct{})
 }
 
-// netAckedChan is a channel closed when net takes its next update.
-func (f *fetchHold) netAckedChan() <-chan struct{} {
-	f.ackMu.Lock()
-	defer f.ackMu.Unlock()
-	return f.netAcked
+// takenChan is a channel closed when net takes its next update.
+func (np *netPatterns) takenChan() <-chan struct{} {
+	np.ackMu.Lock()
+	defer np.ackMu.Unlock()
+	return np.taken
 }
 
-// netCovering turns net's Fetch on for a client's page, and returns a
+// covering turns net's Fetch on for a client's page, and returns a
 // channel closed once it is on, or net is down (pages holds alone then),
 // within coverWait. Nil means it is on already.
-func (f *fetchHold) netCovering() <-chan struct{} {
+func (np *netPatterns) covering() <-chan struct{} {
+	f := np.f
 	if !f.h.Holder.HoldBackup {
 		return nil
 	}
-	if f.net.Load() == nil || f.netOn() {
+	if f.net.Load() == nil || np.on() {
 		return nil
 	}
-	f.updateNet()
-	return f.whenNet(func() bool { return f.net.Load() == nil || f.netOn() }, hold.CoverWait)
+	np.update()
+	return np.when(func() bool { return f.net.Load() == nil || np.on() }, hold.CoverWait)
 }
 
-// whenNet returns a channel closed once ok holds (asked again each time
+// when returns a channel closed once ok holds (asked again each time
 // net takes an update), or within is over.
-func (f *fetchHold) whenNet(ok func() bool, within time.Duration) <-chan struct{} {
+func (np *netPatterns) when(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
-	f.h.Holder.Limiting().Add(1)
+	limiting := np.f.h.Holder.Limiting()
+	limiting.Add(1)
 	go func() {
-		defer f.h.Holder.Limiting().Done()
+		defer limiting.Done()
 		defer close(ch)
 		t := time.NewTimer(within)
 		defer t.Stop()
 		for {
-			changed := f.netAckedChan() // before ok: an update taken meanwhile closes it
+			changed := np.takenChan() // before ok: an update taken meanwhile closes it
 			if ok() {
 				return
 			}

@@ -68,7 +68,7 @@ func (p pagedHold) Waits() {
 		f.addURLLocked(p.hn.url)
 	}
 	f.mu.Unlock()
-	f.updateNet()
+	f.np.update()
 }
 
 func (p pagedHold) Refused(r refusal.Reason) {
@@ -98,7 +98,7 @@ func (f *fetchHold) forget(key navKey, hn *heldNav) {
 	}
 	f.mu.Unlock()
 	if named {
-		f.updateNet()
+		f.np.update()
 	}
 }
 
@@ -133,7 +133,7 @@ func (f *fetchHold) let(fc *fetchConn, key navKey, hn *heldNav, session, id stri
 		return
 	}
 	if named {
-		f.updateNet()
+		f.np.update()
 	}
 	fc.release(session, id)
 }
@@ -189,7 +189,7 @@ func (f *fetchHold) forgetPage(frame string) {
 	delete(f.paused, frame)
 	f.mu.Unlock()
 	f.h.Claims.Forget(frame)
-	f.updateNet() // the clients' last page may have gone: net's Fetch goes off after NetLinger
+	f.np.update() // the clients' last page may have gone: net's Fetch goes off after NetLinger
 }
 
 // The net connection: browser-level pauses.
