@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -66,17 +67,7 @@ func TestAccessWebsocket(t *testing.T) {
 				hdr.Set("Host", tt.host)
 			}
 			before := len(fb.Hits())
-			c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+tt.path, hdr)
-			if c != nil {
-				defer c.Close()
-			}
-			got := 0
-			if resp != nil {
-				got = resp.StatusCode
-			}
-			if got != tt.want {
-				t.Fatalf("got status %d (%v), want %d", got, err, tt.want)
-			}
+			tp.dialWant(t, tt.path, hdr, tt.want)
 			hits := fb.Hits()[before:]
 			if tt.want != http.StatusSwitchingProtocols {
 				if len(hits) != 0 {
@@ -156,7 +147,7 @@ func TestLogHygiene(t *testing.T) {
 			if mode == "navigate" {
 				opts = append(opts, navigateInStream)
 			}
-			tp := relayTo(t, fb, fixed(time.Hour), opts...)
+			tp := relayTo(t, fb, holdtest.Fixed(time.Hour), opts...)
 			c := tp.dial(t, "/?token="+token, nil)
 			fc := fb.Accept(t)
 			for i, url := range []string{
@@ -167,9 +158,9 @@ func TestLogHygiene(t *testing.T) {
 			} {
 				// A session each: navigations on one session keep their order.
 				msg, _ := json.Marshal(map[string]any{"id": i + 1, "method": "Page.navigate", "params": map[string]any{"url": url}, "sessionId": body + strconv.Itoa(i)})
-				writeClient(t, c, websocket.TextMessage, msg)
+				holdtest.WriteClient(t, c, websocket.TextMessage, msg)
 			}
-			writeClient(t, c, websocket.TextMessage, []byte(`{"id":9,"method":"Runtime.evaluate","params":{"expression":"'`+body+`'"}}`))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":9,"method":"Runtime.evaluate","params":{"expression":"'`+body+`'"}}`))
 			for range 4 { // all but the held one
 				fc.Next(t)
 			}
@@ -177,7 +168,7 @@ func TestLogHygiene(t *testing.T) {
 			fc.Send([]byte(`{"id":9,"result":{"result":{"type":"string","value":"` + body + `"}}}`))
 			fc.Send([]byte(`not JSON ` + body))
 			for range 3 {
-				readClient(t, c)
+				holdtest.ReadClient(t, c)
 			}
 			if mode == "fetch" {
 				hc := fb.Holder(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -179,7 +180,7 @@ func TestBrowserStillFull(t *testing.T) {
 	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"id":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, m := readClient(t, c); string(m) != `{"id":1}` {
+	if _, m := holdtest.ReadClient(t, c); string(m) != `{"id":1}` {
 		t.Errorf("echo: %s", m)
 	}
 	if n := upgrades.Load(); n != 4 {

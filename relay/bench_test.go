@@ -414,12 +414,23 @@ func heapPeak() func() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	base := ms.HeapInuse
+	return peakOf(2*time.Millisecond, func() uint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return max(ms.HeapInuse, base) - base
+	})
+}
+
+// peakOf calls sample every interval on a goroutine of its own until the
+// returned func is called, which ends the goroutine and reports the
+// largest value sample gave.
+func peakOf(every time.Duration, sample func() uint64) func() uint64 {
 	var top atomic.Uint64
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(2 * time.Millisecond)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -427,10 +438,8 @@ func heapPeak() func() uint64 {
 				return
 			case <-t.C:
 			}
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > base && ms.HeapInuse-base > top.Load() {
-				top.Store(ms.HeapInuse - base)
+			if v := sample(); v > top.Load() {
+				top.Store(v)
 			}
 		}
 	}()
@@ -447,14 +456,7 @@ func BenchmarkPassThrough(b *testing.B) {
 	eb := newEchoBrowser(b)
 	c := benchDial(b, benchRelay(b, eb))
 	msg := []byte(fmt.Sprintf(evaluate, 1))
-	// Warm up.
-	for range 100 {
-		c.WriteMessage(websocket.TextMessage, msg)
-		c.ReadMessage()
-	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := warmUp(c, msg)
 	b.ResetTimer()
 	for range b.N {
 		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
@@ -465,6 +467,7 @@ func BenchmarkPassThrough(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	// Mallocs counts the whole process: the client and the echo browser
 	// too. Subtract theirs, measured alone, to leave the relay's.
@@ -477,19 +480,28 @@ func BenchmarkPassThrough(b *testing.B) {
 func directAllocs(b *testing.B, eb *echoBrowser, msg []byte) float64 {
 	c := benchDial(b, eb.wsURL())
 	const n = 20000
-	for range 100 {
-		c.WriteMessage(websocket.TextMessage, msg)
-		c.ReadMessage()
-	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := warmUp(c, msg)
 	for range n {
 		c.WriteMessage(websocket.TextMessage, msg)
 		c.ReadMessage()
 	}
+	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	return float64(after.Mallocs-before.Mallocs) / n
+}
+
+// warmUp makes 100 round trips of msg on c, collects the garbage and
+// returns the memory statistics to count the allocations that follow
+// from.
+func warmUp(c *websocket.Conn, msg []byte) runtime.MemStats {
+	for range 100 {
+		c.WriteMessage(websocket.TextMessage, msg)
+		c.ReadMessage()
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms
 }
 
 // BenchmarkIdleConnections opens 1,000 client connections through the

@@ -81,14 +81,11 @@ func (p *Proxy) readBrowserArgs(ctx context.Context, versions []version, errs []
 // (Browser.getBrowserCommandLine), on a short-lived connection of the
 // relay's own.
 func (up *upstream) commandLine(ctx context.Context, p *Proxy) ([]string, error) {
-	c, err := up.Dial(ctx)
+	c, err := up.dialBrief(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	c.SetWriteDeadline(deadline)
-	c.SetReadDeadline(deadline)
 	msg, err := cdp.Command(1, "Browser.getBrowserCommandLine", "", struct{}{})
 	if err == nil {
 		err = c.WriteMessage(websocket.TextMessage, msg)

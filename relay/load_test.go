@@ -302,28 +302,11 @@ func testLoad(t *testing.T, mode string) {
 	runtime.GC()
 	fig.goroutinesBefore = runtime.NumGoroutine()
 	peakHeap := heapPeak()
-	var peakG atomic.Int64
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopSampling:
-				return
-			case <-tick.C:
-			}
-			if n := int64(runtime.NumGoroutine()); n > peakG.Load() {
-				peakG.Store(n)
-			}
-		}
-	}()
+	peakGoroutines := peakOf(10*time.Millisecond, func() uint64 { return uint64(runtime.NumGoroutine()) })
 
 	lb := newLoadBrowser(t)
 	var rec *holdtest.Recorder
-	tp := relayToURL(t, lb.srv.URL, fixed(interval), recordBookings(&rec), func(p *Proxy) {
+	tp := relayToURL(t, lb.srv.URL, holdtest.Fixed(interval), recordBookings(&rec), func(p *Proxy) {
 		quiet := p.Log.Level(2) // warn and up: the debug lines of 4,000 navigations are no figure
 		p.Log = &quiet
 		if mode == "navigate" {
@@ -414,14 +397,12 @@ func testLoad(t *testing.T, mode string) {
 	tp.p.Close()
 	tp.srv.Close()
 	lb.close()
-	close(stopSampling)
-	<-sampled
+	fig.goroutinesPeak = int(peakGoroutines())
 	deadline := time.Now().Add(waitFor)
 	for runtime.NumGoroutine() > fig.goroutinesBefore && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fig.goroutinesAfter = runtime.NumGoroutine()
-	fig.goroutinesPeak = int(peakG.Load())
 	fig.conns, fig.peakConns = int(connsOpened.Load()), int(peakConns.Load())
 	fig.navigations, fig.answered, fig.dropped = int(navs.Load()), int(answered.Load()), int(dropped.Load())
 	fig.commands, fig.replies = int(cmds.Load()), int(replies.Load())

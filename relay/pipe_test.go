@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -59,12 +60,12 @@ func TestWebsocketPaths(t *testing.T) {
 			if got, want := fc.Path, tt.want(fb); got != want {
 				t.Errorf("got browser path %q, want %q", got, want)
 			}
-			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.getVersion"}`))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.getVersion"}`))
 			if got := fc.Next(t); string(got.Data) != `{"id":1,"method":"Browser.getVersion"}` {
 				t.Errorf("browser got %q", got.Data)
 			}
 			fc.Send([]byte(`{"id":1,"result":{}}`))
-			if _, got := readClient(t, c); string(got) != `{"id":1,"result":{}}` {
+			if _, got := holdtest.ReadClient(t, c); string(got) != `{"id":1,"result":{}}` {
 				t.Errorf("client got %q", got)
 			}
 		})
@@ -143,7 +144,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 				// browser is still writing it.
 				werr := make(chan error, 1)
 				go func() { werr <- fc.WriteFrame(tt.typ, tt.data) }()
-				typ, got := readClient(t, c)
+				typ, got := holdtest.ReadClient(t, c)
 				if err := <-werr; err != nil {
 					t.Fatal(err)
 				}
@@ -186,11 +187,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 // TestMessagesKeepOrder interleaves small and big messages in both
 // directions at once and checks each side gets the other's in order.
 func TestMessagesKeepOrder(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{})
-	c := tp.dial(t, "/", nil)
-	fc := fb.Accept(t)
+	_, _, c, fc := relayClient(t, limiter.Config{})
 	var msgs [][]byte
 	for i := range 200 {
 		n := 40 + i
@@ -210,7 +207,7 @@ func TestMessagesKeepOrder(t *testing.T) {
 		errc <- nil
 	}()
 	for _, m := range msgs {
-		writeClient(t, c, websocket.TextMessage, m)
+		holdtest.WriteClient(t, c, websocket.TextMessage, m)
 	}
 	for i, m := range msgs {
 		if d := fakebrowser.EqualMsg(fc.Next(t).Data, m); d != "" {
@@ -218,7 +215,7 @@ func TestMessagesKeepOrder(t *testing.T) {
 		}
 	}
 	for i, m := range msgs {
-		if _, got := readClient(t, c); fakebrowser.EqualMsg(got, m) != "" {
+		if _, got := holdtest.ReadClient(t, c); fakebrowser.EqualMsg(got, m) != "" {
 			t.Fatalf("client: message %d: %s", i, fakebrowser.EqualMsg(got, m))
 		}
 	}
@@ -256,11 +253,7 @@ func TestCloseIsPassedOn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{})
-			c := tp.dial(t, "/", nil)
-			fc := fb.Accept(t)
+			tp, _, c, fc := relayClient(t, limiter.Config{})
 			closeFrame := websocket.FormatCloseMessage(tt.code, tt.text)
 			var got error
 			if tt.byClient {
@@ -317,11 +310,7 @@ func waitConns(t *testing.T, tp *testProxy, n int) {
 // connection as a browser's exit does, without a frame, and tells the
 // browser 1001, as a client disconnecting does.
 func TestRelayClose(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{})
-	c := tp.dial(t, "/", nil)
-	fc := fb.Accept(t)
+	tp, fb, c, fc := relayClient(t, limiter.Config{})
 	waitConns(t, tp, 1)
 	done := make(chan error, 1)
 	go func() { done <- tp.p.Close() }()
@@ -378,7 +367,7 @@ func TestOversizedMessage(t *testing.T) {
 			}
 			defer c.Close()
 			fc := fb.Accept(t)
-			writeClient(t, c, websocket.TextMessage, payload(2<<10, 1))
+			holdtest.WriteClient(t, c, websocket.TextMessage, payload(2<<10, 1))
 			var ce *websocket.CloseError
 			if err := fc.Ended(t); !errors.As(err, &ce) || ce.Code != ended {
 				t.Errorf("browser got %v, want its connection ended", err)
@@ -421,17 +410,7 @@ func TestOrigin(t *testing.T) {
 				hdr.Set("Origin", tt.origin)
 			}
 			before := fb.ConnCount()
-			c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/", hdr)
-			if c != nil {
-				defer c.Close()
-			}
-			got := 0
-			if resp != nil {
-				got = resp.StatusCode
-			}
-			if got != tt.want {
-				t.Fatalf("got status %d (%v), want %d", got, err, tt.want)
-			}
+			tp.dialWant(t, "/", hdr, tt.want)
 			wantConns := before
 			if tt.want == http.StatusSwitchingProtocols {
 				wantConns++

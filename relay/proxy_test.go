@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/policy"
@@ -80,37 +81,40 @@ func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...
 	return startProxy(t, p, lim, logs)
 }
 
+// relayClient starts a relay, as relayTo does, for a new fake browser,
+// and connects a client to its root; it returns the client with the
+// browser's end of the connection the relay opened for it. The test is
+// checked for leaked goroutines.
+func relayClient(t *testing.T, cfg limiter.Config, opts ...func(*Proxy)) (*testProxy, *fakebrowser.Browser, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb := fakebrowser.New(t, fakebrowser.Config{})
+	tp := relayTo(t, fb, cfg, opts...)
+	c := tp.dial(t, "/", nil)
+	return tp, fb, c, fb.Accept(t)
+}
+
 // dial connects a client to the relay's path; it is closed when the test ends.
 func (tp *testProxy) dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {
 	t.Helper()
+	return holdtest.Dial(t, tp.addr, path, hdr)
+}
+
+// dialWant dials the relay's path and fails the test unless the relay
+// answers with status want (0: no answer at all); a connection it opens is
+// closed when the test ends.
+func (tp *testProxy) dialWant(t *testing.T, path string, hdr http.Header, want int) {
+	t.Helper()
 	c, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+path, hdr)
-	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		t.Fatalf("dialing the relay at %s: %v (status %d)", path, err, status)
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
 	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// readClient reads the next message a client gets, within waitFor.
-func readClient(t *testing.T, c *websocket.Conn) (int, []byte) {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(waitFor))
-	typ, data, err := c.ReadMessage()
-	if err != nil {
-		t.Fatalf("client: reading: %v", err)
+	got := 0
+	if resp != nil {
+		got = resp.StatusCode
 	}
-	return typ, data
-}
-
-func writeClient(t *testing.T, c *websocket.Conn, typ int, data []byte) {
-	t.Helper()
-	c.SetWriteDeadline(time.Now().Add(waitFor))
-	if err := c.WriteMessage(typ, data); err != nil {
-		t.Fatalf("client: writing: %v", err)
+	if got != want {
+		t.Fatalf("got status %d (%v), want %d", got, err, want)
 	}
 }
 
@@ -123,15 +127,15 @@ func writeClient(t *testing.T, c *websocket.Conn, typ int, data []byte) {
 func drive(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, id int, session, target string) {
 	t.Helper()
 	fc.Send(fmt.Appendf(nil, `{"method":"Target.attachedToTarget","params":{"sessionId":%q,"targetInfo":{"targetId":%q,"type":"page","title":"","url":"about:blank","attached":true},"waitingForDebugger":false}}`, session, target))
-	readClient(t, c)
-	writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":%q,"method":"Runtime.evaluate","params":{"expression":"1"}}`, id, session))
+	holdtest.ReadClient(t, c)
+	holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"sessionId":%q,"method":"Runtime.evaluate","params":{"expression":"1"}}`, id, session))
 	for {
 		if m := fc.Next(t); m.Wire.Method == "Runtime.evaluate" && m.Wire.SessionID == session {
 			break
 		}
 	}
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"result":{"type":"number","value":1}},"sessionId":%q}`, id, session))
-	readClient(t, c)
+	holdtest.ReadClient(t, c)
 }
 
 // driveRecorded has client c drive every page of the recording the fake
@@ -165,11 +169,6 @@ func replayChromium(t *testing.T, fb *fakebrowser.Browser, hc *fakebrowser.Conn)
 	fakebrowser.ReplayTranscript(t, fb.FetchRec, fb.FetchRec.ReplyIndex(t, "Fetch.enable"), hc, func(m fakebrowser.Msg) bool {
 		return m.Wire.Method == "Fetch.enable" || m.Wire.Method == "Fetch.disable"
 	})
-}
-
-// fixed is a fixed-mode limiter config: interval, burst 1.
-func fixed(interval time.Duration) limiter.Config {
-	return limiter.Config{Mode: limiter.Fixed, Interval: interval, Burst: 1}
 }
 
 // TestStartChoosesInterception checks how Start decides between the

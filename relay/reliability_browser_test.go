@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -194,8 +195,8 @@ func TestBrowserMisbehaves(t *testing.T) {
 			}
 			// A client beside it is served.
 			b := tp.dial(t, "/", nil)
-			writeClient(t, b, websocket.TextMessage, []byte(`{"id":5,"method":"Browser.getVersion"}`))
-			if _, got := readClient(t, b); string(got) != `{"id":5,"result":{}}` {
+			holdtest.WriteClient(t, b, websocket.TextMessage, []byte(`{"id":5,"method":"Browser.getVersion"}`))
+			if _, got := holdtest.ReadClient(t, b); string(got) != `{"id":5,"result":{}}` {
 				t.Errorf("next client got %q", got)
 			}
 		})
@@ -258,7 +259,7 @@ func TestBrowserNeverAnswersStart(t *testing.T) {
 func TestBrowserNeverAnswersTargetInfo(t *testing.T) {
 	t.Parallel() // waits out the relay's 5 s bound twice
 	fb := fakebrowser.New(t, fakebrowser.Config{Silent: map[string]bool{"Target.getTargetInfo": true}})
-	tp := relayTo(t, fb, fixed(time.Hour))
+	tp := relayTo(t, fb, holdtest.Fixed(time.Hour))
 	hc := fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, true) // the fake knows the pages; the relay was not told
 	driveRecorded(t, tp.dial(t, "/", nil), fb.Accept(t), fb)

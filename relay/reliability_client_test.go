@@ -23,12 +23,12 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		fakebrowser.CheckLeaks(t)
 		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *holdtest.Recorder
-		tp := relayTo(t, fb, fixed(time.Hour), navigateInStream, recordBookings(&rec))
+		tp := relayTo(t, fb, holdtest.Fixed(time.Hour), navigateInStream, recordBookings(&rec))
 		c := tp.dial(t, "/", nil)
 		fc := fb.Accept(t)
-		writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
+		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
 		fc.Next(t)
-		writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
+		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
 		for len(rec.Bookings()) < 2 {
 			time.Sleep(time.Millisecond)
 		}
@@ -47,7 +47,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		// Another client's navigation books the next slot, not the vanished one's.
 		c2 := tp.dial(t, "/", nil)
 		fb.Accept(t)
-		writeClient(t, c2, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
+		holdtest.WriteClient(t, c2, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
 		for len(rec.Bookings()) < 3 {
 			time.Sleep(time.Millisecond)
 		}
@@ -57,14 +57,7 @@ func TestClientVanishesWhileHeld(t *testing.T) {
 		}
 	})
 	t.Run("fetch", func(t *testing.T) {
-		fakebrowser.CheckLeaks(t)
-		fb := fakebrowser.New(t, fakebrowser.Config{})
-		var rec *holdtest.Recorder
-		tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
-		hc := fb.Holder(t)
-		fakebrowser.AnnouncePages(t, fb, hc, false)
-		c := tp.dial(t, "/", nil)
-		driveRecorded(t, c, fb.Accept(t), fb) // the client's pages
+		tp, fb, rec, hc, c := fetchRelay(t)
 		chain := fb.FetchRec.Chain(t, "/page?first")
 		hc.MustPlay(t, chain)
 		held := make(chan []fakebrowser.Hops, 1)

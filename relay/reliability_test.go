@@ -93,7 +93,7 @@ func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(
 // answer.
 func roundTrip(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, typ int, msg []byte) {
 	t.Helper()
-	writeClient(t, c, typ, msg)
+	holdtest.WriteClient(t, c, typ, msg)
 	got := fc.Next(t)
 	if got.Type != websocket.TextMessage {
 		t.Errorf("browser got a message of type %d, want text", got.Type)
@@ -105,7 +105,7 @@ func roundTrip(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, typ int, m
 	if err := fc.Send(answer); err != nil {
 		t.Fatal(err)
 	}
-	if _, data := readClient(t, c); !bytes.Equal(data, answer) {
+	if _, data := holdtest.ReadClient(t, c); !bytes.Equal(data, answer) {
 		t.Fatalf("client got %.200q, want the browser's answer %q", data, answer)
 	}
 }
@@ -209,7 +209,7 @@ func TestBadClientInput(t *testing.T) {
 			var rec *holdtest.Recorder
 			// Every host is new, so each first navigation goes at once; a
 			// second one would wait an hour.
-			tp := relayTo(t, fb, fixed(time.Hour), mode.opt, recordBookings(&rec))
+			tp := relayTo(t, fb, holdtest.Fixed(time.Hour), mode.opt, recordBookings(&rec))
 			c := tp.dial(t, "/", nil)
 			fc := fb.Accept(t)
 			by := newBystander(t, tp, fb)
@@ -269,17 +269,13 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 		opt  func(*Proxy)
 	}{{"fetch", func(*Proxy) {}}, {"navigate", navigateInStream}} {
 		t.Run(mode.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, fixed(time.Hour), mode.opt)
-			c := tp.dial(t, "/", nil)
-			fc := fb.Accept(t)
+			tp, fb, c, fc := relayClient(t, holdtest.Fixed(time.Hour), mode.opt)
 			by := newBystander(t, tp, fb)
 			for _, m := range msgs {
 				if err := fc.WriteFrame(m.typ, m.data); err != nil {
 					t.Fatal(err)
 				}
-				typ, got := readClient(t, c)
+				typ, got := holdtest.ReadClient(t, c)
 				if typ != m.typ || !bytes.Equal(got, m.data) {
 					t.Errorf("%s: client got type %d %.60q, want type %d %.60q", m.name, typ, got, m.typ, m.data)
 				}
@@ -293,20 +289,30 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 	}
 }
 
+// fetchRelay starts a relay in front of a new fake browser that holds
+// navigations on its own connection, one a host every 300ms, and records
+// what it books (rec); the browser announces its recorded pages there
+// (hc), and a client (c) drives them. The test is checked for leaked
+// goroutines.
+func fetchRelay(t *testing.T) (tp *testProxy, fb *fakebrowser.Browser, rec *holdtest.Recorder, hc *fakebrowser.Conn, c *websocket.Conn) {
+	t.Helper()
+	fakebrowser.CheckLeaks(t)
+	fb = fakebrowser.New(t, fakebrowser.Config{})
+	tp = relayTo(t, fb, holdtest.Fixed(300*time.Millisecond), recordBookings(&rec))
+	hc = fb.Holder(t)
+	fakebrowser.AnnouncePages(t, fb, hc, false)
+	c = tp.dial(t, "/", nil)
+	driveRecorded(t, c, fb.Accept(t), fb)
+	return tp, fb, rec, hc, c
+}
+
 // TestBadBrowserInputOwnConnection sends garbage, and document requests
 // with odd URLs, on the relay's own browser connection (Fetch) and checks
 // that the relay logs what it cannot read by size only, keys each request
 // of its client's pages as the browser would, and keeps holding
 // navigations.
 func TestBadBrowserInputOwnConnection(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	var rec *holdtest.Recorder
-	tp := relayTo(t, fb, fixed(300*time.Millisecond), recordBookings(&rec))
-	hc := fb.Holder(t)
-	fakebrowser.AnnouncePages(t, fb, hc, false)
-	c := tp.dial(t, "/", nil)
-	driveRecorded(t, c, fb.Accept(t), fb)
+	tp, fb, rec, hc, _ := fetchRelay(t)
 	page, _ := fb.FetchRec.TargetInfo(t, func(info fakebrowser.TargetInfo) bool { return info.Type == "page" })
 	const marker = "BODY-MARKER-d41d8cd9"
 	garbage := []struct {

@@ -190,14 +190,11 @@ func (p *Proxy) closeLeftovers(ctx context.Context, up *upstream, l ownership.Le
 // &cdp.Error{} for success; nil for those not answered.
 func (up *upstream) closeTargets(ctx context.Context, p *Proxy, l ownership.Leftovers) ([]*cdp.Error, error) {
 	answers := make([]*cdp.Error, len(l.Pages)+len(l.Contexts))
-	c, err := up.Dial(ctx)
+	c, err := up.dialBrief(ctx)
 	if err != nil {
 		return answers, err
 	}
 	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	c.SetWriteDeadline(deadline)
-	c.SetReadDeadline(deadline)
 	for i := range answers {
 		method, params := "Target.closeTarget", map[string]string{"targetId": ""}
 		if i < len(l.Pages) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -20,12 +21,12 @@ import (
 // with result; it returns what the client got.
 func call(t *testing.T, c *websocket.Conn, fc *fakebrowser.Conn, id int, method, params, result string) []byte {
 	t.Helper()
-	writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"params":%s}`, id, method, params))
+	holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"params":%s}`, id, method, params))
 	if got := fc.Next(t); got.Wire.Method != method {
 		t.Fatalf("browser got %s, want %s", got.Data, method)
 	}
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":%s}`, id, result))
-	_, got := readClient(t, c)
+	_, got := holdtest.ReadClient(t, c)
 	return got
 }
 
@@ -74,7 +75,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		cfg  limiter.Config
-	}{{"limiter off", limiter.Config{Mode: limiter.Off}}, {"fetch", fixed(time.Millisecond)}} {
+	}{{"limiter off", limiter.Config{Mode: limiter.Off}}, {"fetch", holdtest.Fixed(time.Millisecond)}} {
 		t.Run(mode.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			fb := fakebrowser.New(t, fakebrowser.Config{})
@@ -93,14 +94,14 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 			call(t, a, fa, 4, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"GONE-A3"}`)
 			call(t, b, fbb, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"PB1"}`)
 
-			writeClient(t, a, websocket.TextMessage, []byte(`{"id":5,"method":"Browser.close"}`))
+			holdtest.WriteClient(t, a, websocket.TextMessage, []byte(`{"id":5,"method":"Browser.close"}`))
 			got := cleanup(t, fb, 4)
 			slices.Sort(got[:3])
 			want := []string{"Target.closeTarget GONE-A3", "Target.closeTarget PA1", "Target.closeTarget PA2", "Target.disposeBrowserContext CA"}
 			if !slices.Equal(got, want) {
 				t.Errorf("the relay closed %q, want %q", got, want)
 			}
-			if _, msg := readClient(t, a); string(msg) != `{"id":5,"result":{}}` {
+			if _, msg := holdtest.ReadClient(t, a); string(msg) != `{"id":5,"result":{}}` {
 				t.Errorf("client got %s, want the browser's empty result", msg)
 			}
 			if code := closedWith(t, a); code != ended {
@@ -145,8 +146,8 @@ func TestCrashRefused(t *testing.T) {
 			c := tp.dial(t, "/", nil)
 			fc := fb.Accept(t)
 			for i, m := range []string{"Browser.crash", "Browser.crashGpuProcess"} {
-				writeClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"sessionId":"S"}`, i+1, m))
-				_, got := readClient(t, c)
+				holdtest.WriteClient(t, c, websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"method":%q,"sessionId":"S"}`, i+1, m))
+				_, got := holdtest.ReadClient(t, c)
 				var r struct {
 					ID    int
 					Error struct {
@@ -189,12 +190,12 @@ func TestBrowserClosePasses(t *testing.T) {
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.AllowBrowserClose = tt.allow })
 			c := tp.dial(t, "/", nil)
 			fc := fb.Accept(t)
-			writeClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.close"}`))
+			holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Browser.close"}`))
 			if got := fc.Next(t); got.Wire.Method != "Browser.close" {
 				t.Errorf("browser got %s, want Browser.close", got.Data)
 			}
 			if tt.allow {
-				writeClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Browser.crash"}`))
+				holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Browser.crash"}`))
 				if got := fc.Next(t); got.Wire.Method != "Browser.crash" {
 					t.Errorf("browser got %s, want Browser.crash", got.Data)
 				}
@@ -203,14 +204,24 @@ func TestBrowserClosePasses(t *testing.T) {
 	}
 }
 
-func TestOrphansClosed(t *testing.T) {
+// orphaning starts a relay in front of a new fake browser that closes
+// what a client left behind after orphan, and connects a client that
+// creates page P1 (a, with the browser's end fa); the test is checked for
+// leaked goroutines.
+func orphaning(t *testing.T, orphan time.Duration) (*testProxy, *fakebrowser.Browser, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	const orphan = 300 * time.Millisecond
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
 	a := tp.dial(t, "/", nil)
 	fa := fb.Accept(t)
 	call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P1"}`)
+	return tp, fb, a, fa
+}
+
+func TestOrphansClosed(t *testing.T) {
+	const orphan = 300 * time.Millisecond
+	tp, fb, a, fa := orphaning(t, orphan)
 	call(t, a, fa, 2, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P2"}`)
 	a.Close()
 	left := time.Now()
@@ -234,19 +245,14 @@ func TestOrphansClosed(t *testing.T) {
 // TestOrphanTakenOver checks a client that comes back and drives a page
 // it left keeps it: the relay closes nothing.
 func TestOrphanTakenOver(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
 	const orphan = 300 * time.Millisecond
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
-	a := tp.dial(t, "/", nil)
-	fa := fb.Accept(t)
-	call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P1"}`)
+	tp, fb, a, _ := orphaning(t, orphan)
 	a.Close()
 	b := tp.dial(t, "/", nil)
 	fbb := fb.Accept(t)
 	fbb.Send([]byte(`{"method":"Target.attachedToTarget","params":{"sessionId":"S1","targetInfo":{"targetId":"P1","type":"page"},"waitingForDebugger":false}}`))
-	readClient(t, b)
-	writeClient(t, b, websocket.TextMessage, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"S1"}`))
+	holdtest.ReadClient(t, b)
+	holdtest.WriteClient(t, b, websocket.TextMessage, []byte(`{"id":1,"method":"Runtime.evaluate","params":{"expression":"1"},"sessionId":"S1"}`))
 	fbb.Next(t)
 	time.Sleep(3 * orphan)
 	if n := fb.ConnCount(); n != 2 {

@@ -164,14 +164,11 @@ func (up *upstream) stillOpen(ctx context.Context, l ownership.Leftovers) owners
 	case <-ctx.Done():
 		return again
 	}
-	c, err := up.Dial(ctx)
+	c, err := up.dialBrief(ctx)
 	if err != nil {
 		return again
 	}
 	defer c.Close()
-	deadline, _ := ctx.Deadline()
-	c.SetWriteDeadline(deadline)
-	c.SetReadDeadline(deadline)
 	msg, _ := cdp.Command(1, "Target.getTargets", "", nil)
 	if c.WriteMessage(websocket.TextMessage, msg) != nil {
 		return again

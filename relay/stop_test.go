@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
@@ -35,20 +36,20 @@ func TestPanicEndsOneConnection(t *testing.T) {
 	good := tp.dial(t, "/", nil)
 	goodBrowser := fb.Accept(t)
 
-	writeClient(t, bad, websocket.TextMessage, []byte(`{"id":1,"method":"Test.panic"}`))
+	holdtest.WriteClient(t, bad, websocket.TextMessage, []byte(`{"id":1,"method":"Test.panic"}`))
 	bad.SetReadDeadline(time.Now().Add(waitFor))
 	if _, _, err := bad.ReadMessage(); err == nil {
 		t.Fatal("the client whose message panicked: its connection goes on, want it ended")
 	}
 	badBrowser.Ended(t) // fails the test unless the browser side ended too
-	writeClient(t, good, websocket.TextMessage, []byte(`{"id":2,"method":"Browser.getVersion"}`))
+	holdtest.WriteClient(t, good, websocket.TextMessage, []byte(`{"id":2,"method":"Browser.getVersion"}`))
 	if got := goodBrowser.Next(t); got.Wire.Method != "Browser.getVersion" {
 		t.Errorf("the other client's command reached the browser as %q, want Browser.getVersion", got.Wire.Method)
 	}
 	if err := goodBrowser.Send([]byte(`{"id":2,"result":{}}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, data := readClient(t, good); string(data) != `{"id":2,"result":{}}` {
+	if _, data := holdtest.ReadClient(t, good); string(data) != `{"id":2,"result":{}}` {
 		t.Errorf("the other client got %s, want the browser's answer", data)
 	}
 	rec := httptest.NewRecorder()

@@ -478,3 +478,16 @@ func (up *upstream) Dial(ctx context.Context) (*websocket.Conn, error) {
 	c.SetReadLimit(up.readLimit)
 	return c, nil
 }
+
+// dialBrief opens a short-lived connection of the relay's own to the
+// browser endpoint (Dial), whose reads and writes end at ctx's deadline.
+func (up *upstream) dialBrief(ctx context.Context) (*websocket.Conn, error) {
+	c, err := up.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	c.SetWriteDeadline(deadline)
+	c.SetReadDeadline(deadline)
+	return c, nil
+}

@@ -74,7 +74,14 @@ func StartLightpanda(t *testing.T, cfg limiter.Config, ways hold.Ways, opts ...f
 // ends.
 func (r *Relay) Dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {
 	t.Helper()
-	c, resp, err := websocket.DefaultDialer.Dial("ws://"+r.Addr+path, hdr)
+	return Dial(t, r.Addr, path, hdr)
+}
+
+// Dial connects a client to path on the relay at addr (host:port); it is
+// closed when the test ends. Package relay's tests dial their relay so.
+func Dial(t *testing.T, addr, path string, hdr http.Header) *websocket.Conn {
+	t.Helper()
+	c, resp, err := websocket.DefaultDialer.Dial("ws://"+addr+path, hdr)
 	if err != nil {
 		status := 0
 		if resp != nil {
