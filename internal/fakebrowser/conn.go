@@ -177,11 +177,7 @@ func (fc *Conn) answer(msg Msg) {
 		send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
 		return
 	case "Target.attachToTarget":
-		var p struct{ TargetID string }
-		json.Unmarshal(m.Params, &p)
-		fb.Mu.Lock()
-		info, ok := fb.Targets[p.TargetID]
-		fb.Mu.Unlock()
+		target, info, ok := fb.namedTarget(m.Params)
 		if !ok {
 			send(fmt.Appendf(nil, `{"id":%d,"error":{"code":-32602,"message":"No target with given id found"}}`, id))
 			return
@@ -191,7 +187,7 @@ func (fc *Conn) answer(msg Msg) {
 			fc.Sessions = map[string]*Session{}
 		}
 		fb.nextJob++
-		ss := &Session{ID: fmt.Sprintf("RELAY-%s-%d", p.TargetID, fb.nextJob), Target: p.TargetID, Seq: fb.nextJob, Ran: true}
+		ss := &Session{ID: fmt.Sprintf("RELAY-%s-%d", target, fb.nextJob), Target: target, Seq: fb.nextJob, Ran: true}
 		fc.Sessions[ss.ID] = ss
 		fb.broadcast()
 		fb.Mu.Unlock()
@@ -277,17 +273,25 @@ func (fc *Conn) answer(msg Msg) {
 			send(fmt.Appendf(nil, `{"id":%d,"result":{}}`, id))
 		}
 	case "Target.getTargetInfo":
-		var p struct{ TargetID string }
-		json.Unmarshal(m.Params, &p)
-		fb.Mu.Lock()
-		info, ok := fb.Targets[p.TargetID]
-		fb.Mu.Unlock()
+		_, info, ok := fb.namedTarget(m.Params)
 		if ok {
 			send(fmt.Appendf(nil, `{"id":%d,"result":{"targetInfo":%s}}`, id, info))
 			return
 		}
 		send(withID(fb.FetchRec.reply(fb.t, m.Method, nil), id)) // No target with given id found
 	}
+}
+
+// namedTarget reads the target a command's params name (targetId) and
+// returns it with its targetInfo; ok is false for a target the browser
+// does not have.
+func (fb *Browser) namedTarget(params json.RawMessage) (target string, info json.RawMessage, ok bool) {
+	var p struct{ TargetID string }
+	json.Unmarshal(params, &p)
+	fb.Mu.Lock()
+	defer fb.Mu.Unlock()
+	info, ok = fb.Targets[p.TargetID]
+	return p.TargetID, info, ok
 }
 
 // ReplayNext makes the next connection accepted answer from rec.
