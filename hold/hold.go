@@ -45,7 +45,7 @@ import (
 // of what it calls, are taken in this order, never the other way round (a
 // mutex not named takes no other while held):
 //
-//	Watch.mu → fetch: netPatterns.mu → fetchHold.mu → fetchConn.wmu → fetchConn.mu → Flight.mu
+//	Watch.mu → fetch: netPatterns.mu → fetchHold.mu → fetchConn.wmu → pagesState.mu or netState.mu → fetchConn.mu → Flight.mu
 //	session: sessionHold.mu → Flight.mu
 //	stream: streamHold.mu → Flight.mu
 //
@@ -54,7 +54,7 @@ import (
 // through methods that take its lock alone. After any of the above come
 // the leaves, which take none: BrowserHold.mu, claims.Set's mu, Counts.mu,
 // Holder.stopMu, fetch's netPatterns.ackMu and monoClock.mu, and, when a
-// flight ends under fetchConn.mu or a way's lock, pace.Tracker.mu and
+// flight ends under a fetch connection's lock or a way's, pace.Tracker.mu and
 // inflight.Cap's mu (a flight lets Flight.mu go before it ends its place
 // and its pace.Nav). BrowserHold.connsMu, BrowserHold.ansMu and
 // warnOnce.mu are leaves taken under none of them. Each mutex's type says
@@ -63,7 +63,7 @@ import (
 // taken against this order (package internal/lockorder): the tests of
 // hold/..., and relay's, fail on a break of it.
 //
-// A pace.Nav that ends under fetchConn.mu may push its bucket's schedule
+// A pace.Nav that ends under a fetch connection's lock may push its bucket's schedule
 // (pace.Config.Push): with a shared store that is a Redis call, within
 // the store's timeout, made under that lock.
 

@@ -14,8 +14,12 @@ type (
 	RankFetch struct{}
 	// RankFetchWrite ranks fetch's fetchConn.wmu.
 	RankFetchWrite struct{}
-	// RankFetchConn ranks fetch's fetchConn.mu.
+	// RankFetchConn ranks what one of fetch's connections owns for its
+	// role: pagesState.mu, netState.mu.
 	RankFetchConn struct{}
+	// RankFetchWire ranks fetch's fetchConn.mu: the transport's own state
+	// (its calls, whether it is closed) and what it knows of targets.
+	RankFetchWire struct{}
 	// RankFlight ranks Flight.mu.
 	RankFlight struct{}
 )
@@ -25,6 +29,7 @@ func (RankFetchNet) Level() int   { return 20 }
 func (RankFetch) Level() int      { return 30 }
 func (RankFetchWrite) Level() int { return 40 }
 func (RankFetchConn) Level() int  { return 50 }
+func (RankFetchWire) Level() int  { return 55 }
 func (RankFlight) Level() int     { return 60 }
 
 func (RankConn) Alone() bool       { return false }
@@ -32,4 +37,5 @@ func (RankFetchNet) Alone() bool   { return false }
 func (RankFetch) Alone() bool      { return false }
 func (RankFetchWrite) Alone() bool { return false }
 func (RankFetchConn) Alone() bool  { return false }
+func (RankFetchWire) Alone() bool  { return false }
 func (RankFlight) Alone() bool     { return false }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
@@ -48,28 +47,25 @@ type fetchConn struct {
 	wmu    lockorder.Mutex[hold.RankFetchWrite]
 	nextID int64 // guarded by wmu
 
-	// mu guards the fields below; taken after wmu and fetchHold's,
-	// before the flights' mu.
-	mu       lockorder.Mutex[hold.RankFetchConn]
+	// mu guards the fields below: the transport's own, and what it knows
+	// of the browser's targets. Taken after wmu and after the role's own
+	// lock (pg.mu, nt.mu), before the flights' (hold.go's lock order).
+	mu       lockorder.Mutex[hold.RankFetchWire]
 	closed   bool                       // guarded by mu
 	calls    map[int64]func(hold.Reply) // guarded by mu; commands whose reply someone waits for
 	pages    map[string]struct{}        // guarded by mu; target ids of pages
 	notPages map[string]struct{}        // guarded by mu; frame ids known not to be pages
-	hops     map[string]hop             // guarded by mu; net: interception id → document request under way
 	readDone chan struct{}              // closed when the reader ends
 	// held ends when the connection is closed or lost: the navigations
 	// it holds are given up (the browser hands their requests on).
 	held    context.Context
 	dropAll context.CancelFunc
 
-	// The pages connection's own state (pages.go).
-	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
-	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
-	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
-	tracks    map[string]*track        // guarded by mu; document requests it follows, by trackKey
-	byFrame   int                      // guarded by mu; how many of tracks are keyed by their frame
-	ready     atomic.Bool              // set once: it knows every page and has armed the clients'
-	clock     monoClock                // the browser's monotonic clock on the relay's
+	// What the connection's role owns, each under its own lock: the pages
+	// connection's sessions and the document requests it follows
+	// (pages.go), or the net connection's requests under way (net.go).
+	pg *pagesState // nil on net
+	nt *netState   // nil on pages
 }
 
 // hop is a document request of a page under way, at the net connection.
@@ -108,13 +104,14 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 		calls:    make(map[int64]func(hold.Reply)),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
-		hops:     make(map[string]hop),
-		sessions: make(map[string]*pageSess),
-		byTarget: make(map[string]*pageSess),
-		tracks:   make(map[string]*track),
 		readDone: make(chan struct{}),
 	}
-	fc.clock.ref = fc.since
+	if role == rolePages {
+		fc.pg = &pagesState{sessions: make(map[string]*pageSess), byTarget: make(map[string]*pageSess), tracks: make(map[string]*track)}
+		fc.pg.clock.ref = fc.since
+	} else {
+		fc.nt = &netState{hops: make(map[string]hop)}
+	}
 	fc.held, fc.dropAll = context.WithCancel(context.Background())
 	go fc.read()
 	return fc, nil
@@ -247,9 +244,9 @@ func (fc *fetchConn) release(session, id string) { fc.continueRequest(session, i
 // answer is no answer of the site.
 func (fc *fetchConn) refuse(session, id string, th *trackHop, fl *hold.Flight, r refusal.Reason) {
 	if th != nil {
-		fc.mu.Lock()
+		fc.pg.mu.Lock()
 		th.booked = false
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 	}
 	method, p := "Fetch.failRequest", any(&fetch.FailRequestParams{RequestID: fetch.RequestID(id), ErrorReason: network.ErrorReasonBlockedByClient})
 	if r.Deferred != "" {
@@ -354,6 +351,12 @@ func (fc *fetchConn) event(method string, params []byte) {
 			fc.log.Warn().Msg("unreadable Fetch.requestPaused")
 			return
 		}
+		if fc.nt == nil {
+			// Only net's Fetch is the browser's: nothing pauses here on
+			// pages. Let it go, as a pause nobody asked for.
+			fc.release("", ev.RequestID)
+			return
+		}
 		fc.paused(&ev)
 	case "Target.targetCreated", "Target.targetInfoChanged":
 		ti, ok := cdp.ReadTargetInfo(params)
@@ -371,8 +374,8 @@ func (fc *fetchConn) event(method string, params []byte) {
 			fc.mu.Lock()
 			delete(fc.pages, id)
 			delete(fc.notPages, id)
-			fc.dropFrameHopsLocked(id)
 			fc.mu.Unlock()
+			fc.nt.dropFrameHops(id)
 			fc.f.forgetPage(id)
 		}
 	case "Target.attachedToTarget":
@@ -388,25 +391,13 @@ func (fc *fetchConn) event(method string, params []byte) {
 	}
 }
 
-// dropFrameHopsLocked forgets the requests under way of a frame that
-// navigates anew or is gone, which ends their navigations. Callers hold
-// fc.mu.
-func (fc *fetchConn) dropFrameHopsLocked(frame string) {
-	for k, hp := range fc.hops {
-		if hp.frame == frame {
-			delete(fc.hops, k)
-			hp.fl.End()
-		}
-	}
-}
-
 // monoClock maps the browser's monotonic clock (the timestamps of its
 // Network events, in seconds) onto the relay's. Its methods are safe for
 // concurrent use.
 type monoClock struct {
 	ref time.Time // set once: a reading of the relay's clock
 
-	// mu guards off and set; a leaf (taken under fetchConn.mu, takes
+	// mu guards off and set; a leaf (taken under pagesState.mu, takes
 	// none).
 	mu  lockorder.Mutex[lockorder.Leaf]
 	off time.Duration // guarded by mu; relay time − ref − browser time, at least; the least seen

@@ -255,7 +255,7 @@ func (f *fetchHold) attach(role connRole, fc *fetchConn) (first, before bool) {
 		// Pages claimed while it was connecting were not armed by their
 		// claim: arm them now, then it holds every client page.
 		fc.armClaimed(fc.held)
-		fc.ready.Store(true)
+		fc.pg.ready.Store(true)
 	}
 	f.mu.Lock()
 	f.confirmed = true
@@ -364,7 +364,7 @@ func (f *fetchHold) pagesReady() bool {
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	return fc.ready.Load() && !fc.closed
+	return fc.pg.ready.Load() && !fc.closed
 }
 
 // wideLocked reports whether net must pause every document. Callers hold
@@ -400,9 +400,9 @@ func (f *fetchHold) relayAttached(target string) bool {
 	if fc == nil {
 		return false
 	}
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	_, ok := fc.byTarget[target]
+	fc.pg.mu.Lock()
+	defer fc.pg.mu.Unlock()
+	_, ok := fc.pg.byTarget[target]
 	return ok
 }
 

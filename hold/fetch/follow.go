@@ -33,7 +33,7 @@ type trackHop struct {
 }
 
 // endLocked marks every hop of tr ended and adds those it ended to over.
-// Callers hold fetchConn.mu.
+// Callers hold pagesState.mu.
 func (tr *track) endLocked(over []*trackHop) []*trackHop {
 	for _, th := range tr.hops {
 		if !th.ended {
@@ -62,11 +62,11 @@ func (fc *fetchConn) fly(th *trackHop, fl *hold.Flight) {
 }
 
 // unlessOver runs set, which gives th something to end with it, under
-// fc.mu unless th is over already, and reports whether it ran: a caller
+// fc.pg.mu unless th is over already, and reports whether it ran: a caller
 // whose th was over ends what it meant to give, since endHops will not.
 func (fc *fetchConn) unlessOver(th *trackHop, set func()) bool {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
+	fc.pg.mu.Lock()
+	defer fc.pg.mu.Unlock()
 	if th.ended {
 		return false
 	}
@@ -80,9 +80,9 @@ func (fc *fetchConn) following(ev *cdp.RequestPaused) bool {
 	if ev.RedirectedRequestID == "" {
 		return false
 	}
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	_, ok := fc.tracks[trackKey(ev)]
+	fc.pg.mu.Lock()
+	defer fc.pg.mu.Unlock()
+	_, ok := fc.pg.tracks[trackKey(ev)]
 	return ok
 }
 
@@ -105,20 +105,20 @@ func trackKey(ev *cdp.RequestPaused) string {
 // id has a colon.
 const frameKey = "frame:"
 
-// trackLocked follows tr under key. Callers hold fc.mu.
+// trackLocked follows tr under key. Callers hold fc.pg.mu.
 func (fc *fetchConn) trackLocked(key string, tr *track) {
-	if _, ok := fc.tracks[key]; !ok && strings.HasPrefix(key, frameKey) {
-		fc.byFrame++
+	if _, ok := fc.pg.tracks[key]; !ok && strings.HasPrefix(key, frameKey) {
+		fc.pg.byFrame++
 	}
-	fc.tracks[key] = tr
+	fc.pg.tracks[key] = tr
 }
 
-// untrackLocked stops following the request of key. Callers hold fc.mu.
+// untrackLocked stops following the request of key. Callers hold fc.pg.mu.
 func (fc *fetchConn) untrackLocked(key string) {
-	if _, ok := fc.tracks[key]; ok && strings.HasPrefix(key, frameKey) {
-		fc.byFrame--
+	if _, ok := fc.pg.tracks[key]; ok && strings.HasPrefix(key, frameKey) {
+		fc.pg.byFrame--
 	}
-	delete(fc.tracks, key)
+	delete(fc.pg.tracks, key)
 }
 
 // follow starts following the hop of a document request paused at
@@ -129,17 +129,17 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 	th = &trackHop{}
 	var over []*trackHop
 	key := trackKey(ev)
-	fc.mu.Lock()
-	tr := fc.tracks[key]
+	fc.pg.mu.Lock()
+	tr := fc.pg.tracks[key]
 	if tr == nil || ev.RedirectedRequestID == "" {
-		for old, otr := range fc.tracks {
+		for old, otr := range fc.pg.tracks {
 			if otr.session == session {
 				over = otr.endLocked(over)
 				fc.untrackLocked(old)
 			}
 		}
 		tr = &track{session: session}
-		if ev.FrameID != "" && len(fc.tracks) < hold.MaxTracked {
+		if ev.FrameID != "" && len(fc.pg.tracks) < hold.MaxTracked {
 			fc.trackLocked(key, tr)
 		}
 		fc.countTracksLocked()
@@ -147,7 +147,7 @@ func (fc *fetchConn) follow(session string, ev *cdp.RequestPaused) (th, prev *tr
 		prev = tr.hops[n-1]
 	}
 	tr.hops = append(tr.hops, th)
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	endHops(over)
 	return th, prev
 }
@@ -167,10 +167,10 @@ func (fc *fetchConn) booked(th *trackHop, nav *pace.Nav) {
 func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 	id, ok := cdp.NetworkRequestID(params)
 	if ok {
-		fc.mu.Lock()
-		_, followed := fc.tracks[id]
-		followed = followed || fc.byFrame > 0 // it may be one followed by its frame
-		fc.mu.Unlock()
+		fc.pg.mu.Lock()
+		_, followed := fc.pg.tracks[id]
+		followed = followed || fc.pg.byFrame > 0 // it may be one followed by its frame
+		fc.pg.mu.Unlock()
 		if !followed {
 			return
 		}
@@ -187,9 +187,9 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 		page       string
 		over       []*trackHop
 	)
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	key := ev.RequestID
-	tr := fc.tracks[key]
+	tr := fc.pg.tracks[key]
 	if tr == nil {
 		// One followed by its frame (trackKey): its answer names the frame,
 		// its failure nothing but the session it comes in.
@@ -199,14 +199,14 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 		case ev.Document && string(method) == "Network.loadingFailed" && in != "":
 			key = frameKey + in
 		}
-		tr = fc.tracks[key]
+		tr = fc.pg.tracks[key]
 	}
 	if tr == nil {
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 		return
 	}
-	fc.clock.saw(ev.Timestamp, at)
-	if ps := fc.sessions[tr.session]; ps != nil {
+	fc.pg.clock.saw(ev.Timestamp, at)
+	if ps := fc.pg.sessions[tr.session]; ps != nil {
 		page = ps.target
 	}
 	var cur *trackHop
@@ -228,7 +228,7 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 		}
 	case ev.Ended:
 		cur.sent, cur.ended = true, true
-		if t, ok := fc.clock.at(ev.Sent); ok {
+		if t, ok := fc.pg.clock.at(ev.Sent); ok {
 			departed, departedAt, exact = cur, t, true
 		}
 		answered = cur
@@ -238,7 +238,7 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 			fc.countTracksLocked()
 		}
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	if departed != nil {
 		departed.nav.Departed(departedAt, exact)
 		departed.fl.LeftAt(departedAt) // its answer time counts from here
@@ -256,8 +256,8 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 }
 
 // countTracksLocked publishes how many requests the connection follows,
-// for following. Callers hold fc.mu.
-func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.tracks))) }
+// for following. Callers hold fc.pg.mu.
+func (fc *fetchConn) countTracksLocked() { fc.f.tracked.Store(int64(len(fc.pg.tracks))) }
 
 // Following reports whether the pages connection follows a request now:
 // only then do the relay's clients' Network events need a look.
@@ -282,18 +282,18 @@ func (f *fetchHold) ClientNetworkOff(target string) {
 	if fc == nil {
 		return
 	}
-	fc.mu.Lock()
-	ps := fc.byTarget[target]
+	fc.pg.mu.Lock()
+	ps := fc.pg.byTarget[target]
 	following := false
 	if ps != nil {
-		for _, tr := range fc.tracks {
+		for _, tr := range fc.pg.tracks {
 			if tr.session == ps.id {
 				following = true
 				break
 			}
 		}
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	if following {
 		fc.events(ps)
 	}

@@ -110,12 +110,15 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 // read: those it let go. Those it still held go on to the relay's other
 // connection. (The pages connection's are ended as it ends: endAllTracks.)
 func (fc *fetchConn) endReleased() {
-	fc.mu.Lock()
+	if fc.nt == nil {
+		return // pages: its tracks end as it ends (endAllTracks)
+	}
+	fc.nt.mu.Lock()
 	var fls []*hold.Flight
-	for _, hp := range fc.hops {
+	for _, hp := range fc.nt.hops {
 		fls = append(fls, hp.fl)
 	}
-	fc.mu.Unlock()
+	fc.nt.mu.Unlock()
 	fc.f.endUnheld(fls)
 }
 

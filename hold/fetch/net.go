@@ -40,6 +40,15 @@ const maxPatternURL = 512
 // there later.
 var noMatch = []*fetch.RequestPattern{{URLPattern: "cdp-throttle:none", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
 
+// netState is what the net connection owns: the document requests under
+// way that it pauses. mu guards it; it is taken after fetchHold.mu and the
+// connection's wmu, before the connection's own mu and the flights'
+// (hold.go's lock order).
+type netState struct {
+	mu   lockorder.Mutex[hold.RankFetchConn]
+	hops map[string]hop // guarded by mu; interception id → document request under way
+}
+
 // netPatterns is what the relay asked of its net connection's Fetch
 // patterns and what net took: the updates, written one at a time and in
 // order, and the answers they got. Its methods are safe for concurrent
@@ -484,21 +493,42 @@ func (n netHold) Release() {
 // starts a new navigation of its frame, which ends every chain the frame
 // had: so what is remembered is bounded by the requests under way.
 func (fc *fetchConn) hopFor(ev *cdp.RequestPaused) (hop, bool) {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
 	if ev.RedirectedRequestID == "" {
-		fc.dropFrameHopsLocked(ev.FrameID)
+		fc.nt.dropFrameHops(ev.FrameID)
 		return hop{}, false
 	}
-	prev, ok := fc.hops[ev.RedirectedRequestID]
-	delete(fc.hops, ev.RedirectedRequestID)
+	fc.nt.mu.Lock()
+	defer fc.nt.mu.Unlock()
+	prev, ok := fc.nt.hops[ev.RedirectedRequestID]
+	delete(fc.nt.hops, ev.RedirectedRequestID)
 	return prev, ok
 }
 
 func (fc *fetchConn) setHop(id string, hp hop) {
-	fc.mu.Lock()
-	fc.hops[id] = hp
-	fc.mu.Unlock()
+	fc.nt.mu.Lock()
+	fc.nt.hops[id] = hp
+	fc.nt.mu.Unlock()
+}
+
+// dropFrameHops forgets the requests under way of a frame that navigates
+// anew or is gone, and ends their navigations; nothing on a connection
+// with no net state (pages).
+func (nt *netState) dropFrameHops(frame string) {
+	if nt == nil {
+		return
+	}
+	var ended []*hold.Flight
+	nt.mu.Lock()
+	for k, hp := range nt.hops {
+		if hp.frame == frame {
+			delete(nt.hops, k)
+			ended = append(ended, hp.fl)
+		}
+	}
+	nt.mu.Unlock()
+	for _, fl := range ended {
+		fl.End()
+	}
 }
 
 func isRedirect(status int) bool {

@@ -4,15 +4,33 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
 	"github.com/cdp-throttle/cdp-throttle/hold"
+	"github.com/cdp-throttle/cdp-throttle/internal/lockorder"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 	"github.com/cdp-throttle/cdp-throttle/refusal"
 )
+
+// pagesState is what the pages connection owns: its sessions on the
+// browser's pages and the document requests it follows. mu guards it,
+// and the pageSess and track fields marked so; it is taken after
+// fetchHold.mu and the connection's wmu, before the connection's own mu
+// and the flights' (hold.go's lock order).
+type pagesState struct {
+	mu        lockorder.Mutex[hold.RankFetchConn]
+	sessions  map[string]*pageSess     // guarded by mu; page sessions by session id
+	byTarget  map[string]*pageSess     // guarded by mu; page sessions by target id
+	attaching map[string]chan struct{} // guarded by mu; pages being attached to (cover), closed when armed
+	tracks    map[string]*track        // guarded by mu; document requests it follows, by trackKey
+	byFrame   int                      // guarded by mu; how many of tracks are keyed by their frame
+	ready     atomic.Bool              // set once: it knows every page and has armed the clients'
+	clock     monoClock                // the browser's monotonic clock on the relay's
+}
 
 // The pages connection attaches to every page of the browser
 // (Target.setAutoAttach, flat sessions of its own), waiting for the
@@ -31,11 +49,11 @@ import (
 // pageSess is the pages connection's session on one page.
 type pageSess struct {
 	id, target string
-	arming     bool          // guarded by fetchConn.mu: its Fetch is being enabled, or is
-	covered    bool          // guarded by fetchConn.mu: a client's claim armed it (cover), not only the relay's guess
+	arming     bool          // guarded by pagesState.mu: its Fetch is being enabled, or is
+	covered    bool          // guarded by pagesState.mu: a client's claim armed it (cover), not only the relay's guess
 	armed      chan struct{} // closed once they are on, or arming failed, or the session is gone
-	ok         bool          // guarded by fetchConn.mu; set before armed is closed: it is on
-	network    bool          // guarded by fetchConn.mu: the relay enabled Network events in it
+	ok         bool          // guarded by pagesState.mu; set before armed is closed: it is on
+	network    bool          // guarded by pagesState.mu: the relay enabled Network events in it
 }
 
 // networkParams enables the Network events of a page session with no
@@ -78,12 +96,12 @@ func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
 // armClaimed arms every client page the connection knows, and waits for
 // them, within ctx.
 func (fc *fetchConn) armClaimed(ctx context.Context) error {
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	var sessions []*pageSess
-	for _, ps := range fc.sessions {
+	for _, ps := range fc.pg.sessions {
 		sessions = append(sessions, ps)
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	for _, ps := range sessions {
 		if !fc.h.Claims.Claimed(ps.target) {
 			continue
@@ -111,23 +129,25 @@ func (fc *fetchConn) attached(params []byte) {
 		return
 	}
 	ps := &pageSess{id: a.SessionID, target: a.Target.TargetID, armed: make(chan struct{})}
-	fc.mu.Lock()
-	if len(fc.sessions) >= hold.MaxClaims {
-		clear(fc.sessions)
-		clear(fc.byTarget)
+	fc.pg.mu.Lock()
+	if len(fc.pg.sessions) >= hold.MaxClaims {
+		clear(fc.pg.sessions)
+		clear(fc.pg.byTarget)
 	}
-	if old := fc.byTarget[ps.target]; old != nil && old.id != ps.id {
+	if old := fc.pg.byTarget[ps.target]; old != nil && old.id != ps.id {
 		// A session of the relay's on the page already: one is enough
 		// (two would each pause and book its requests).
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 		fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Str("kept", old.id).Bool("waiting", a.Waiting).Msg("attached to a page twice: letting the new session go")
 		fc.letGo(ps.id, a.Waiting)
 		return
 	}
-	fc.sessions[ps.id] = ps
-	fc.byTarget[ps.target] = ps
+	fc.pg.sessions[ps.id] = ps
+	fc.pg.byTarget[ps.target] = ps
+	fc.mu.Lock()
 	fc.pages[ps.target] = struct{}{}
 	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Bool("waiting", a.Waiting).Str("opener", a.Target.OpenerID).Msg("attached to a page")
 	claims := &fc.h.Claims
 	if a.Target.OpenerID != "" && claims.Claimed(a.Target.OpenerID) {
@@ -169,13 +189,13 @@ func (fc *fetchConn) attached(params []byte) {
 // foreignPage lets a page no client drives run, and lets go of it, unless
 // a client claimed it meanwhile.
 func (fc *fetchConn) foreignPage(ps *pageSess, waiting bool) {
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	arming := ps.covered // armed for a client's claim, not only on a guess
-	if !arming && fc.byTarget[ps.target] == ps {
+	if !arming && fc.pg.byTarget[ps.target] == ps {
 		// Gone from here on: a claim from now on attaches anew.
-		delete(fc.byTarget, ps.target)
+		delete(fc.pg.byTarget, ps.target)
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	if arming {
 		if waiting {
 			fc.send(ps.id, "Runtime.runIfWaitingForDebugger", struct{}{}, nil)
@@ -204,23 +224,23 @@ func (fc *fetchConn) letGo(session string, waiting bool) {
 // do on every page they drive; the relay's own session enables them only
 // where no client did (events), as its first request is held.
 func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	if ps.arming {
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 		return ps.armed
 	}
 	ps.arming = true
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	done := func(r hold.Reply) {
 		bad := r.Err != nil || r.Result == nil
-		fc.mu.Lock()
+		fc.pg.mu.Lock()
 		// Live, and not a page let go meanwhile as not a client's (armed
 		// on a guess: the browser may refuse a session being detached).
-		_, live := fc.sessions[ps.id]
-		live = live && fc.byTarget[ps.target] == ps
+		_, live := fc.pg.sessions[ps.id]
+		live = live && fc.pg.byTarget[ps.target] == ps
 		ps.ok = !bad
 		closeOnce(ps.armed)
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 		if bad && live && !fc.isClosed() {
 			fc.log.Warn().Str("target", ps.target).Msg("could not enable the relay's interception on a client's page: " +
 				"every document of the browser pauses at the relay's other connection instead")
@@ -250,10 +270,10 @@ func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
 	if fc.h.ClientNetwork.Count(ps.target) > 0 {
 		return nil
 	}
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	on := ps.network
 	ps.network = true
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	if on {
 		return nil
 	}
@@ -275,9 +295,9 @@ const eventsWait = time.Second
 // eventsOf is events for the page target, when the connection is
 // attached to it.
 func (fc *fetchConn) eventsOf(target string) <-chan struct{} {
-	fc.mu.Lock()
-	ps := fc.byTarget[target]
-	fc.mu.Unlock()
+	fc.pg.mu.Lock()
+	ps := fc.pg.byTarget[target]
+	fc.pg.mu.Unlock()
 	if ps == nil {
 		return nil
 	}
@@ -304,20 +324,20 @@ func (fc *fetchConn) isClosed() bool {
 // (or that failed, or the connection ended); with navigates, once the
 // page's Network events are read too (events).
 func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
-	fc.mu.Lock()
-	ps := fc.byTarget[target]
-	attaching := fc.attaching[target]
+	fc.pg.mu.Lock()
+	ps := fc.pg.byTarget[target]
+	attaching := fc.pg.attaching[target]
 	done := make(chan struct{})
 	if ps == nil && attaching == nil {
-		if fc.attaching == nil {
-			fc.attaching = make(map[string]chan struct{})
+		if fc.pg.attaching == nil {
+			fc.pg.attaching = make(map[string]chan struct{})
 		}
-		fc.attaching[target] = done
+		fc.pg.attaching[target] = done
 	}
 	if ps != nil {
 		ps.covered = true
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	switch {
 	case ps != nil && navigates:
 		return both(fc.arm(ps), fc.events(ps))
@@ -332,9 +352,9 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 	go func() {
 		defer fc.h.Holder.Limiting().Done()
 		defer func() {
-			fc.mu.Lock()
-			delete(fc.attaching, target)
-			fc.mu.Unlock()
+			fc.pg.mu.Lock()
+			delete(fc.pg.attaching, target)
+			fc.pg.mu.Unlock()
 			close(done)
 		}()
 		ctx, cancel := context.WithTimeout(fc.held, hold.CoverWait)
@@ -349,14 +369,14 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 		if json.Unmarshal(r.Result, &res) != nil || res.SessionID == "" {
 			return
 		}
-		fc.mu.Lock()
-		ps := fc.byTarget[target]
+		fc.pg.mu.Lock()
+		ps := fc.pg.byTarget[target]
 		if ps == nil {
 			ps = &pageSess{id: res.SessionID, target: target, armed: make(chan struct{}), covered: true}
-			fc.sessions[ps.id] = ps
-			fc.byTarget[target] = ps
+			fc.pg.sessions[ps.id] = ps
+			fc.pg.byTarget[target] = ps
 		}
-		fc.mu.Unlock()
+		fc.pg.mu.Unlock()
 		if ps.id != res.SessionID {
 			// Attached twice meanwhile: one session is enough.
 			fc.send("", "Target.detachFromTarget", map[string]string{"sessionId": res.SessionID}, nil)
@@ -397,24 +417,24 @@ func (fc *fetchConn) eventsAfter(target string, attached <-chan struct{}) <-chan
 // detached forgets a page session that is gone: the requests it followed
 // are over.
 func (fc *fetchConn) detached(session string) {
-	fc.mu.Lock()
-	ps := fc.sessions[session]
-	delete(fc.sessions, session)
-	if ps != nil && fc.byTarget[ps.target] == ps {
-		delete(fc.byTarget, ps.target)
+	fc.pg.mu.Lock()
+	ps := fc.pg.sessions[session]
+	delete(fc.pg.sessions, session)
+	if ps != nil && fc.pg.byTarget[ps.target] == ps {
+		delete(fc.pg.byTarget, ps.target)
 	}
 	if ps != nil {
 		closeOnce(ps.armed)
 	}
 	var over []*trackHop
-	for id, tr := range fc.tracks {
+	for id, tr := range fc.pg.tracks {
 		if tr.session == session {
 			over = tr.endLocked(over)
-			delete(fc.tracks, id)
+			delete(fc.pg.tracks, id)
 		}
 	}
 	fc.countTracksLocked()
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	endHops(over)
 }
 
@@ -422,17 +442,17 @@ func (fc *fetchConn) detached(session string) {
 // The navigations of those still held go on to net with their places in
 // flight.
 func (fc *fetchConn) endAllTracks() {
-	fc.mu.Lock()
+	fc.pg.mu.Lock()
 	var over []*trackHop
-	for id, tr := range fc.tracks {
+	for id, tr := range fc.pg.tracks {
 		over = tr.endLocked(over)
-		delete(fc.tracks, id)
+		delete(fc.pg.tracks, id)
 	}
 	fc.countTracksLocked()
-	for _, ps := range fc.sessions {
+	for _, ps := range fc.pg.sessions {
 		closeOnce(ps.armed)
 	}
-	fc.mu.Unlock()
+	fc.pg.mu.Unlock()
 	var fls []*hold.Flight
 	for _, th := range over {
 		th.nav.End()
@@ -469,9 +489,9 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		fc.release(session, id) // an answer no one asked for here
 		return
 	}
-	fc.mu.Lock()
-	ps := fc.sessions[session]
-	fc.mu.Unlock()
+	fc.pg.mu.Lock()
+	ps := fc.pg.sessions[session]
+	fc.pg.mu.Unlock()
 	if ps == nil || ev.FrameID != ps.target {
 		fc.release(session, id)
 		fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
@@ -543,7 +563,7 @@ func (h pagesHop) Release() {
 
 // sessionOf returns the page session of id, nil when gone.
 func (fc *fetchConn) sessionOf(id string) *pageSess {
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	return fc.sessions[id]
+	fc.pg.mu.Lock()
+	defer fc.pg.mu.Unlock()
+	return fc.pg.sessions[id]
 }

@@ -198,12 +198,12 @@ func (f *fetchHold) forgetPage(frame string) {
 func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	id := ev.RequestID
 	if o, ok := ev.Outcome(fc.h.Holder.AnswerHeaders()); ok {
-		fc.mu.Lock()
-		hp, tracked := fc.hops[id]
+		fc.nt.mu.Lock()
+		hp, tracked := fc.nt.hops[id]
 		if tracked && !isRedirect(o.Status) {
-			delete(fc.hops, id) // a redirect's entry stays until its next hop names it
+			delete(fc.nt.hops, id) // a redirect's entry stays until its next hop names it
 		}
-		fc.mu.Unlock()
+		fc.nt.mu.Unlock()
 		if tracked && hp.booked {
 			fc.h.Observe(hp.fl, hp.host, o, hold.PageLog(&fc.log, hp.frame, ""))
 		}

@@ -37,8 +37,17 @@ func StateOf(b hold.Browser) State {
 		}
 		fc.mu.Lock()
 		st.Commands += len(fc.calls)
-		st.Followed += len(fc.hops) + len(fc.tracks)
 		fc.mu.Unlock()
+		if fc.nt != nil {
+			fc.nt.mu.Lock()
+			st.Followed += len(fc.nt.hops)
+			fc.nt.mu.Unlock()
+		}
+		if fc.pg != nil {
+			fc.pg.mu.Lock()
+			st.Followed += len(fc.pg.tracks)
+			fc.pg.mu.Unlock()
+		}
 	}
 	st.Pages, st.Net = f.pages.Load() != nil, f.net.Load() != nil
 	f.mu.Lock()
