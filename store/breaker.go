@@ -5,11 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/cdp-throttle/cdp-throttle/breaker"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
@@ -33,9 +30,7 @@ import (
 //go:embed breaker.lua
 var breakerSource string
 
-var breakerStep = redis.NewScript(strings.NewReplacer(
-	"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
-).Replace(breakerSource))
+var breakerStep = script(breakerSource)
 
 // breakerInfix follows the prefix in the keys of the breakers, which no
 // host's key can start with.

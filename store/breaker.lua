@@ -22,13 +22,10 @@
 -- is the decision's (deferred) or the state's.
 
 local MARGIN_MS = {{MARGIN_MS}}
+{{CLOCK}}
 
 local key, op = KEYS[1], ARGV[1]
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[2])
 local N, window = tonumber(ARGV[3]), tonumber(ARGV[4])
 local first, maxp = tonumber(ARGV[5]), tonumber(ARGV[6])
 local jitter, bound = tonumber(ARGV[7]), tonumber(ARGV[8])

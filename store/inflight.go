@@ -7,11 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The places of the in-flight cap (package inflight), fleet-wide: Redis
@@ -33,9 +30,7 @@ const DefaultLease = 3 * time.Second
 //go:embed inflight.lua
 var inflightSource string
 
-var inflightStep = redis.NewScript(strings.NewReplacer(
-	"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
-).Replace(inflightSource))
+var inflightStep = script(inflightSource)
 
 // leases are the places this store holds, by bucket.
 type leases struct {

@@ -13,13 +13,10 @@
 -- Returns {1 when the lease was taken (enter), the places taken now}.
 
 local MARGIN_MS = {{MARGIN_MS}}
+{{CLOCK}}
 
 local key, op = KEYS[1], ARGV[1]
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local expires = string.format('%d', now + ttl)
 

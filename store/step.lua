@@ -55,17 +55,14 @@ local MAX_PRESSURE = {{MAX_PRESSURE}}  -- pressure at which the spacing reaches 
 local RAMP = {{RAMP}}                  -- units of pressure per extra base interval
 local MARGIN_MS = {{MARGIN_MS}}        -- kept past the moment the host is idle
 local SERVER_LIFE = {{SERVER_LIFE}}    -- how long a server's policy lasts after the answer that sent it
+{{CLOCK}}
 
 local key, op = KEYS[1], ARGV[1]
 local adaptive = ARGV[2] == '1'
 local base, tau, floor = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[8]) or 0
 local jitter, u = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]) or 0
 local maxwait = tonumber(ARGV[12]) or 0
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[7])
 
 local h = redis.call('HMGET', key, 't', 'p', 'c', 'm', 'b', 'u', 'f', 's', 'sf', 'su', 'sr', 'pu')
 local tat, p, clock, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[8])

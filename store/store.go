@@ -176,14 +176,36 @@ var stepSource string
 // step is the script every Reserve and Observe runs. go-redis runs it with
 // EVALSHA and falls back to EVAL, which caches it again, after Redis lost
 // its script cache (NOSCRIPT), a restart for one.
-var step = redis.NewScript(strings.NewReplacer(
+var step = script(stepSource,
 	"{{COOLDOWN}}", us(limiter.CooldownIntervals*limiter.AdaptiveInterval),
 	"{{MAX_SPACING}}", us(limiter.MaxIntervals*limiter.AdaptiveInterval),
 	"{{MAX_PRESSURE}}", strconv.Itoa((limiter.MaxIntervals-1)*limiter.RampBursts),
 	"{{RAMP}}", strconv.Itoa(limiter.RampBursts),
-	"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
 	"{{SERVER_LIFE}}", us(limiter.ServerPolicyLife),
-).Replace(stepSource))
+)
+
+// luaClock is the clock every script reads now with: clock(arg) is arg
+// read as microseconds (only tests pass one), or the server's time when
+// arg is not a number (the empty string).
+const luaClock = `local function clock(arg)
+  local now = tonumber(arg)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now
+end`
+
+// script makes a script of source, in which {{MARGIN_MS}} is
+// expiryMargin in milliseconds, {{CLOCK}} defines clock (luaClock), and
+// the pairs of more (old, new) are replaced as strings.NewReplacer does.
+func script(source string, more ...string) *redis.Script {
+	pairs := append([]string{
+		"{{MARGIN_MS}}", strconv.FormatInt(expiryMargin.Milliseconds(), 10),
+		"{{CLOCK}}", luaClock,
+	}, more...)
+	return redis.NewScript(strings.NewReplacer(pairs...).Replace(source))
+}
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
