@@ -140,6 +140,31 @@ type parsed struct {
 	robots         RobotsUse
 }
 
+// once reads arg, the argument of option f of a SETTING, with parse; form
+// names the option (jitter:F) for a SETTING that gives it twice, which
+// seen says, and is set.
+func once[T any](f, arg, form string, seen *bool, parse func(string) (T, error)) (T, error) {
+	v, err := parse(arg)
+	if err != nil {
+		return v, fmt.Errorf("%q: %v", f, err)
+	}
+	if *seen {
+		return v, fmt.Errorf("%q: one %s only", f, form)
+	}
+	*seen = true
+	return v, nil
+}
+
+// parseRuleStatuses is ParseStatuses for overload:STATUSES in a rule,
+// whose error says how a rule joins them.
+func parseRuleStatuses(s string) (limiter.Statuses, error) {
+	codes, err := ParseStatuses(s)
+	if err != nil {
+		return codes, fmt.Errorf("%v (in a rule, join them with +: overload:403+429+503)", err)
+	}
+	return codes, nil
+}
+
 // parseSetting reads SETTING, starting from def and concurrency.
 func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error) {
 	st := parsed{set: def, concurrency: concurrency}
@@ -148,7 +173,7 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 		return st, errors.New("empty setting: " + settingWanted)
 	}
 	st.set.Floor = 0
-	mode, burst, overload, jitter, retryAfterMax, serverLimits := false, false, false, false, false, false
+	mode, burst, overload, jitter, retryAfterMax, serverLimits, robots := false, false, false, false, false, false, false
 	var headers []limiter.Header // the rule's overload-header:s, nil when it names none
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
@@ -174,34 +199,25 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			st.concurrency, st.ownConcurrency = n, true
 			continue
 		case name == "jitter" && hasArg:
-			x, err := ParseJitter(arg)
+			x, err := once(f, arg, "jitter:F", &jitter, ParseJitter)
 			if err != nil {
-				return st, fmt.Errorf("%q: %v", f, err)
+				return st, err
 			}
-			if jitter {
-				return st, fmt.Errorf("%q: one jitter:F only", f)
-			}
-			st.set.Jitter, jitter = x, true
+			st.set.Jitter = x
 			continue
 		case name == "robots" && hasArg:
-			u, err := ParseRobotsUse(arg)
+			u, err := once(f, arg, "robots:…", &robots, ParseRobotsUse)
 			if err != nil {
-				return st, fmt.Errorf("%q: %v", f, err)
-			}
-			if st.robots != RobotsDefault {
-				return st, fmt.Errorf("%q: one robots:… only", f)
+				return st, err
 			}
 			st.robots = u
 			continue
 		case name == "overload" && hasArg:
-			codes, err := ParseStatuses(arg)
+			codes, err := once(f, arg, "overload:STATUSES", &overload, parseRuleStatuses)
 			if err != nil {
-				return st, fmt.Errorf("%q: %v (in a rule, join them with +: overload:403+429+503)", f, err)
+				return st, err
 			}
-			if overload {
-				return st, fmt.Errorf("%q: one overload:STATUSES only", f)
-			}
-			st.set.Overload, overload = codes, true
+			st.set.Overload = codes
 			continue
 		case name == "overload-header" && hasArg:
 			if strings.EqualFold(strings.TrimSpace(arg), "none") {
@@ -221,24 +237,18 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			headers = append(headers, h)
 			continue
 		case name == "retry-after-max" && hasArg:
-			d, err := ParseRetryAfterMax(arg)
+			d, err := once(f, arg, "retry-after-max:DURATION", &retryAfterMax, ParseRetryAfterMax)
 			if err != nil {
-				return st, fmt.Errorf("%q: %v", f, err)
+				return st, err
 			}
-			if retryAfterMax {
-				return st, fmt.Errorf("%q: one retry-after-max:DURATION only", f)
-			}
-			st.set.RetryAfterMax, retryAfterMax = d, true
+			st.set.RetryAfterMax = d
 			continue
 		case name == "ratelimit-headers" && hasArg:
-			ignore, err := ParseRateLimitHeaders(arg)
+			ignore, err := once(f, arg, "ratelimit-headers:…", &serverLimits, ParseRateLimitHeaders)
 			if err != nil {
-				return st, fmt.Errorf("%q: %v", f, err)
+				return st, err
 			}
-			if serverLimits {
-				return st, fmt.Errorf("%q: one ratelimit-headers:… only", f)
-			}
-			st.set.IgnoreServer, serverLimits = ignore, true
+			st.set.IgnoreServer = ignore
 			continue
 		case mode:
 			return st, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
