@@ -302,3 +302,13 @@ func (h *BrowserHold) Waiting() int { return int(h.waiting.Load()) }
 
 // Fetch is the browser's Fetch way, nil unless Fetch was chosen.
 func (h *BrowserHold) Fetch() FetchWay { return h.fetch }
+
+// Claimed reports whether target is one of the relay's clients' pages
+// (Core).
+func (h *BrowserHold) Claimed(target string) bool { return h.Claims.Claimed(target) }
+
+// AnswerHeaders are the answer headers the Limiter reads (Core).
+func (h *BrowserHold) AnswerHeaders() []string { return h.Holder.AnswerHeaders() }
+
+// IsLightpanda reports whether the browser is Lightpanda (Core).
+func (h *BrowserHold) IsLightpanda() bool { return h.Lightpanda }

@@ -614,6 +614,9 @@ func (w *Watch) NavLog(session string) *zerolog.Logger {
 // state under locks of their own; what the watch follows they read
 // through the methods below, each of which takes the watch's lock.
 
+// Core is what the ways held in the connection ask of holding.
+func (w *Watch) Core() Core { return w.Browser }
+
 // Context ends when the connection does: every hold of it gives up.
 func (w *Watch) Context() context.Context { return w.ctx }
 

@@ -7,7 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
 // Ways are the three ways of holding, each a package of its own
@@ -61,6 +64,40 @@ type FetchWay interface {
 	// ClientNetworkOff tells that no client session has Network events
 	// on a page any more.
 	ClientNetworkOff(page string)
+}
+
+// Core is what a way held in a client connection (session, stream) asks
+// of holding (Watch.Core): book a navigation and wait for its slot, ask
+// about one booked already, book one that cannot be held, begin a
+// navigation's flight, feed its answer back, count what is not held; and
+// the few facts of the browser a way reads. BrowserHold is one.
+type Core interface {
+	// Hold holds n until its slot, telling w each moment of the hold
+	// (BrowserHold.Hold).
+	Hold(ctx context.Context, n Request, w Holding)
+	// CheckThen asks the Limiter about n, booked already, and tells w
+	// whether it goes or is refused.
+	CheckThen(ctx context.Context, n Request, w Holding)
+	// Book books a slot for a navigation the way cannot hold (a redirect
+	// to another host), so that its host's schedule counts it.
+	Book(ctx context.Context, host, rawURL string, log *zerolog.Logger) (limiter.Reservation, time.Duration, bool)
+	// NewFlight begins the flight of a navigation, which lives while life
+	// does.
+	NewFlight(life context.Context) *Flight
+	// Observe feeds a navigation's answer back to the Limiter.
+	Observe(fl *Flight, host string, answer cdp.Outcome, log *zerolog.Logger)
+	// Exempt reports whether host is never held.
+	Exempt(host string) bool
+	// NotBooked counts a navigation the Limiter was not asked about.
+	NotBooked(httpURL bool)
+	// Unheld counts n navigations that went unheld, and says why.
+	Unheld(n int, why string)
+	// Claimed reports whether target is one of the relay's clients' pages.
+	Claimed(target string) bool
+	// AnswerHeaders are the answer headers the Limiter reads.
+	AnswerHeaders() []string
+	// IsLightpanda reports whether the browser is Lightpanda.
+	IsLightpanda() bool
 }
 
 // ConnWay is a way of holding in one client connection (Session,

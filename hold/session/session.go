@@ -38,7 +38,8 @@ import (
 // Fetch.disable and Network.disable are answered by the relay, which keeps
 // its own interception on.
 type sessionHold struct {
-	w *hold.Watch
+	w    *hold.Watch
+	core hold.Core // what it asks of holding
 	// patterns are the relay's own: only documents for Chromium; every
 	// request for Lightpanda, whose older versions honour no other
 	// pattern.
@@ -99,8 +100,8 @@ var (
 // New is the session way of holding the navigations of one client
 // connection (hold.Ways.Session).
 func New(w *hold.Watch) hold.ConnWay {
-	s := &sessionHold{w: w, states: make(map[string]*sessState), prebooked: make(map[string]prebooked), patterns: documentsPattern}
-	if w.Browser.Lightpanda {
+	s := &sessionHold{w: w, core: w.Core(), states: make(map[string]*sessState), prebooked: make(map[string]prebooked), patterns: documentsPattern}
+	if s.core.IsLightpanda() {
 		s.patterns = everyPattern
 	}
 	return s
@@ -292,13 +293,13 @@ func (s *sessionHold) createTarget(hd *cdp.Header, msg []byte) bool {
 		return false
 	}
 	host, ok := limiter.Key(p.URL)
-	if !ok || s.w.Browser.Exempt(host) {
+	if !ok || s.core.Exempt(host) {
 		return false
 	}
 	w := s.w
 	w.Held().Add(1)
-	fl := w.Browser.NewFlight(w.Context())
-	w.Browser.Hold(w.Context(), hold.Request{Flight: fl, Host: host, URL: p.URL, Log: w.Log(), Refusable: true},
+	fl := s.core.NewFlight(w.Context())
+	s.core.Hold(w.Context(), hold.Request{Flight: fl, Host: host, URL: p.URL, Log: w.Log(), Refusable: true},
 		createHold{s: s, url: p.URL, fl: fl, msg: append([]byte(nil), msg...), session: string(hd.SessionID), id: hd.ID})
 	return true
 }
@@ -414,7 +415,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		var answer cdp.Answer
 		if st != nil && len(st.docs) > 0 && (method == "Network.responseReceived" || method == "Network.loadingFailed") && st.awaits(hd.Params) {
 			var ok bool
-			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params, w.Browser.Holder.AnswerHeaders()); ok {
+			if answer, ok = cdp.DocumentAnswer(hd.Method, hd.Params, s.core.AnswerHeaders()); ok {
 				doc = st.docs[answer.RequestID]
 				delete(st.docs, answer.RequestID)
 			}
@@ -422,7 +423,7 @@ func (s *sessionHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		drop := st != nil && !st.network
 		s.mu.Unlock()
 		if doc.host != "" {
-			w.Browser.Observe(doc.fl, doc.host, answer.Outcome, w.NavLog(session))
+			s.core.Observe(doc.fl, doc.host, answer.Outcome, w.NavLog(session))
 			doc.fl.End()
 		}
 		return drop
@@ -448,16 +449,16 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	wants := st.client.matches(&ev, stage)
 	_, child := st.children[ev.FrameID]
 	top := !answered && ev.ResourceType == "Document" &&
-		(ev.FrameID == st.target || w.Browser.Lightpanda && !child) // Lightpanda opens popups as parentless frames of the page
+		(ev.FrameID == st.target || s.core.IsLightpanda() && !child) // Lightpanda opens popups as parentless frames of the page
 	host, httpURL := limiter.Key(ev.Request.URL)
-	if !top || !httpURL || w.Browser.Exempt(host) {
+	if !top || !httpURL || s.core.Exempt(host) {
 		if top {
 			st.endDocs() // a navigation that is not held replaces the page's last one
 			clear(st.docs)
 		}
 		s.mu.Unlock()
 		if top {
-			w.Browser.NotBooked(httpURL)
+			s.core.NotBooked(httpURL)
 		}
 		if wants {
 			s.mu.Lock()
@@ -492,7 +493,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 		if hop {
 			prev.fl.End() // its answer was the redirect; the hop is a navigation of another host
 		}
-		fl = w.Browser.NewFlight(w.Context())
+		fl = s.core.NewFlight(w.Context())
 	}
 	st.docs[networkOr(&ev)] = sessDoc{host: host, fl: fl}
 	s.held++
@@ -503,7 +504,7 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	if hop && prev.host == host || prebooked {
 		// A hop within the host, or the page of a held createTarget:
 		// booked already, and asked about only now.
-		w.Browser.CheckThen(w.Context(), n, d)
+		s.core.CheckThen(w.Context(), n, d)
 		return true
 	}
 	w.Held().Add(1)
@@ -511,8 +512,8 @@ func (s *sessionHold) paused(session string, params, msg []byte) bool {
 	// document go, the relay's or the client's, says when it left
 	// (goOnFollowed): pace follows it, as the Fetch strategy follows
 	// Chromium's own timing.
-	n.Depart = w.Browser.Lightpanda
-	w.Browser.Hold(w.Context(), n, d)
+	n.Depart = s.core.IsLightpanda()
+	s.core.Hold(w.Context(), n, d)
 	return true
 }
 
@@ -627,8 +628,8 @@ func (s *sessionHold) Ended() {
 	n := s.held
 	s.held = 0
 	s.mu.Unlock()
-	if n > 0 && !s.w.Browser.Lightpanda {
-		s.w.Browser.Unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
+	if n > 0 && !s.core.IsLightpanda() {
+		s.core.Unheld(n, "the client's connection closed while the relay held them, and the browser let them go")
 	}
 }
 

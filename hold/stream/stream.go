@@ -41,7 +41,8 @@ import (
 // go (Fetch.continueRequest), or, where it did not pause this one after
 // all (its URL pattern did not match), unknown until its answer.
 type streamHold struct {
-	w *hold.Watch
+	w    *hold.Watch
+	core hold.Core // what it asks of holding
 
 	// mu guards the fields below. It takes no lock of the Watch's while
 	// held; in hold.go's lock order it stands where Watch.mu does, before
@@ -91,6 +92,7 @@ type heldCmd struct {
 func New(w *hold.Watch) hold.ConnWay {
 	return &streamHold{
 		w:      w,
+		core:   w.Core(),
 		queues: make(map[string][]*heldCmd),
 		docs:   make(map[string]streamDoc),
 		let:    make(map[string][]letNav),
@@ -177,14 +179,14 @@ func (s *streamHold) fromClient(hd *cdp.Header, msg []byte) bool {
 		queued := len(s.queues[session]) > 0
 		s.mu.Unlock()
 		host, ok := limiter.Key(rawURL)
-		if (!ok || s.w.Browser.Exempt(host)) && (!queued || method == "Target.createTarget") {
-			s.w.Browser.NotBooked(ok)
+		if (!ok || s.core.Exempt(host)) && (!queued || method == "Target.createTarget") {
+			s.core.NotBooked(ok)
 			return false // nothing to hold, nothing to keep in order with
 		}
 	}
 	cmd := &heldCmd{id: hd.ID, method: method, session: session, msg: append([]byte(nil), msg...), url: rawURL, entry: entry}
 	cmd.ctx, cmd.cancel = context.WithCancel(w.Context())
-	cmd.fl = w.Browser.NewFlight(w.Context())
+	cmd.fl = s.core.NewFlight(w.Context())
 	if method == "Target.createTarget" {
 		s.start(cmd) // opens a page of its own: nothing to keep in order with
 		return true
@@ -227,8 +229,8 @@ func (s *streamHold) start(cmd *heldCmd) {
 			}
 		}
 		host, ok := limiter.Key(u)
-		if !ok || s.w.Browser.Exempt(host) {
-			s.w.Browser.NotBooked(ok)
+		if !ok || s.core.Exempt(host) {
+			s.core.NotBooked(ok)
 			s.release(cmd, "")
 			return
 		}
@@ -239,7 +241,7 @@ func (s *streamHold) start(cmd *heldCmd) {
 		// let go no sooner than that moves it.
 		events := w.Network(cmd.session)
 		done := make(chan struct{})
-		w.Browser.Hold(cmd.ctx, hold.Request{Flight: cmd.fl, Host: host, URL: u, Log: w.NavLog(cmd.session), Depart: events, Refusable: true},
+		s.core.Hold(cmd.ctx, hold.Request{Flight: cmd.fl, Host: host, URL: u, Log: w.NavLog(cmd.session), Depart: events, Refusable: true},
 			cmdHold{s: s, cmd: cmd, host: host, over: done})
 		<-done
 	}()
@@ -460,7 +462,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			s.mu.Unlock()
 		}
 	case "Network.requestWillBeSent":
-		ev, ok := cdp.RequestWillBeSent(hd.Params, w.Browser.Holder.AnswerHeaders())
+		ev, ok := cdp.RequestWillBeSent(hd.Params, s.core.AnswerHeaders())
 		if !ok || ev.Type != "Document" || !s.mainFrame(session, ev.FrameID) {
 			return false
 		}
@@ -468,7 +470,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		s.mu.Lock()
 		prev, had := s.docs[key]
 		s.mu.Unlock()
-		if target, known := w.PageOf(session); !had && known && target != "" && !w.Browser.Claims.Claimed(target) {
+		if target, known := w.PageOf(session); !had && known && target != "" && !s.core.Claimed(target) {
 			// Another's page (another relay's client's, a direct
 			// client's), which a client of this relay attached to as
 			// Playwright attaches to every page: not this relay's to
@@ -476,10 +478,10 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			return false
 		}
 		if ev.Redirect != nil && had {
-			w.Browser.Observe(prev.fl, prev.host, *ev.Redirect, w.NavLog(session))
+			s.core.Observe(prev.fl, prev.host, *ev.Redirect, w.NavLog(session))
 		}
 		host, ok := limiter.Key(ev.URL)
-		if !ok || s.w.Browser.Exempt(host) {
+		if !ok || s.core.Exempt(host) {
 			s.mu.Lock()
 			delete(s.docs, key)
 			s.mu.Unlock()
@@ -493,13 +495,13 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 			// its schedule counts the request, though it cannot be held (nor
 			// take a place in flight).
 			prev.fl.End()
-			go w.Browser.Book(w.Context(), host, ev.URL, w.NavLog(session))
+			go s.core.Book(w.Context(), host, ev.URL, w.NavLog(session))
 		case ev.Redirect != nil:
 			doc.fl = prev.fl
 		default:
 			var expected bool
 			if doc.fl, expected = s.expected(host); !expected {
-				w.Browser.Unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
+				s.core.Unheld(1, "a navigation the relay cannot hold in the client stream (a link click, a form, a script)")
 			}
 			// The browser tells of the request as it starts it, unless
 			// the client's own interception may pause it: then it
@@ -530,7 +532,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		s.paused[session+" "+ev.RequestID] = session + " " + ev.NetworkID
 		s.mu.Unlock()
 	case "Network.responseReceived", "Network.loadingFailed":
-		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params, w.Browser.Holder.AnswerHeaders())
+		ev, ok := cdp.DocumentAnswer(hd.Method, hd.Params, s.core.AnswerHeaders())
 		if !ok {
 			return false
 		}
@@ -540,7 +542,7 @@ func (s *streamHold) fromBrowser(hd *cdp.Header, msg []byte) bool {
 		delete(s.docs, key)
 		s.mu.Unlock()
 		if tracked {
-			w.Browser.Observe(doc.fl, doc.host, ev.Outcome, w.NavLog(session))
+			s.core.Observe(doc.fl, doc.host, ev.Outcome, w.NavLog(session))
 			doc.fl.End()
 		}
 	case "Target.detachedFromTarget":
