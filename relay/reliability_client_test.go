@@ -20,12 +20,8 @@ import (
 // waiting, and its booked slot is not given to another navigation.
 func TestClientVanishesWhileHeld(t *testing.T) {
 	t.Run("navigate", func(t *testing.T) {
-		fakebrowser.CheckLeaks(t)
-		fb := fakebrowser.New(t, fakebrowser.Config{})
 		var rec *holdtest.Recorder
-		tp := relayTo(t, fb, holdtest.Fixed(time.Hour), navigateInStream, recordBookings(&rec))
-		c := tp.dial(t, "/", nil)
-		fc := fb.Accept(t)
+		tp, fb, c, fc := relayClient(t, holdtest.Fixed(time.Hour), navigateInStream, recordBookings(&rec))
 		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"method":"Page.navigate","params":{"url":"http://a.test/1"}}`))
 		fc.Next(t)
 		holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
