@@ -6,8 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/demo"
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/simulate"
 )
 

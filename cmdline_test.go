@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/demo"
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/urfave/cli/v2"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/inflight"
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/launcher"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/redact"

@@ -7,7 +7,7 @@
 // flags.go the relay's flags turned into its configuration, signals.go
 // the stop signals. How a command line is read (the browser command after
 // --, unknown commands and flags explained, the flags the relay and
-// simulate share) is package internal/cmdline's; the simulate and demo
+// simulate share) is package cmdline's; the simulate and demo
 // commands are packages simulate and demo. Nothing here knows CDP or how
 // a navigation is held.
 package main
@@ -20,8 +20,8 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/guardian"
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/urfave/cli/v2"
 
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"os"
 	"path/filepath"
 	"strings"

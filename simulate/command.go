@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cdp-throttle/cdp-throttle/internal/cmdline"
+	"github.com/cdp-throttle/cdp-throttle/cmdline"
 	"github.com/cdp-throttle/cdp-throttle/policy"
 )
 
