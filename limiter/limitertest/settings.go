@@ -7,8 +7,14 @@ import (
 	"time"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
-	"github.com/cdp-throttle/cdp-throttle/policy"
 )
+
+// WithSettings is what an implementation that books with a setting per
+// booking adds to Limiter.
+type WithSettings interface {
+	ReserveWith(host string, cfg limiter.Config, now time.Time) limiter.Reservation
+	ObserveWith(host string, cfg limiter.Config, o limiter.Outcome, now time.Time)
+}
 
 // SettingStep is a Step made with a setting of its own (ReserveWith,
 // ObserveWith).
@@ -158,12 +164,11 @@ var SettingCases = []struct {
 }
 
 // Settings runs SettingCases, each against a fresh implementation, which
-// must be a policy.Booker: what a policy books in with a setting per
-// booking adds to Limiter.
+// must implement WithSettings.
 func Settings(t *testing.T, newL New) {
 	for _, tt := range SettingCases {
 		t.Run(tt.Name, func(t *testing.T) {
-			l, ok := newL(t, limiter.Config{}).Limiter.(policy.Booker)
+			l, ok := newL(t, limiter.Config{}).Limiter.(WithSettings)
 			if !ok {
 				t.Fatal("the implementation has no ReserveWith and ObserveWith")
 			}
