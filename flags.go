@@ -34,7 +34,7 @@ type relayConfig struct {
 	browsers   int      // how many it starts from browserCmd
 	browserCmd []string // after --: a browser the relay starts and stops
 	ipNote     string   // what --bucket ip made of the browser's proxy, for the log
-	guardian   bool     // run beside a guardian process (--guardian)
+	guardian   bool     // beside a guardian process (--guardian)
 	log        zerolog.Logger
 	proxy      *relay.Proxy // the flags that are the relay's own fields
 }
@@ -56,7 +56,7 @@ func relayFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "upstream", Category: cmdline.CatRelay, DefaultText: defaultUpstream + ", or the browser started after --", Usage: "the browser's CDP endpoint, http://HOST:PORT or a ws:// `URL` (repeatable)", EnvVars: cmdline.Env("UPSTREAM")},
 		&cli.IntFlag{Name: "browsers", Category: cmdline.CatRelay, Value: 1, Usage: "start `N` browsers from the command after -- ({port} in it: a free port for each, {i}: its number)", EnvVars: cmdline.Env("BROWSERS")},
 		cmdline.DurationFlag(cmdline.CatRelay, "start-timeout", relay.DefaultStartTimeout.String(), "how long to wait for the browser at start", cmdline.Env("START_TIMEOUT")...),
-		&cli.BoolFlag{Name: "guardian", Category: cmdline.CatRelay, Value: true, Usage: "in front of a browser the relay did not start (--upstream), run as two processes: the relay, and a guardian that outlives it and, if the relay dies without a stop (SIGKILL, the OOM killer, a crash), answers what it held with its 429 and closes its clients' pages; --guardian=false runs one process, and such a death then lets the browser send every navigation the relay held at once", EnvVars: cmdline.Env("GUARDIAN")},
+		&cli.BoolFlag{Name: "guardian", Category: cmdline.CatRelay, Value: true, Usage: "in front of a browser the relay did not start (--upstream), the relay is two processes: itself, and a guardian that outlives it and, if the relay dies without a stop (SIGKILL, the OOM killer, a crash), answers what it held with its 429 and closes its clients' pages; --guardian=false runs one process, and such a death then lets the browser send every navigation the relay held at once", EnvVars: cmdline.Env("GUARDIAN")},
 		&cli.BoolFlag{Name: "hold-backup", Category: cmdline.CatRelay, Usage: "on Chromium, keep a browser-level interception behind the relay's own, so that losing the relay's page connection hands held navigations over instead of letting them go (counted unheld); costs every request of the browser an interception, about 5% of its CPU in a crawl", EnvVars: cmdline.Env("HOLD_BACKUP")},
 		&cli.StringFlag{Name: "intercept", Category: cmdline.CatRelay, Value: "auto", Usage: "how navigations are held: auto, fetch (Chromium's way), session (Lightpanda's) or navigate (commands only)", EnvVars: cmdline.Env("INTERCEPT")},
 		cmdline.DurationFlag(cmdline.CatRelay, "drain-timeout", relay.DefaultDrainTimeout.String(), "on SIGTERM or SIGINT, how long the relay goes on letting held navigations go at their slots, taking no new clients, before it answers the rest with its own 429 (reason=stopping), closes the pages its clients created and exits; 0 answers them at once; a second signal ends the drain at once", cmdline.Env("DRAIN_TIMEOUT")...),
