@@ -32,9 +32,10 @@ import (
 // (the tree's build, or CRAWL_BIN_<NAME>, with CRAWL_FLAGS_<NAME>), so
 // that another commit's build runs in the same rounds. It prints, per
 // run, each figure's median and interquartile range over the blocks, and
-// the ratios against the floor and the direct connection, computed block
-// by block within a round, as a median with its 95% bootstrap interval:
-// the margin a difference must clear to be one.
+// the ratios against the floor and the direct connection (and the runs
+// STEADY_VS names, such as another commit's build), computed block by
+// block within a round, as a median with its 95% bootstrap interval: the
+// margin a difference must clear to be one.
 func BenchmarkSteadyLoop(b *testing.B) {
 	names := strings.Split(envOr("STEADY_RUNS", "direct,floor,relay"), ",")
 	blocks := envInt(b, "STEADY_BLOCKS", 24)
@@ -157,12 +158,15 @@ func reportSteady(b *testing.B, kind string, names []string, got map[string][]st
 			b.ReportMetric(med, name+"-"+strings.ReplaceAll(f.name, " ", "-")+"-ms")
 		}
 		out.WriteString("\n")
-		for _, base := range []string{"floor", "direct"} {
-			if name == base || got[base] == nil {
+		for _, base := range append([]string{"floor", "direct"}, strings.Split(os.Getenv("STEADY_VS"), ",")...) {
+			if base == "" || name == base || got[base] == nil {
 				continue
 			}
 			fmt.Fprintf(&out, "  %-10s ÷ %-6s", "", base)
-			for _, f := range figures[:2] {
+			for _, f := range figures {
+				if f.name == "proxy CPU" && (base == "direct" || name == "direct") {
+					continue // the direct connection has none
+				}
 				r := ratios(mapBlocks(got[name], f.of), mapBlocks(got[base], f.of))
 				lo, med, hi := bootstrapMedian(r)
 				fmt.Fprintf(&out, "  %s %.3f (%.3f–%.3f)", f.name, med, lo, hi)
