@@ -67,6 +67,12 @@ type Guardian struct {
 	reports  map[string]Report // guarded by mu; the relay's last report, by browser endpoint
 	said     Stats             // guarded by mu; what takeovers did
 	takeover sync.WaitGroup    // connections taken over, and closings, under way
+	// live counts the relay's connections (pages, report) not seen to end
+	// yet: one that ends registers its takeover, if any, before it is
+	// counted out, so that Wait, which waits for live first, never comes
+	// out before a takeover the relay's death calls for has begun. The
+	// relay's process may be seen to exit before its sockets are.
+	live sync.WaitGroup
 }
 
 // Stats is what the guardian did for relays that went away.
@@ -101,9 +107,11 @@ func (g *Guardian) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Wait waits for the takeovers under way, and returns what all of them
-// did.
+// Wait waits for the relay's connections to end and the takeovers they
+// call for, and returns what all of them did. Call it once the relay's
+// process has ended: its connections then end too.
 func (g *Guardian) Wait() Stats {
+	g.live.Wait()
 	g.takeover.Wait()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -144,6 +152,7 @@ func (g *Guardian) serveReport(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	g.live.Add(1)
 	defer c.Close()
 	c.SetReadLimit(maxMessage)
 	bye := false
@@ -151,6 +160,7 @@ func (g *Guardian) serveReport(w http.ResponseWriter, r *http.Request) {
 		_, data, err := c.ReadMessage()
 		if err != nil {
 			if bye || closed(err) {
+				g.live.Done()
 				return // the relay stopped, and closed what it had to itself
 			}
 			break
@@ -172,6 +182,7 @@ func (g *Guardian) serveReport(w http.ResponseWriter, r *http.Request) {
 	}
 	g.log().Warn().Msg("guardian: the relay's process is gone without a stop: closing the pages its clients created")
 	g.takeover.Add(1)
+	g.live.Done() // after: Wait sees the takeover
 	go func() {
 		defer g.takeover.Done()
 		time.Sleep(closeDelay)

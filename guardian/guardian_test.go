@@ -185,6 +185,52 @@ func TestTakeOverAnswersWhatWasPaused(t *testing.T) {
 	}
 }
 
+// TestWaitBeforeTheEndIsSeen: the relay's process may be seen to exit
+// before its connections are seen to end (a supervisor's wait returns
+// first): Wait, called then, waits for the connections to end and the
+// takeovers they call for, and reports them; it does not come out at
+// once with nothing done, which let the browser send what the relay held
+// (TestCrashFailsClosed/chromium-upstream, once in a CI run: the guardian
+// exited 16 ms after the kill, 0 answered, 16 documents at once).
+func TestWaitBeforeTheEndIsSeen(t *testing.T) {
+	fb := newFakeBrowser(t)
+	g := &Guardian{Linger: 300 * time.Millisecond}
+	gc := serve(t, g)
+	relay, err := gc.DialPages(context.Background(), fb.wsURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := gc.DialReporter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Report(Report{Upstream: fb.wsURL(), Pages: []string{"P1"}}); err != nil {
+		t.Fatal(err)
+	}
+	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
+	readUntil(t, relay, `"R1"`)
+	time.Sleep(100 * time.Millisecond) // the report is in
+	waited := make(chan Stats, 1)
+	go func() { waited <- g.Wait() }()
+	select {
+	case st := <-waited:
+		t.Fatalf("Wait came out while the relay's connections were up: %+v", st)
+	case <-time.After(200 * time.Millisecond):
+	}
+	relayDies(relay)
+	relayDies(r.conn)
+	var st Stats
+	select {
+	case st = <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not come out after the relay's connections ended")
+	}
+	if st.Connections != 1 || st.Answered != 1 || st.Pages != 1 {
+		t.Errorf("stats %+v, want 1 connection taken over, 1 navigation answered, 1 page closed", st)
+	}
+	fb.await(t, "Fetch.fulfillRequest S1 R1 Too Many Requests")
+}
+
 // TestCloseIsNoTakeOver: a relay that closes its connection with a close
 // frame meant to: nothing is answered for it.
 func TestCloseIsNoTakeOver(t *testing.T) {

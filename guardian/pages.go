@@ -64,6 +64,7 @@ func (g *Guardian) servePages(w http.ResponseWriter, r *http.Request) {
 		browser.Close()
 		return
 	}
+	g.live.Add(1) // counted out by run, once the relay's side ended
 	relay.SetReadLimit(maxMessage)
 	browser.SetReadLimit(maxMessage)
 	pc := &pagesConn{g: g, relay: relay, browser: browser, paused: make(map[pause]bool), next: ownIDs,
@@ -81,6 +82,7 @@ func (pc *pagesConn) run() {
 	}()
 	gone := pc.fromRelay()
 	if !gone {
+		pc.g.live.Done()
 		pc.bmu.Lock()
 		pc.browser.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 		pc.bmu.Unlock()
@@ -89,6 +91,7 @@ func (pc *pagesConn) run() {
 		return
 	}
 	pc.g.takeover.Add(1)
+	pc.g.live.Done() // after: Wait sees the takeover
 	defer pc.g.takeover.Done()
 	pc.takeOver()
 	select {
