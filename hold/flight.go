@@ -33,7 +33,7 @@ type Flight struct {
 	stop context.CancelFunc
 
 	// mu guards the fields below; the last of hold.go's lock order: taken
-	// under watch.mu and a fetchConn's mu, takes none.
+	// under a way's lock or a fetch connection's, takes none.
 	mu       lockorder.Mutex[RankFlight]
 	place    *inflight.Place // guarded by mu; nil without a cap, or given back
 	entered  bool            // guarded by mu; it asked for its place
@@ -479,8 +479,8 @@ func (w *holdWait) due() bool {
 
 // pushedSince is how far other relays' late departures (and this
 // relay's) pushed the bucket's shared schedule since the navigation was
-// booked: its slot did not move with them. Asked of the store when the
-// slot came, once per wait; 0 when the store does not say.
+// booked: its slot did not move with them. Asked of the store each time
+// its slot comes; 0 when the store does not say.
 func (w *holdWait) pushedSince() time.Duration {
 	now, ok := w.h.Holder.Limiter.(PushReader).Pushed(w.bucket)
 	if !ok || now <= w.pushed {
