@@ -113,7 +113,13 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				t.Errorf("navigation after the restart booked %v after the first, want the third hourly slot", got.Sub(first))
 			}
 			if mode == "fetch" {
-				if n := len(tp.Logs.Lines("browser connection is back")); n != 1 {
+				// Said once both connections are back, which may be after
+				// the pages connection booked the navigation.
+				back := func() int { return len(tp.Logs.Lines("browser connection is back")) }
+				for deadline := time.Now().Add(fakebrowser.WaitFor); back() == 0 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				if n := back(); n != 1 {
 					t.Errorf("got %d notes that the relay's browser connection is back, want 1", n)
 				}
 			}
