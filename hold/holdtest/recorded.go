@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -16,6 +17,11 @@ import (
 // by the refused connection.
 func CheckRecorded(t *testing.T, lim *limiter.Limiter, busyAnswered time.Time, slack time.Duration) {
 	t.Helper()
+	// The replay ends once the last event is sent: its answer (c.test's
+	// failure) reaches the limiter a moment later, on the relay's reader.
+	for deadline := time.Now().Add(fakebrowser.WaitFor); pressureOf(lim, "c.test") < 5 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if got := lim.Len(); got != 3 {
 		t.Errorf("limiter knows %d hosts, want 3 (a.test, b.test, c.test)", got)
 	}
@@ -26,4 +32,14 @@ func CheckRecorded(t *testing.T, lim *limiter.Limiter, busyAnswered time.Time, s
 	if r := lim.Reserve("c.test", now); r.Pressure < 5 {
 		t.Errorf("c.test pressure %d after a refused connection, want it raised by 10", r.Pressure)
 	}
+}
+
+// pressureOf is host's pressure as lim's status shows it, without booking.
+func pressureOf(lim *limiter.Limiter, host string) int {
+	for _, hs := range lim.Busiest(time.Now(), lim.Len()) {
+		if hs.Host == host {
+			return hs.Pressure
+		}
+	}
+	return 0
 }
