@@ -131,6 +131,17 @@ func serve(t *testing.T, g *Guardian) Client {
 	return Client{Socket: sock}
 }
 
+// dialPages opens the relay's pages connection to fb through gc, as the
+// relay's holding does.
+func dialPages(t *testing.T, gc Client, fb *fakeBrowser) *websocket.Conn {
+	t.Helper()
+	relay, err := gc.DialPages(context.Background(), fb.wsURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return relay
+}
+
 // relayDies ends the relay's side as a dead process's does: no close frame.
 func relayDies(c *websocket.Conn) { c.UnderlyingConn().Close() }
 
@@ -158,10 +169,7 @@ func TestTakeOverAnswersWhatWasPaused(t *testing.T) {
 	fb := newFakeBrowser(t)
 	g := &Guardian{Linger: 300 * time.Millisecond}
 	gc := serve(t, g)
-	relay, err := gc.DialPages(context.Background(), fb.wsURL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := dialPages(t, gc, fb)
 	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
 	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R2","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/2","method":"GET"}}}`)
 	readUntil(t, relay, `"R2"`)
@@ -196,10 +204,7 @@ func TestWaitBeforeTheEndIsSeen(t *testing.T) {
 	fb := newFakeBrowser(t)
 	g := &Guardian{Linger: 300 * time.Millisecond}
 	gc := serve(t, g)
-	relay, err := gc.DialPages(context.Background(), fb.wsURL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := dialPages(t, gc, fb)
 	r, err := gc.DialReporter(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -236,10 +241,7 @@ func TestWaitBeforeTheEndIsSeen(t *testing.T) {
 func TestCloseIsNoTakeOver(t *testing.T) {
 	fb := newFakeBrowser(t)
 	g := &Guardian{Linger: 300 * time.Millisecond}
-	relay, err := serve(t, g).DialPages(context.Background(), fb.wsURL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	relay := dialPages(t, serve(t, g), fb)
 	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
 	readUntil(t, relay, `"R1"`)
 	relay.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
