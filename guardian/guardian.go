@@ -72,7 +72,39 @@ type Guardian struct {
 	// counted out, so that Wait, which waits for live first, never comes
 	// out before a takeover the relay's death calls for has begun. The
 	// relay's process may be seen to exit before its sockets are.
-	live sync.WaitGroup
+	live liveCount
+}
+
+// liveCount counts connections up. Unlike a sync.WaitGroup's, its count
+// may rise from zero while Wait waits: a connection the relay opened
+// just before it died is accepted whenever it is accepted.
+type liveCount struct {
+	mu   sync.Mutex
+	n    int        // guarded by mu
+	none *sync.Cond // on mu; broadcast when n falls to zero
+}
+
+func (l *liveCount) Add(d int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n += d
+	if l.n == 0 && l.none != nil {
+		l.none.Broadcast()
+	}
+}
+
+func (l *liveCount) Done() { l.Add(-1) }
+
+// Wait waits until no connection is up.
+func (l *liveCount) Wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.none == nil {
+		l.none = sync.NewCond(&l.mu)
+	}
+	for l.n > 0 {
+		l.none.Wait()
+	}
 }
 
 // Stats is what the guardian did for relays that went away.
