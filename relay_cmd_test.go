@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,44 +105,6 @@ func TestListenBeyondLoopback(t *testing.T) {
 	}
 }
 
-// fakeChrome is the least a browser endpoint must do for the relay with
-// its limiter off: /json/version, and websockets that echo an empty result.
-func fakeChrome(t *testing.T) *httptest.Server {
-	t.Helper()
-	var wg sync.WaitGroup
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !websocket.IsWebSocketUpgrade(r) {
-			fmt.Fprintf(w, `{"Browser":"Chrome/156.0.0.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/fake"}`, r.Host)
-			return
-		}
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		defer wg.Done()
-		defer c.Close()
-		for {
-			_, msg, err := c.ReadMessage()
-			if err != nil {
-				return
-			}
-			var m struct{ ID int64 }
-			json.Unmarshal(msg, &m)
-			if c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)) != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		wg.Wait()
-	})
-	return srv
-}
-
 // TestRunTokenAndShutdown runs the relay command with its token from
 // CDP_THROTTLE_TOKEN and an upstream given with credentials, at debug
 // level: every endpoint wants the token, the URL the relay advertises
@@ -155,7 +114,11 @@ func fakeChrome(t *testing.T) *httptest.Server {
 // and the log names neither the token nor the credentials nor a message.
 func TestRunTokenAndShutdown(t *testing.T) {
 	const token = "env-token-5ecret"
-	browser := fakeChrome(t)
+	// The least a browser endpoint must do for the relay with its limiter
+	// off: /json/version, and websockets that echo an empty result.
+	browser := fakebrowser.NewScripted(t, func(_ int, c *websocket.Conn, _ <-chan struct{}) {
+		fakebrowser.Echo(c)
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,14 +4,10 @@ package relay
 // or never, dies mid-navigation, or comes up after the relay.
 
 import (
-	"encoding/json"
-	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,68 +19,6 @@ import (
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
-
-// scriptedBrowser is a Chromium-like endpoint whose websockets the test
-// scripts by hand: /json/version names its browser endpoint, and each
-// websocket is handed to the script with its number (0 for the first),
-// which owns it until done is closed.
-type scriptedBrowser struct {
-	srv   *httptest.Server
-	done  chan struct{}
-	n     atomic.Int32
-	mu    sync.Mutex
-	conns []*websocket.Conn // guarded by mu
-	wg    sync.WaitGroup
-}
-
-func newScriptedBrowser(t *testing.T, script func(i int, c *websocket.Conn, done <-chan struct{})) *scriptedBrowser {
-	t.Helper()
-	sb := &scriptedBrowser{done: make(chan struct{})}
-	up := websocket.Upgrader{}
-	sb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !websocket.IsWebSocketUpgrade(r) {
-			fmt.Fprintf(w, `{"Browser":"Chrome/156.0.0.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/scripted"}`, r.Host)
-			return
-		}
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		sb.mu.Lock()
-		sb.conns = append(sb.conns, c)
-		sb.wg.Add(1)
-		sb.mu.Unlock()
-		defer sb.wg.Done()
-		defer c.Close()
-		script(int(sb.n.Add(1)-1), c, sb.done)
-	}))
-	t.Cleanup(func() {
-		close(sb.done)
-		sb.mu.Lock()
-		for _, c := range sb.conns {
-			c.Close()
-		}
-		sb.mu.Unlock()
-		sb.wg.Wait()
-		sb.srv.Close()
-	})
-	return sb
-}
-
-// echo answers every command on c with an empty result until c ends.
-func echo(c *websocket.Conn) {
-	for {
-		_, msg, err := c.ReadMessage()
-		if err != nil {
-			return
-		}
-		var m struct{ ID int64 }
-		json.Unmarshal(msg, &m)
-		if c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)) != nil {
-			return
-		}
-	}
-}
 
 // drain reads c until it ends.
 func drain(c *websocket.Conn) {
@@ -162,18 +96,18 @@ func TestBrowserMisbehaves(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
-			sb := newScriptedBrowser(t, func(i int, c *websocket.Conn, done <-chan struct{}) {
+			sb := fakebrowser.NewScripted(t, func(i int, c *websocket.Conn, done <-chan struct{}) {
 				if i == 0 {
 					tt.script(c, done)
 					return
 				}
-				echo(c)
+				fakebrowser.Echo(c)
 			})
 			var opts []func(*Proxy)
 			if tt.opt != nil {
 				opts = append(opts, tt.opt)
 			}
-			tp := relayToURL(t, sb.srv.URL, limiter.Config{Mode: limiter.Off}, opts...)
+			tp := relayToURL(t, sb.URL, limiter.Config{Mode: limiter.Off}, opts...)
 			c := tp.dial(t, "/", nil)
 			var wg sync.WaitGroup
 			if tt.client != nil {

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -427,4 +428,74 @@ func (fb *Browser) Hush() {
 	fb.Mu.Lock()
 	fb.quiet = true
 	fb.Mu.Unlock()
+}
+
+// Scripted is a Chromium-like endpoint whose websockets the test scripts
+// by hand, for what the recorded Browser cannot do (answer badly, late or
+// never): /json/version names its browser endpoint, and each websocket is
+// handed to the script with its number (0 for the first), which owns it
+// until done is closed. The test's cleanup closes done and every
+// websocket, and waits for the scripts to return.
+type Scripted struct {
+	// URL is the endpoint's http:// address, as httptest.Server's.
+	URL string
+
+	srv   *httptest.Server
+	done  chan struct{}
+	n     atomic.Int32
+	mu    sync.Mutex
+	conns []*websocket.Conn // guarded by mu
+	wg    sync.WaitGroup
+}
+
+// NewScripted starts a Scripted endpoint whose websockets script drives.
+func NewScripted(t testing.TB, script func(i int, c *websocket.Conn, done <-chan struct{})) *Scripted {
+	t.Helper()
+	sb := &Scripted{done: make(chan struct{})}
+	up := websocket.Upgrader{}
+	sb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !websocket.IsWebSocketUpgrade(r) {
+			fmt.Fprintf(w, `{"Browser":"Chrome/156.0.0.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/scripted"}`, r.Host)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		sb.mu.Lock()
+		sb.conns = append(sb.conns, c)
+		sb.wg.Add(1)
+		sb.mu.Unlock()
+		defer sb.wg.Done()
+		defer c.Close()
+		script(int(sb.n.Add(1)-1), c, sb.done)
+	}))
+	sb.URL = sb.srv.URL
+	t.Cleanup(func() {
+		close(sb.done)
+		sb.mu.Lock()
+		for _, c := range sb.conns {
+			c.Close()
+		}
+		sb.mu.Unlock()
+		sb.wg.Wait()
+		sb.srv.Close()
+	})
+	return sb
+}
+
+// Echo answers every command on c with an empty result until c ends: the
+// least a browser must do for a relay with its limiter off.
+func Echo(c *websocket.Conn) {
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		var m struct{ ID int64 }
+		json.Unmarshal(msg, &m)
+		if c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, `{"id":%d,"result":{}}`, m.ID)) != nil {
+			return
+		}
+	}
 }
