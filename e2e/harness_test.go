@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -133,25 +132,12 @@ func startChromiumBin(bin, port string, extra ...string) (httpURL, wsURL string,
 		cmd.Wait()
 		os.RemoveAll(dir)
 	}
-	listening := regexp.MustCompile(`DevTools listening on (ws://([^/\s]+)/\S+)`)
-	found := make(chan []string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m
-				break
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case m := <-found:
-		return "http://" + m[2], m[1], stop, nil
-	case <-time.After(30 * time.Second):
+	addr, wsURL, err := fakebrowser.ListeningOn(stderr)
+	if err != nil {
 		stop()
-		return "", "", nil, errors.New("chromium did not print its DevTools endpoint within 30s")
+		return "", "", nil, err
 	}
+	return "http://" + addr, wsURL, stop, nil
 }
 
 // ownChromium starts a Chromium for one test alone, stopped at cleanup,

@@ -32,7 +32,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -613,23 +612,9 @@ func startRecordChromium(t *testing.T) (addr, wsURL, version string) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	listening := regexp.MustCompile(`DevTools listening on (ws://([^/\s]+)/\S+)`)
-	found := make(chan []string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m
-				break
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case m := <-found:
-		addr, wsURL = m[2], m[1]
-	case <-time.After(30 * time.Second):
-		t.Fatal("chromium did not print its DevTools endpoint within 30s")
+	addr, wsURL, err = ListeningOn(stderr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {

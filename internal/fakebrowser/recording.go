@@ -10,11 +10,14 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RecordedHTTP is one line of testdata/chromium-http.jsonl.
@@ -295,4 +298,33 @@ func EqualMsg(got, want []byte) string {
 		}
 	}
 	return ""
+}
+
+// devToolsListening is the line a Chromium started with
+// --remote-debugging-port prints on stderr once its DevTools listen.
+var devToolsListening = regexp.MustCompile(`DevTools listening on (ws://([^/\s]+)/\S+)`)
+
+// ListeningOn reads a real Chromium's stderr until it says where its
+// DevTools listen, and returns their HTTP address (host:port) and the
+// browser's websocket URL; the rest of stderr is read away, so that
+// Chromium never blocks writing it. It gives up after 30 s. The recorder
+// and e2e's harness start Chromium with it.
+func ListeningOn(stderr io.Reader) (addr, wsURL string, err error) {
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := devToolsListening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+				break
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case m := <-found:
+		return m[2], m[1], nil
+	case <-time.After(30 * time.Second):
+		return "", "", errors.New("chromium did not print its DevTools endpoint within 30s")
+	}
 }
