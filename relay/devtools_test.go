@@ -186,48 +186,19 @@ func TestJSONEndpoints(t *testing.T) {
 						t.Errorf("browser got Host %q, want its own address %q", h.Host, fb.Addr)
 					}
 					// What the browser answered the relay, as the fake serves it.
-					upstream := upstreamBody(t, fb, h)
+					upstream := fakebrowser.AskHTTP(t, fb.Addr, h.Method, h.Path, h.Query)
 					if tt.rewritten {
-						checkRewritten(t, body, upstream.body, fb.Addr, host)
-					} else if d := fakebrowser.EqualMsg(body, upstream.body); d != "" {
+						checkRewritten(t, body, []byte(upstream.Body), fb.Addr, host)
+					} else if d := fakebrowser.EqualMsg(body, []byte(upstream.Body)); d != "" {
 						t.Errorf("body: %s", d)
 					}
-					if got := resp.Header.Get("Content-Type"); got != upstream.contentType {
-						t.Errorf("got Content-Type %q, want the browser's %q", got, upstream.contentType)
+					if got := resp.Header.Get("Content-Type"); got != upstream.ContentType {
+						t.Errorf("got Content-Type %q, want the browser's %q", got, upstream.ContentType)
 					}
 				})
 			}
 		})
 	}
-}
-
-type upstreamAnswer struct {
-	body        []byte
-	contentType string
-}
-
-// upstreamBody asks the fake again what it answers the request h, to
-// compare with what the relay made of it.
-func upstreamBody(t *testing.T, fb *fakebrowser.Browser, h fakebrowser.Hit) upstreamAnswer {
-	t.Helper()
-	u := "http://" + fb.Addr + h.Path
-	if h.Query != "" {
-		u += "?" + h.Query
-	}
-	req, err := http.NewRequest(h.Method, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return upstreamAnswer{body, resp.Header.Get("Content-Type")}
 }
 
 // TestJSONRefusesForeignHost checks that a Host the relay does not answer

@@ -500,26 +500,10 @@ func recordHTTP(t *testing.T, addr, pageURL string, meta map[string]string) {
 	f.Write(append(m, '\n'))
 	do := func(method, path, query string) []byte {
 		t.Helper()
-		u := "http://" + addr + path
-		if query != "" {
-			u += "?" + query
-		}
-		req, _ := http.NewRequest(method, u, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		line, _ := json.Marshal(RecordedHTTP{
-			Method: method, Path: path, Query: query,
-			Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: string(body),
-		})
+		a := AskHTTP(t, addr, method, path, query)
+		line, _ := json.Marshal(a)
 		f.Write(append(line, '\n'))
-		return body
+		return []byte(a.Body)
 	}
 	do("GET", "/json/version", "")
 	do("GET", "/json/list", "")

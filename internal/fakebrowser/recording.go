@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,6 +29,35 @@ type RecordedHTTP struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"contentType"`
 	Body        string `json:"body"`
+}
+
+// AskHTTP sends a browser's HTTP endpoint at addr (host:port) the request
+// method path?query, and returns its answer as the recorder writes it (the
+// recorder asks a real Chromium; the relay's tests ask the fake again what
+// it answered the relay).
+func AskHTTP(t testing.TB, addr, method, path, query string) RecordedHTTP {
+	t.Helper()
+	u := "http://" + addr + path
+	if query != "" {
+		u += "?" + query
+	}
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return RecordedHTTP{
+		Method: method, Path: path, Query: query,
+		Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: string(body),
+	}
 }
 
 // RecordedMsg is one line of a websocket transcript.
