@@ -37,8 +37,8 @@ func (v via) String() string {
 // chooses how (via), books slots in the Holder's Limiter, lets navigations
 // go when their slot comes and feeds answers back. It fails closed: while
 // it cannot hold through its chosen way, navigations wait (armed). The
-// ways read its exported fields, set once by Holder.Arm, and never change
-// them.
+// ways see it through Core and FetchCore (ways.go), never its fields;
+// Holder and Up are set once by Holder.Arm and never change.
 type BrowserHold struct {
 	Holder  *Holder  // the Holder that armed it
 	Up      Upstream // the browser
@@ -49,7 +49,7 @@ type BrowserHold struct {
 
 	way      atomic.Int32 // a via
 	fetch    FetchWay     // the relay's own connections; nil unless Fetch was chosen
-	Claims   claims.Set   // the pages of the relay's own clients, for Fetch
+	claims   claims.Set   // the pages of the relay's own clients, for Fetch (Claims)
 	waiting  atomic.Int64 // navigations waiting for their slot now
 	fellOver atomic.Bool  // it left Fetch (or the session strategy) once
 
@@ -70,11 +70,11 @@ type BrowserHold struct {
 	// target, to tell a client whether a target is attached as it would be
 	// without the relay.
 	attachedClients Counts
-	// ClientNetwork counts the page sessions of the relay's clients with
+	// clientNetwork counts the page sessions of the relay's clients with
 	// Network events on, on each page: the Fetch strategy reads when a
 	// request left, and its answer, from theirs, and enables its own only
-	// where no client did.
-	ClientNetwork Counts
+	// where no client did (ClientNetworkOn).
+	clientNetwork Counts
 }
 
 // Counts is a number per key, safe for concurrent use; a key counted down
@@ -115,7 +115,7 @@ func (c *Counts) countOf(key []byte) int {
 func newBrowserHold(hd *Holder, up Upstream, browser string) *BrowserHold {
 	h := &BrowserHold{Holder: hd, Up: up, browser: browser, armed: make(chan struct{}), answering: make(map[string]*answering), conns: make(map[*Watch]struct{})}
 	h.Lightpanda = strings.HasPrefix(strings.ToLower(browser), "lightpanda")
-	h.Claims.Init()
+	h.claims.Init()
 	return h
 }
 
@@ -248,7 +248,7 @@ func PageLog(log *zerolog.Logger, page, session string) *zerolog.Logger {
 // it opens is that client's, and its first request may pause before the
 // answer names it.
 func (h *BrowserHold) NewPage(url string) (created func(target string)) {
-	h.Claims.Creating()
+	h.claims.Creating()
 	done := func() {}
 	if h.fetch != nil && h.via() == viaFetch && url != "" && url != "about:blank" {
 		// The page's first request leaves before any session can
@@ -259,7 +259,7 @@ func (h *BrowserHold) NewPage(url string) (created func(target string)) {
 		<-covered
 	}
 	return func(target string) {
-		h.Claims.Created(target)
+		h.claims.Created(target)
 		h.coveredThen(target, done)
 	}
 }
@@ -303,9 +303,41 @@ func (h *BrowserHold) Waiting() int { return int(h.waiting.Load()) }
 // Fetch is the browser's Fetch way, nil unless Fetch was chosen.
 func (h *BrowserHold) Fetch() FetchWay { return h.fetch }
 
+// Claims is the set of the browser's pages that are the relay's clients'
+// (FetchCore).
+func (h *BrowserHold) Claims() *claims.Set { return &h.claims }
+
+// ClientNetworkOn is how many sessions of the relay's clients have
+// Network events on, on page (FetchCore).
+func (h *BrowserHold) ClientNetworkOn(page string) int { return h.clientNetwork.Count(page) }
+
+// Upstream is the browser (FetchCore).
+func (h *BrowserHold) Upstream() Upstream { return h.Up }
+
+// Settings are what the Fetch way reads of the Holder that armed the
+// browser (FetchCore).
+func (h *BrowserHold) Settings() FetchSettings {
+	hd := h.Holder
+	return FetchSettings{
+		Intercept:    hd.Intercept,
+		HoldBackup:   hd.HoldBackup,
+		NetLinger:    hd.NetLinger,
+		WriteTimeout: hd.WriteTimeout,
+		PingInterval: hd.PingInterval,
+		StartTimeout: hd.StartTimeout,
+		Log:          hd.Logger(),
+		Metrics:      hd.Metrics,
+		Limiting:     hd.Limiting(),
+	}
+}
+
+// Closing reports whether the relay is shutting down (Holder.Closing,
+// FetchCore).
+func (h *BrowserHold) Closing() bool { return h.Holder.Closing() }
+
 // Claimed reports whether target is one of the relay's clients' pages
 // (Core).
-func (h *BrowserHold) Claimed(target string) bool { return h.Claims.Claimed(target) }
+func (h *BrowserHold) Claimed(target string) bool { return h.claims.Claimed(target) }
 
 // AnswerHeaders are the answer headers the Limiter reads (Core).
 func (h *BrowserHold) AnswerHeaders() []string { return h.Holder.AnswerHeaders() }

@@ -104,7 +104,7 @@ func newWatch(c Client, h *BrowserHold) *Watch {
 	}
 	if id, ok := strings.CutPrefix(c.Path(), "/devtools/page/"); ok {
 		w.sessions[""] = SessionInfo{Target: id, Type: "page"}
-		h.Claims.Claim(id) // a client that opens a page's own socket drives it
+		h.claims.Claim(id) // a client that opens a page's own socket drives it
 	}
 	w.way = h.via()
 	return w
@@ -132,7 +132,7 @@ func (w *Watch) Ended() {
 	sess := w.sess
 	w.mu.Unlock()
 	for _, done := range creates {
-		w.Browser.Claims.Created("")
+		w.Browser.claims.Created("")
 		if done != nil {
 			done()
 		}
@@ -207,11 +207,11 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 				cover, done = f.CreatingWithURL()
 			}
 			w.creates[key] = done
-			w.Browser.Claims.Creating()
+			w.Browser.claims.Creating()
 		}
 	case cdp.Drives(hd.Method):
 		if si, ok := w.sessions[session]; ok && si.Type == "page" {
-			w.Browser.Claims.Claim(si.Target)
+			w.Browser.claims.Claim(si.Target)
 			if f := w.Browser.fetch; way == viaFetch && f != nil {
 				// The page's interception is on before what the client
 				// does there can navigate it.
@@ -228,7 +228,7 @@ func (w *Watch) FromClient(hd cdp.Header, msg []byte) bool {
 		if si, ok := w.sessions[session]; ok && si.Type == "page" {
 			if _, on := w.network[session]; !on {
 				w.network[session] = si.Target
-				w.Browser.ClientNetwork.add(si.Target, 1)
+				w.Browser.clientNetwork.add(si.Target, 1)
 			}
 		}
 	case hd.IsMethod("Network.disable"):
@@ -462,7 +462,7 @@ func (w *Watch) networkOffLocked(session string) {
 		return
 	}
 	delete(w.network, session)
-	if w.Browser.ClientNetwork.add(target, -1) == 0 {
+	if w.Browser.clientNetwork.add(target, -1) == 0 {
 		if f := w.Browser.fetch; f != nil {
 			go f.ClientNetworkOff(target)
 		}
@@ -502,7 +502,7 @@ func (w *Watch) answered(key CmdKey, msg []byte) bool {
 		}
 		result, _, _ := cdp.ReadReply(msg)
 		json.Unmarshal(result, &r)
-		w.Browser.Claims.Created(r.TargetID)
+		w.Browser.claims.Created(r.TargetID)
 		if done != nil {
 			w.Browser.coveredThen(r.TargetID, done)
 		}

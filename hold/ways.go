@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/cdp"
+	"github.com/cdp-throttle/cdp-throttle/hold/claims"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -20,8 +21,9 @@ import (
 // Session, then Stream), and Arm refuses a browser none can hold.
 type Ways struct {
 	// Fetch holds a Chromium's navigations through the relay's own
-	// connections to the browser endpoint.
-	Fetch func(h *BrowserHold) FetchWay
+	// connections to the browser endpoint; c is the browser's holding,
+	// as the way sees it.
+	Fetch func(c FetchCore) FetchWay
 	// Session holds documents through the relay's own interception in
 	// each client session (Lightpanda's way).
 	Session func(w *Watch) ConnWay
@@ -98,6 +100,78 @@ type Core interface {
 	AnswerHeaders() []string
 	// IsLightpanda reports whether the browser is Lightpanda.
 	IsLightpanda() bool
+}
+
+// FetchCore is what the Fetch way (hold/fetch) asks of holding: Core's,
+// and what a way that holds for the whole browser through connections of
+// its own adds: hold on for a navigation its other connection took over,
+// the pages that are the clients', arm the browser or leave Fetch for the
+// next way, what the clients' sessions do on a page, the browser to dial,
+// and the Holder's settings as a value. BrowserHold is one.
+type FetchCore interface {
+	Core
+	// HoldUntil holds a navigation booked already until start, telling w
+	// (BrowserHold.HoldUntil).
+	HoldUntil(ctx context.Context, fl *Flight, start time.Time, w Holding)
+	// Claims is the set of the browser's pages that are the relay's
+	// clients'; the way sets its OnClaim once, before it starts.
+	Claims() *claims.Set
+	// SetArmed records whether navigations can be held now.
+	SetArmed(on bool)
+	// IsArmed reports whether navigations can be held now.
+	IsArmed() bool
+	// WhenArmed returns a channel closed once navigations can be held.
+	WhenArmed() <-chan struct{}
+	// FallOver leaves Fetch for the next way of holding, saying why once.
+	FallOver(why string)
+	// InFetch reports whether navigations are held through Fetch now.
+	InFetch() bool
+	// ClientsOn is how many sessions the relay's clients have on target.
+	ClientsOn(target string) int
+	// ClientNetworkOn is how many sessions of the relay's clients have
+	// Network events on, on page.
+	ClientNetworkOn(page string) int
+	// Upstream is the browser, which the way dials.
+	Upstream() Upstream
+	// Waiting is how many navigations wait for their slot now (StateOf).
+	Waiting() int
+	// Fetch is the browser's Fetch way, nil unless Fetch was chosen
+	// (StateOf).
+	Fetch() FetchWay
+	// Settings are what the way reads of the Holder, fixed once it
+	// started.
+	Settings() FetchSettings
+	// Closing reports whether the relay is shutting down: the relay's own
+	// connections that end then are not lost.
+	Closing() bool
+}
+
+var _ FetchCore = (*BrowserHold)(nil)
+
+// FetchSettings are what the Fetch way reads of the Holder that armed
+// its browser: the Holder's settings, and the logger, metrics and count
+// of work it reports through. All are fixed once the Holder started
+// (Holder.Start), before any way is made; the way keeps the value and
+// shares no lock with the Holder through it.
+type FetchSettings struct {
+	// Intercept is Holder.Intercept: in auto mode Fetch falls over to the
+	// next way when the browser refuses it or never answers.
+	Intercept Intercept
+	// HoldBackup and NetLinger are the Holder's (NetLinger never zero).
+	HoldBackup bool
+	NetLinger  time.Duration
+	// WriteTimeout, PingInterval and StartTimeout are the Holder's, for
+	// the relay's own connections.
+	WriteTimeout, PingInterval, StartTimeout time.Duration
+	// Log is holding's logger (Holder.Logger).
+	Log *zerolog.Logger
+	// Metrics counts what holding does (Holder.Metrics, NoMetrics when
+	// none was set).
+	Metrics Metrics
+	// Limiting counts the work on its way to the Limiter
+	// (Holder.Limiting): the way adds what it starts on goroutines of its
+	// own.
+	Limiting *sync.WaitGroup
 }
 
 // ConnWay is a way of holding in one client connection (Session,

@@ -36,7 +36,7 @@ func (r connRole) String() string { return [...]string{"pages", "net"}[r] }
 // fetchConn is one of the relay's own connections to the browser endpoint.
 type fetchConn struct {
 	f     *fetchHold
-	h     *hold.BrowserHold
+	core  hold.FetchCore // f's: what it asks of holding
 	role  connRole
 	c     *websocket.Conn
 	log   zerolog.Logger
@@ -85,9 +85,9 @@ var documentPattern = []*fetch.RequestPattern{
 
 // dial dials the browser endpoint for one of the relay's connections.
 func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error) {
-	h := f.h
-	dial := h.Up.Dial
-	if g, ok := h.Up.(hold.Guarded); ok && role == rolePages {
+	up := f.core.Upstream()
+	dial := up.Dial
+	if g, ok := up.(hold.Guarded); ok && role == rolePages {
 		dial = g.DialGuarded // what it holds outlives the relay's process
 	}
 	c, err := dial(ctx)
@@ -96,11 +96,11 @@ func (f *fetchHold) dial(ctx context.Context, role connRole) (*fetchConn, error)
 	}
 	fc := &fetchConn{
 		f:        f,
-		h:        h,
+		core:     f.core,
 		role:     role,
 		c:        c,
 		since:    time.Now(), // before its Fetch takes effect: what it pauses, the other one let go after this
-		log:      h.Holder.Logger().With().Str("conn", "relay-"+role.String()).Str("upstream", h.Up.Name()).Logger(),
+		log:      f.cfg.Log.With().Str("conn", "relay-"+role.String()).Str("upstream", up.Name()).Logger(),
 		calls:    make(map[int64]func(hold.Reply)),
 		pages:    make(map[string]struct{}),
 		notPages: make(map[string]struct{}),
@@ -198,7 +198,7 @@ func (fc *fetchConn) send(session, method string, params any, answer func(hold.R
 		fc.calls[id] = answer // a release waits for nothing: its reply is only logged
 	}
 	fc.mu.Unlock()
-	fc.c.SetWriteDeadline(time.Now().Add(fc.h.Holder.WriteTimeout))
+	fc.c.SetWriteDeadline(time.Now().Add(fc.f.cfg.WriteTimeout))
 	if err := fc.c.WriteMessage(websocket.TextMessage, msg); err != nil {
 		fc.mu.Lock()
 		delete(fc.calls, id)
@@ -277,7 +277,7 @@ func (fc *fetchConn) continueRequest(session, id string, answer bool) {
 func (fc *fetchConn) read() {
 	defer func() {
 		if v := recover(); v != nil {
-			fc.h.Holder.Metrics.Panicked()
+			fc.f.cfg.Metrics.Panicked()
 			fc.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
 				Msg("a panic in reading the relay's own browser connection: it is ended as a lost one, the relay goes on")
 			fc.c.Close()
@@ -366,8 +366,8 @@ func (fc *fetchConn) event(method string, params []byte) {
 		fc.mu.Lock()
 		fc.pages[ti.TargetID] = struct{}{}
 		fc.mu.Unlock()
-		if ti.OpenerID != "" && fc.h.Claims.Claimed(ti.OpenerID) {
-			fc.h.Claims.Claim(ti.TargetID) // a popup of a client's page
+		if ti.OpenerID != "" && fc.core.Claimed(ti.OpenerID) {
+			fc.core.Claims().Claim(ti.TargetID) // a popup of a client's page
 		}
 	case "Target.targetDestroyed":
 		if id, ok := cdp.ReadTargetID(params); ok {

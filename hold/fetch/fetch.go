@@ -51,7 +51,8 @@ import (
 // hands what pages held to net, and net holds nothing pages does not hold
 // too unless it is wide.
 type fetchHold struct {
-	h     *hold.BrowserHold
+	core  hold.FetchCore     // what it asks of holding
+	cfg   hold.FetchSettings // set once by New: what it reads of the Holder
 	pages atomic.Pointer[fetchConn]
 	net   atomic.Pointer[fetchConn]
 	stop  context.CancelFunc // set once by start; ends the supervisors
@@ -105,16 +106,17 @@ type passedNav struct {
 
 // New is the Fetch way of holding the navigations of one Chromium
 // (hold.Ways.Fetch).
-func New(h *hold.BrowserHold) hold.FetchWay {
+func New(c hold.FetchCore) hold.FetchWay {
 	f := &fetchHold{
-		h:      h,
+		core:   c,
+		cfg:    c.Settings(),
 		held:   make(map[navKey]*heldNav),
 		passed: make(map[navKey]passedNav),
 		paused: make(map[string]time.Time),
 		urls:   make(map[string]int),
 	}
 	f.np = netPatterns{f: f, taken: make(chan struct{})}
-	h.Claims.OnClaim = f.claimed
+	c.Claims().OnClaim = f.claimed
 	f.life, f.endLife = context.WithCancel(context.Background())
 	return f
 }
@@ -124,7 +126,7 @@ func New(h *hold.BrowserHold) hold.FetchWay {
 func (f *fetchHold) newFlight() *hold.Flight {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.h.NewFlight(f.life)
+	return f.core.NewFlight(f.life)
 }
 
 // endFlights ends every navigation followed so far: no answer of theirs
@@ -171,7 +173,7 @@ func (f *fetchHold) Start(ctx, bg context.Context, up bool, wg *sync.WaitGroup) 
 				return err
 			}
 			if err != nil {
-				f.h.Holder.Logger().Warn().Str("upstream", f.h.Up.Name()).Str("conn", role.String()).Err(err).
+				f.cfg.Log.Warn().Str("upstream", f.core.Upstream().Name()).Str("conn", role.String()).Err(err).
 					Msg("the relay's own browser connection is not up: navigations wait until it is")
 				continue
 			}
@@ -215,7 +217,7 @@ func (f *fetchHold) dialDiscovering(ctx context.Context, role connRole) (*fetchC
 	}
 	if r, err := fc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
 		fc.close()
-		return nil, refusedOrSilent("browser refused target discovery", r, err, f.h.Holder.Intercept)
+		return nil, refusedOrSilent("browser refused target discovery", r, err, f.cfg.Intercept)
 	}
 	return fc, nil
 }
@@ -228,7 +230,7 @@ func (f *fetchHold) connectNet(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.Holder.Intercept
+	mode := f.cfg.Intercept
 	r, err := f.np.enable(ctx, fc)
 	if err != nil {
 		fc.close()
@@ -277,12 +279,12 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				first, before := f.attach(role, fc)
 				switch {
 				case reconnected && first && before:
-					f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Msg("the relay's browser connection is back: holding navigations again")
+					f.cfg.Log.Info().Str("upstream", f.core.Upstream().Name()).Msg("the relay's browser connection is back: holding navigations again")
 				case reconnected && first:
-					f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Msg("the relay's own browser connection is up: holding navigations")
+					f.cfg.Log.Info().Str("upstream", f.core.Upstream().Name()).Msg("the relay's own browser connection is up: holding navigations")
 				}
 			}
-			fc.keepalive(ctx, f.h.Holder.PingInterval, f.h.Holder.WriteTimeout)
+			fc.keepalive(ctx, f.cfg.PingInterval, f.cfg.WriteTimeout)
 			if role == rolePages {
 				f.pages.Store(nil)
 			} else {
@@ -302,25 +304,25 @@ func (f *fetchHold) supervise(ctx context.Context, role connRole, fc *fetchConn)
 				return
 			case <-time.After(backoff):
 			}
-			cctx, cancel := context.WithTimeout(ctx, min(f.h.Holder.StartTimeout, 10*time.Second))
+			cctx, cancel := context.WithTimeout(ctx, min(f.cfg.StartTimeout, 10*time.Second))
 			next, err := f.connect(cctx, role)
 			cancel()
 			var refused errRefused
 			switch {
 			case err == nil:
 				fc = next
-			case errors.As(err, &refused) && f.h.Holder.Intercept == hold.InterceptAuto:
-				f.h.FallOver(err.Error())
+			case errors.As(err, &refused) && f.cfg.Intercept == hold.InterceptAuto:
+				f.core.FallOver(err.Error())
 				return
-			case errors.Is(err, errSilent) && f.h.Holder.Intercept == hold.InterceptAuto:
+			case errors.Is(err, errSilent) && f.cfg.Intercept == hold.InterceptAuto:
 				if silent++; silent >= maxSilent {
-					f.h.FallOver(err.Error())
+					f.core.FallOver(err.Error())
 					return
 				}
-				f.h.Holder.Logger().Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
+				f.cfg.Log.Debug().Err(err).Str("conn", role.String()).Msg("browser did not answer the relay's own connection")
 			default:
 				silent = 0
-				f.h.Holder.Logger().Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
+				f.cfg.Log.Debug().Err(err).Str("conn", role.String()).Msg("browser still unreachable")
 			}
 		}
 		reconnected = true
@@ -380,7 +382,7 @@ func (f *fetchHold) rearm() {
 	f.mu.Lock()
 	ok := f.confirmed && (f.pagesReady() || f.np.wide())
 	f.mu.Unlock()
-	f.h.SetArmed(ok)
+	f.core.SetArmed(ok)
 }
 
 // uncovered notes n more (or, negative, fewer) client pages that the
@@ -429,8 +431,8 @@ func (f *fetchHold) Cover(target string, navigates bool) <-chan struct{} {
 	if fc := f.pages.Load(); fc != nil {
 		ch = fc.cover(target, navigates)
 	}
-	if ch == nil && !f.h.IsArmed() {
-		ch = f.h.WhenArmed()
+	if ch == nil && !f.core.IsArmed() {
+		ch = f.core.WhenArmed()
 	}
 	return both(ch, f.np.covering())
 }
@@ -513,7 +515,7 @@ func (f *fetchHold) Unattached(params, msg []byte) ([]byte, bool) {
 		}
 		target = ti.TargetID
 	}
-	if !f.relayAttached(target) || f.h.ClientsOn(target) > 0 {
+	if !f.relayAttached(target) || f.core.ClientsOn(target) > 0 {
 		return nil, false
 	}
 	return bytes.Replace(msg, attached, []byte(`"attached":false`), 1), true
@@ -524,7 +526,7 @@ func (f *fetchHold) Unattached(params, msg []byte) ([]byte, bool) {
 // never pauses would leave every navigation unheld. msg is the answer to
 // the Page.navigate of a client's page, sent at (hold.FetchWay).
 func (f *fetchHold) CheckNavigate(page string, at time.Time, msg []byte) {
-	if !f.h.InFetch() || hold.PartOff("pauses") {
+	if !f.core.InFetch() || hold.PartOff("pauses") {
 		return
 	}
 	result, e, _ := cdp.ReadReply(msg)
@@ -541,9 +543,9 @@ func (f *fetchHold) CheckNavigate(page string, at time.Time, msg []byte) {
 	if !f.upSince(at) {
 		// The relay's connections went away meanwhile: the browser let
 		// the request go with them, and nothing says Fetch does not work.
-		f.h.Unheld(1, "the relay's own connections were lost while a navigation went out")
+		f.core.Unheld(1, "the relay's own connections were lost while a navigation went out")
 		return
 	}
-	f.h.Unheld(1, "the browser did not pause the document request for the relay's own connection")
-	f.h.FallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
+	f.core.Unheld(1, "the browser did not pause the document request for the relay's own connection")
+	f.core.FallOver("the browser acknowledged Fetch on the relay's own connection but did not pause a page's document request")
 }

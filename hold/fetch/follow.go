@@ -175,7 +175,7 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 			return
 		}
 	}
-	ev, ok := cdp.ReadNetworkEvent(method, params, fc.h.Holder.AnswerHeaders())
+	ev, ok := cdp.ReadNetworkEvent(method, params, fc.core.AnswerHeaders())
 	if !ok {
 		return
 	}
@@ -245,7 +245,7 @@ func (fc *fetchConn) network(method, params []byte, in string, at time.Time) {
 	}
 	if answered != nil {
 		if answered.booked {
-			fc.h.Observe(answered.fl, answered.host, ev.Outcome, hold.PageLog(&fc.log, page, ""))
+			fc.core.Observe(answered.fl, answered.host, ev.Outcome, hold.PageLog(&fc.log, page, ""))
 		}
 		answered.nav.End() // a redirect's navigation goes on with its next hop, in flight
 		if !ev.Redirect {

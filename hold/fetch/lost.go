@@ -16,7 +16,7 @@ const orphanWait = 2 * time.Second
 // hands to net; what net does not get within orphanWait went to the
 // network unheld.
 func (f *fetchHold) dropped(fc *fetchConn) {
-	if !f.h.InFetch() || f.h.Holder.Closing() {
+	if !f.core.InFetch() || f.core.Closing() {
 		f.endFlights() // no answer of a navigation followed here will come
 		return         // stopped on purpose: navigations are held another way now, or not at all
 	}
@@ -25,7 +25,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	f.mu.Lock()
 	f.confirmed = false
 	f.mu.Unlock()
-	f.h.SetArmed(false)
+	f.core.SetArmed(false)
 	if fc.role == rolePages {
 		f.np.update() // net holds everything while pages is away
 	}
@@ -67,7 +67,7 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	}
 	if others == 0 {
 		if gone {
-			f.h.Holder.Logger().Warn().Str("upstream", f.h.Up.Name()).Int("held", len(lost)).
+			f.cfg.Log.Warn().Str("upstream", f.core.Upstream().Name()).Int("held", len(lost)).
 				Msg("the browser closed the relay's connections (it stopped, restarts or was cut off): navigations wait until it is back")
 		}
 		if len(lost) > 0 {
@@ -79,8 +79,8 @@ func (f *fetchHold) dropped(fc *fetchConn) {
 	// later, and says so: this one is lost alone only if the other
 	// still answers.
 	go func() {
-		if f.confirm() && !f.h.Holder.Closing() {
-			f.h.Holder.Logger().Info().Str("upstream", f.h.Up.Name()).Str("conn", fc.role.String()).Int("held", held).
+		if f.confirm() && !f.core.Closing() {
+			f.cfg.Log.Info().Str("upstream", f.core.Upstream().Name()).Str("conn", fc.role.String()).Int("held", held).
 				Msg("lost one of the relay's browser connections: the other one holds on")
 		}
 	}()
@@ -150,7 +150,7 @@ func (f *fetchHold) countLost(frames []string) {
 			n++
 		}
 	}
-	f.h.Unheld(n, "the browser released what the relay's lost connections held")
+	f.core.Unheld(n, "the browser released what the relay's lost connections held")
 }
 
 // pageAlive reports whether the browser still has a page, as far as the

@@ -103,16 +103,16 @@ func (np *netPatterns) patternsLocked() ([]*fetch.RequestPattern, bool) {
 // clients: they have a page, or had one within Holder.NetLinger, after which it
 // looks again. Callers hold np.mu.
 func (np *netPatterns) clientsLocked() bool {
-	h := np.f.h
-	if !h.Holder.HoldBackup {
+	f := np.f
+	if !f.cfg.HoldBackup {
 		return false
 	}
 	now := time.Now()
-	if h.Claims.Any() {
+	if f.core.Claims().Any() {
 		np.clientsAt = now
 		return true
 	}
-	left := h.Holder.NetLinger - now.Sub(np.clientsAt)
+	left := f.cfg.NetLinger - now.Sub(np.clientsAt)
 	if left <= 0 {
 		return false
 	}
@@ -292,7 +292,7 @@ func (np *netPatterns) takenChan() <-chan struct{} {
 // within coverWait. Nil means it is on already.
 func (np *netPatterns) covering() <-chan struct{} {
 	f := np.f
-	if !f.h.Holder.HoldBackup {
+	if !f.cfg.HoldBackup {
 		return nil
 	}
 	if f.net.Load() == nil || np.on() {
@@ -306,7 +306,7 @@ func (np *netPatterns) covering() <-chan struct{} {
 // net takes an update), or within is over.
 func (np *netPatterns) when(ok func() bool, within time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
-	limiting := np.f.h.Holder.Limiting()
+	limiting := np.f.cfg.Limiting
 	limiting.Add(1)
 	go func() {
 		defer limiting.Done()
@@ -383,9 +383,9 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 	host, _ := limiter.Key(ev.Request.URL)
 	fc.hopFor(ev)
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: hn.fl})
-	f.h.Holder.Limiting().Add(1)
+	f.cfg.Limiting.Add(1)
 	go func() {
-		defer f.h.Holder.Limiting().Done()
+		defer f.cfg.Limiting.Done()
 		select {
 		case <-hn.booked:
 		case <-fc.held.Done():
@@ -405,10 +405,10 @@ func (f *fetchHold) handedOver(fc *fetchConn, ev *cdp.RequestPaused) bool {
 			// the next slot instead.
 			log := hold.PageLog(&fc.log, ev.FrameID, "")
 			log.Debug().Str("host", host).Float64("late_ms", limiter.ShownMillis(late)).Msg("handed-over navigation booked again")
-			f.h.Hold(fc.held, hold.Request{Flight: hn.fl, Host: host, URL: ev.Request.URL, Log: log}, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
+			f.core.Hold(fc.held, hold.Request{Flight: hn.fl, Host: host, URL: ev.Request.URL, Log: log}, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 			return
 		}
-		f.h.HoldUntil(fc.held, hn.fl, hn.start, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
+		f.core.HoldUntil(fc.held, hn.fl, hn.start, netLet{f: f, fc: fc, key: key, hn: hn, id: id})
 	}()
 	return true
 }
@@ -427,7 +427,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 		f.passLocked(key, fc, time.Now())
 		f.mu.Unlock()
 		fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl})
-		f.h.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
+		f.core.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 			netHold{netLet: netLet{fc: fc, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: prev.booked, fl: prev.fl}})
 		return
 	}
@@ -446,7 +446,7 @@ func (f *fetchHold) holdNet(fc *fetchConn, ev *cdp.RequestPaused, host string) {
 	f.mu.Unlock()
 	context.AfterFunc(fl.Context(), func() { f.forget(key, hn) })
 	fc.setHop(id, hop{host: host, frame: ev.FrameID, booked: true, fl: fl})
-	f.h.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
+	f.core.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 		netHold{netLet: netLet{f: f, fc: fc, key: key, hn: hn, id: id}, hop: hop{host: host, frame: ev.FrameID, booked: true, fl: fl}})
 }
 

@@ -80,7 +80,7 @@ func (f *fetchHold) connectPages(ctx context.Context) (*fetchConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := f.h.Holder.Intercept
+	mode := f.cfg.Intercept
 	// Pages announced before the reply are all of them: arm the clients'.
 	if r, err := fc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
 		fc.close()
@@ -103,7 +103,7 @@ func (fc *fetchConn) armClaimed(ctx context.Context) error {
 	}
 	fc.pg.mu.Unlock()
 	for _, ps := range sessions {
-		if !fc.h.Claims.Claimed(ps.target) {
+		if !fc.core.Claimed(ps.target) {
 			continue
 		}
 		select {
@@ -149,7 +149,7 @@ func (fc *fetchConn) attached(params []byte) {
 	fc.mu.Unlock()
 	fc.pg.mu.Unlock()
 	fc.log.Debug().Str("target", ps.target).Str("session", ps.id).Bool("waiting", a.Waiting).Str("opener", a.Target.OpenerID).Msg("attached to a page")
-	claims := &fc.h.Claims
+	claims := fc.core.Claims()
 	if a.Target.OpenerID != "" && claims.Claimed(a.Target.OpenerID) {
 		claims.Claim(ps.target) // a popup of a client's page
 	}
@@ -165,9 +165,9 @@ func (fc *fetchConn) attached(params []byte) {
 	// run; never on the reader. A page that turns out not to be a
 	// client's is let go, armed or not.
 	armed := fc.arm(ps)
-	fc.h.Holder.Limiting().Add(1)
+	fc.f.cfg.Limiting.Add(1)
 	go func() {
-		defer fc.h.Holder.Limiting().Done()
+		defer fc.f.cfg.Limiting.Done()
 		ctx, cancel := context.WithTimeout(fc.held, hold.ClaimWait)
 		ours := claims.Decide(ctx, ps.target)
 		cancel()
@@ -267,7 +267,7 @@ func (fc *fetchConn) arm(ps *pageSess) <-chan struct{} {
 // with the timing of its send, or Network.loadingFailed), and paused with
 // no network id: it is followed by its page's frame (trackKey).
 func (fc *fetchConn) events(ps *pageSess) <-chan struct{} {
-	if fc.h.ClientNetwork.Count(ps.target) > 0 {
+	if fc.core.ClientNetworkOn(ps.target) > 0 {
 		return nil
 	}
 	fc.pg.mu.Lock()
@@ -348,9 +348,9 @@ func (fc *fetchConn) cover(target string, navigates bool) <-chan struct{} {
 	case attaching != nil:
 		return attaching // another claim of the page is attaching to it
 	}
-	fc.h.Holder.Limiting().Add(1)
+	fc.f.cfg.Limiting.Add(1)
 	go func() {
-		defer fc.h.Holder.Limiting().Done()
+		defer fc.f.cfg.Limiting.Done()
 		defer func() {
 			fc.pg.mu.Lock()
 			delete(fc.pg.attaching, target)
@@ -494,20 +494,20 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 	fc.pg.mu.Unlock()
 	if ps == nil || ev.FrameID != ps.target {
 		fc.release(session, id)
-		fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
+		fc.f.cfg.Metrics.Navigation(hold.NavUntracked, 0)
 		return
 	}
 	fc.f.sawPause(ps.target)
-	if !fc.h.Claims.Claimed(ps.target) {
+	if !fc.core.Claimed(ps.target) {
 		fc.release(session, id)
-		fc.h.Holder.Metrics.Navigation(hold.NavForeign, 0)
+		fc.f.cfg.Metrics.Navigation(hold.NavForeign, 0)
 		return
 	}
 	host, ok := limiter.Key(ev.Request.URL)
-	exempt := !ok || fc.h.Exempt(host)
+	exempt := !ok || fc.core.Exempt(host)
 	if exempt && !fc.following(ev) {
 		fc.release(session, id) // nothing to book, nothing to follow
-		fc.h.NotBooked(ok)
+		fc.core.NotBooked(ok)
 		return
 	}
 	th, prev := fc.follow(session, ev)
@@ -521,7 +521,7 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 			prev.fl.End() // a redirect to a host that is not held: its place goes back
 		}
 		fc.release(session, id)
-		fc.h.NotBooked(ok)
+		fc.core.NotBooked(ok)
 		return
 	}
 	th.host = host
@@ -531,7 +531,7 @@ func (fc *fetchConn) pagePaused(session string, ev *cdp.RequestPaused) {
 		// before it was booked.
 		th.booked = prev.booked
 		fc.fly(th, prev.fl)
-		fc.h.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
+		fc.core.CheckThen(fc.held, hold.Request{Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Refusable: true},
 			pagesHop{fc: fc, session: session, id: id, th: th, fl: prev.fl, key: navKey{frame: ev.FrameID, method: ev.Request.Method, url: ev.Request.URL}})
 		return
 	}

@@ -29,7 +29,7 @@ func (f *fetchHold) holdPage(fc *fetchConn, session string, ev *cdp.RequestPause
 	f.held[key] = hn
 	f.mu.Unlock()
 	context.AfterFunc(fl.Context(), func() { f.forget(key, hn) })
-	f.h.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Depart: true, Refusable: true},
+	f.core.Hold(fc.held, hold.Request{Flight: fl, Host: host, URL: ev.Request.URL, Log: hold.PageLog(&fc.log, ev.FrameID, ""), Depart: true, Refusable: true},
 		pagedHold{f: f, fc: fc, key: key, hn: hn, session: session, id: id, th: th})
 }
 
@@ -59,7 +59,7 @@ func (p pagedHold) Booked(start time.Time, nav *pace.Nav) {
 // lets it out, counted unheld.)
 func (p pagedHold) Waits() {
 	f := p.f
-	if !f.h.Holder.HoldBackup {
+	if !f.cfg.HoldBackup {
 		return // net is off: losing pages lets it go (counted)
 	}
 	f.mu.Lock()
@@ -188,7 +188,7 @@ func (f *fetchHold) forgetPage(frame string) {
 	f.mu.Lock()
 	delete(f.paused, frame)
 	f.mu.Unlock()
-	f.h.Claims.Forget(frame)
+	f.core.Claims().Forget(frame)
 	f.np.update() // the clients' last page may have gone: net's Fetch goes off after NetLinger
 }
 
@@ -197,7 +197,7 @@ func (f *fetchHold) forgetPage(frame string) {
 // paused handles one document request paused at the browser level (net).
 func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 	id := ev.RequestID
-	if o, ok := ev.Outcome(fc.h.Holder.AnswerHeaders()); ok {
+	if o, ok := ev.Outcome(fc.core.AnswerHeaders()); ok {
 		fc.nt.mu.Lock()
 		hp, tracked := fc.nt.hops[id]
 		if tracked && !isRedirect(o.Status) {
@@ -205,7 +205,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		}
 		fc.nt.mu.Unlock()
 		if tracked && hp.booked {
-			fc.h.Observe(hp.fl, hp.host, o, hold.PageLog(&fc.log, hp.frame, ""))
+			fc.core.Observe(hp.fl, hp.host, o, hold.PageLog(&fc.log, hp.frame, ""))
 		}
 		if tracked && !isRedirect(o.Status) {
 			hp.fl.End() // answered or failed; a redirect's place goes on with its hop
@@ -223,7 +223,7 @@ func (fc *fetchConn) paused(ev *cdp.RequestPaused) {
 		fc.decide(ev)
 	case notPage:
 		fc.release("", id)
-		fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
+		fc.f.cfg.Metrics.Navigation(hold.NavUntracked, 0)
 	default:
 		// A frame not announced as a page: an iframe, or a page whose
 		// announcement has not arrived. Ask, without stopping the reader.
@@ -255,15 +255,15 @@ func (fc *fetchConn) classify(ev *cdp.RequestPaused) {
 		fc.notPages[frame] = struct{}{}
 	}
 	fc.mu.Unlock()
-	if isPage && ti.OpenerID != "" && fc.h.Claims.Claimed(ti.OpenerID) {
-		fc.h.Claims.Claim(frame)
+	if isPage && ti.OpenerID != "" && fc.core.Claimed(ti.OpenerID) {
+		fc.core.Claims().Claim(frame)
 	}
 	if isPage {
 		fc.decide(ev)
 		return
 	}
 	fc.release("", ev.RequestID)
-	fc.h.Holder.Metrics.Navigation(hold.NavUntracked, 0)
+	fc.f.cfg.Metrics.Navigation(hold.NavUntracked, 0)
 }
 
 // decide holds a page's document request when the page is a client's, and
@@ -276,18 +276,18 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 	if fc.f.handedOver(fc, ev) || fc.f.echo(fc, ev) {
 		return
 	}
-	if fc.h.Claims.Claimed(ev.FrameID) {
+	if fc.core.Claimed(ev.FrameID) {
 		fc.ours(ev)
 		return
 	}
-	if !fc.h.Claims.Unsure() {
+	if !fc.core.Claims().Unsure() {
 		fc.foreign(ev)
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(fc.held, hold.ClaimWait)
 		defer cancel()
-		if fc.h.Claims.Decide(ctx, ev.FrameID) {
+		if fc.core.Claims().Decide(ctx, ev.FrameID) {
 			fc.ours(ev)
 		} else {
 			fc.foreign(ev)
@@ -298,18 +298,18 @@ func (fc *fetchConn) decide(ev *cdp.RequestPaused) {
 // foreign lets a document request of a page that is not a client's go.
 func (fc *fetchConn) foreign(ev *cdp.RequestPaused) {
 	fc.release("", ev.RequestID)
-	fc.h.Holder.Metrics.Navigation(hold.NavForeign, 0)
+	fc.f.cfg.Metrics.Navigation(hold.NavForeign, 0)
 }
 
 // ours holds a document request of a client's page for its slot.
 func (fc *fetchConn) ours(ev *cdp.RequestPaused) {
 	host, ok := limiter.Key(ev.Request.URL)
-	if !ok || fc.h.Exempt(host) {
+	if !ok || fc.core.Exempt(host) {
 		if prev, redirected := fc.hopFor(ev); redirected {
 			prev.fl.End() // a redirect to a host that is not held: its place goes back
 		}
 		fc.release("", ev.RequestID)
-		fc.h.NotBooked(ok)
+		fc.core.NotBooked(ok)
 		return
 	}
 	fc.f.holdNet(fc, ev, host)

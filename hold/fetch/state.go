@@ -20,14 +20,15 @@ type State struct {
 	Unarmed int
 }
 
-// StateOf reports the state of b, a Browser that Holder.Arm returned.
+// StateOf reports the state of b, a Browser that Holder.Arm returned (a
+// hold.FetchCore, as hold.BrowserHold is).
 func StateOf(b hold.Browser) State {
-	h, ok := b.(*hold.BrowserHold)
+	c, ok := b.(hold.FetchCore)
 	if !ok {
 		return State{}
 	}
-	st := State{Waiting: h.Waiting()}
-	f, ok := h.Fetch().(*fetchHold)
+	st := State{Waiting: c.Waiting()}
+	f, ok := c.Fetch().(*fetchHold)
 	if !ok {
 		return st
 	}

@@ -98,7 +98,7 @@ func (th *Holder) Close() { th.close() }
 // does (a command in a session attached to it): the Fetch way holds only
 // such pages.
 func (th *Holder) Claim(target string) {
-	th.Browser.(*hold.BrowserHold).Claims.Claim(target)
+	th.Browser.(*hold.BrowserHold).Claims().Claim(target)
 }
 
 // WaitFeedback waits until the Holder fed n answers back to the limiter,
@@ -193,9 +193,9 @@ func (c *Counts) Panicked() { c.Panics.Add(1) }
 // pauses of pages no client drives need: it wraps ways.Fetch.
 func EveryPage(ways hold.Ways) hold.Ways {
 	if newFetch := ways.Fetch; newFetch != nil {
-		ways.Fetch = func(h *hold.BrowserHold) hold.FetchWay {
-			h.Claims.ClaimAll()
-			return newFetch(h)
+		ways.Fetch = func(c hold.FetchCore) hold.FetchWay {
+			c.Claims().ClaimAll()
+			return newFetch(c)
 		}
 	}
 	return ways
