@@ -126,6 +126,56 @@ func (l *logLines) waitFor(t *testing.T, message string, within time.Duration) m
 	}
 }
 
+// startLogging starts cmd and reads its stderr as log lines.
+func startLogging(t *testing.T, cmd *exec.Cmd) *logLines {
+	t.Helper()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{seen: make(chan string, 1024)}
+	go logs.read(bufio.NewScanner(stderr))
+	return logs
+}
+
+// loggedProc is a relay process started by startWatched: its log lines,
+// and when and how it exited.
+type loggedProc struct {
+	cmd     *exec.Cmd
+	logs    *logLines
+	pr      *os.File      // its stderr, closed by the test
+	exited  chan struct{} // closed once it exited
+	exitAt  time.Time     // set before exited is closed
+	exitErr error         // Wait's
+}
+
+// startWatched starts cmd and reads its stderr as log lines, as
+// startLogging does, and watches for its exit. Its stderr is a pipe of the
+// test's own, so that Wait returns when the relay exits, whatever else
+// holds the pipe.
+func startWatched(t *testing.T, cmd *exec.Cmd) *loggedProc {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	p := &loggedProc{cmd: cmd, logs: &logLines{seen: make(chan string, 1024)}, pr: pr, exited: make(chan struct{})}
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	go p.logs.read(sc)
+	go func() {
+		err := cmd.Wait()
+		p.exitAt, p.exitErr = time.Now(), err
+		close(p.exited)
+	}()
+	return p
+}
+
 // TestCommandLaunchesAndStopsBrowser runs the binary with a browser command
 // after --: it starts Chromium, waits for it, relays to it, and on SIGTERM
 // ends its clients' connections, stops the browser and exits 0.
@@ -141,13 +191,8 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 		chromium}
 	args = append(append(args, ChromiumFlags...), "--user-data-dir="+t.TempDir(), "--remote-debugging-port="+cdpPort)
 	cmd := exec.Command(bin, args...)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	logs := startLogging(t, cmd)
 	defer cmd.Process.Kill()
-	logs := &logLines{seen: make(chan string, 64)}
-	go logs.read(bufio.NewScanner(stderr))
 
 	start := logs.waitFor(t, "cdp-throttle starting", 10*time.Second)
 	if start["mode"] != "fixed300" || start["burst"] != float64(1) || start["listen"] != listen || start["upstream"] != nil {

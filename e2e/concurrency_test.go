@@ -172,6 +172,16 @@ func (cs *capSite) slowDocs(run string) []hit {
 	return cs.hitsOf(func(h hit) bool { return h.Path == "/slow" && strings.Contains(h.Query, "run="+run+"&") })
 }
 
+// capCases are the runs of TestConcurrencyCap and its Lightpanda twin:
+// the relay without a cap, then with a cap of 2.
+var capCases = []struct {
+	name  string
+	flags policy.Flags
+}{
+	{"no cap", policy.Flags{}},
+	{"--http-nav-concurrency 2", policy.Flags{Concurrency: "2"}},
+}
+
 // TestConcurrencyCap: a host that answers after 800 ms, eight Puppeteer
 // pages making three navigations each at once (each page the next when
 // the last is answered). With --http-nav-concurrency 2 the server never
@@ -184,13 +194,7 @@ func TestConcurrencyCap(t *testing.T) {
 		n     = 24
 	)
 	cs := newCapSite(t, siteIP, delay)
-	for _, tc := range []struct {
-		name  string
-		flags policy.Flags
-	}{
-		{"no cap", policy.Flags{}},
-		{"--http-nav-concurrency 2", policy.Flags{Concurrency: "2"}},
-	} {
+	for _, tc := range capCases {
 		r := startRelay(t, limiter.Config{}, withPolicy(t, tc.flags))
 		run := runID()
 		cs.mostInFlight()
@@ -260,13 +264,7 @@ func TestConcurrencyCapLightpanda(t *testing.T) {
 	)
 	lp := startLightpanda(t)
 	cs := newCapSite(t, lpHost, delay)
-	for _, tc := range []struct {
-		name  string
-		flags policy.Flags
-	}{
-		{"no cap", policy.Flags{}},
-		{"--http-nav-concurrency 2", policy.Flags{Concurrency: "2"}},
-	} {
+	for _, tc := range capCases {
 		r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, tc.flags))
 		run := runID()
 		var clients []pageClient

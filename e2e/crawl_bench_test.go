@@ -61,7 +61,7 @@ import (
 // closer than the spacing less exactSlack.
 func BenchmarkCrawl(b *testing.B) {
 	names := strings.Split(envOr("CRAWL_RUNS", "floor,off,hold"), ",")
-	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
+	rounds := envInt(b, "CRAWL_ROUNDS", 3)
 	clients, loads := envOr("CRAWL_CLIENTS", "100"), envOr("CRAWL_LOADS", "5")
 	bin := crawlBinary(b)
 	s := startSiteProcess(b, "-")

@@ -28,9 +28,9 @@ import (
 // used, each ÷ the floor's of the same round, as medians over the rounds.
 func BenchmarkCrawlLightpanda(b *testing.B) {
 	names := strings.Split(envOr("CRAWL_RUNS", "floor,hold"), ",")
-	rounds, _ := strconv.Atoi(envOr("CRAWL_ROUNDS", "3"))
-	serves, _ := strconv.Atoi(envOr("CRAWL_SERVES", "4"))
-	perServe, _ := strconv.Atoi(envOr("CRAWL_CLIENTS", "16"))
+	rounds := envInt(b, "CRAWL_ROUNDS", 3)
+	serves := envInt(b, "CRAWL_SERVES", 4)
+	perServe := envInt(b, "CRAWL_CLIENTS", 16)
 	loads := envOr("CRAWL_LOADS", "5")
 	bin := crawlBinary(b)
 	lp := lightpandaBin(b)

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"net"
@@ -27,12 +26,10 @@ type launched struct {
 // it says "relay ready" (ready true) or exits (ready false).
 func launch(t *testing.T, args ...string) (l *launched, ready bool) {
 	t.Helper()
-	l = &launched{listen: "127.0.0.1:" + freePort(t), logs: &logLines{seen: make(chan string, 64)}, exited: make(chan error, 1)}
+	l = &launched{listen: "127.0.0.1:" + freePort(t), exited: make(chan error, 1)}
 	l.cmd = exec.Command(buildBinary(t), append([]string{"--listen", l.listen, "--log-format", "json"}, args...)...)
-	stderr, _ := l.cmd.StderrPipe()
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	// Non-JSON lines (the refusal) are kept in raw too.
+	l.logs = startLogging(t, l.cmd)
 	t.Cleanup(func() {
 		l.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -41,8 +38,6 @@ func launch(t *testing.T, args ...string) (l *launched, ready bool) {
 			l.cmd.Process.Kill()
 		}
 	})
-	// Non-JSON lines (the refusal) are kept in raw too.
-	go l.logs.read(bufio.NewScanner(stderr))
 	go func() { l.exited <- l.cmd.Wait() }()
 	deadline := time.After(60 * time.Second)
 	for {

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -422,14 +421,9 @@ type rollRelay struct {
 
 // rollProc is one incarnation of a relay.
 type rollProc struct {
-	cmd     *exec.Cmd
-	logs    *logLines
-	pr      *os.File // its stderr
+	*loggedProc
 	startAt time.Time
 	readyAt time.Time
-	exited  chan struct{} // closed once it exited
-	exitAt  time.Time     // set before exited is closed
-	exitErr error         // Wait's
 }
 
 func (p *rollProc) gone() bool {
@@ -465,28 +459,10 @@ func (rr *rollRelay) start(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(rr.bin, rr.argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Its stderr is a pipe of the test's own, so that Wait returns when
-	// the relay exits, whatever else holds the pipe.
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = pw
-	p := &rollProc{cmd: cmd, pr: pr, logs: &logLines{seen: make(chan string, 1024)}, exited: make(chan struct{}), startAt: time.Now()}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
+	p := &rollProc{startAt: time.Now()}
+	p.loggedProc = startWatched(t, cmd)
 	rr.cur = p
 	rr.procs = append(rr.procs, p)
-	sc := bufio.NewScanner(pr)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	go p.logs.read(sc)
-	go func() {
-		err := cmd.Wait()
-		p.exitAt, p.exitErr = time.Now(), err
-		close(p.exited)
-	}()
 	p.logs.waitFor(t, "relay ready", rollReady)
 	p.readyAt = time.Now()
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -81,12 +80,7 @@ func startRelayBinary(t *testing.T, bin string, args ...string) *relayProcess {
 	listen := "127.0.0.1:" + freePort(t)
 	cmd := exec.Command(bin, append([]string{"--listen", listen, "--log-format", "json"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	rp := &relayProcess{url: "http://" + listen, logs: &logLines{seen: make(chan string, 1024)}, cmd: cmd}
-	go rp.logs.read(bufio.NewScanner(stderr))
+	rp := &relayProcess{url: "http://" + listen, logs: startLogging(t, cmd), cmd: cmd}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()

@@ -417,12 +417,7 @@ func TestBrowserKilledMidCrawl(t *testing.T) {
 	args = append(append(args, ChromiumFlags...), "--user-data-dir="+t.TempDir(), "--remote-debugging-port="+freePort(t))
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logLines{seen: make(chan string, 1024)}
-	go logs.read(bufio.NewScanner(stderr))
+	logs := startLogging(t, cmd)
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -345,12 +344,8 @@ func runStop(t *testing.T, c stopCase) {
 
 // stoppingRelay is the binary, stopped by the test.
 type stoppingRelay struct {
-	url     string // http://127.0.0.1:PORT
-	cmd     *exec.Cmd
-	logs    *logLines
-	exited  chan struct{} // closed once it exited
-	exitAt  time.Time     // set before exited is closed
-	exitErr error         // Wait's
+	url string // http://127.0.0.1:PORT
+	*loggedProc
 }
 
 // startStoppingRelay runs the binary with a 500 ms slot per navigation,
@@ -365,26 +360,7 @@ func startStoppingRelay(t *testing.T, args ...string) *stoppingRelay {
 		"--http-nav-delay", stopSpacing.String(), "--http-nav-burst", "1", "--drain-timeout", stopDrain.String()}, args...)
 	cmd := exec.Command(bin, argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Its stderr is a pipe of the test's own, so that Wait returns when
-	// the relay exits, whatever else holds the pipe.
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	r := &stoppingRelay{url: "http://" + listen, cmd: cmd, logs: &logLines{seen: make(chan string, 1024)}, exited: make(chan struct{})}
-	sc := bufio.NewScanner(pr)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	go r.logs.read(sc)
-	go func() {
-		err := cmd.Wait()
-		r.exitAt, r.exitErr = time.Now(), err
-		close(r.exited)
-	}()
+	r := &stoppingRelay{url: "http://" + listen, loggedProc: startWatched(t, cmd)}
 	t.Cleanup(func() {
 		select {
 		case <-r.exited:
@@ -393,7 +369,7 @@ func startStoppingRelay(t *testing.T, args ...string) *stoppingRelay {
 			<-r.exited
 		}
 		time.Sleep(100 * time.Millisecond) // its last lines
-		pr.Close()
+		r.pr.Close()
 		if t.Failed() || os.Getenv("E2E_RELAY_LOG") != "" {
 			r.logs.mu.Lock()
 			defer r.logs.mu.Unlock()
