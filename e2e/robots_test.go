@@ -36,6 +36,13 @@ func robotsSite(t *testing.T, serve http.HandlerFunc) *site {
 
 const robotsPrivate = "User-agent: *\nDisallow: /private/\n"
 
+// disallowPrivate serves robotsPrivate as a site's robots.txt.
+func disallowPrivate(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, robotsPrivate) }
+
+// privatePaths are the paths under /private/ that js/pptr-robots.mjs's
+// goto-private, click and redirect steps load.
+var privatePaths = []string{"/private/x", "/private/y", "/private/z"}
+
 // robotsSteps runs js/pptr-robots.mjs through r against host of s and
 // returns what each step ended with.
 func robotsSteps(t *testing.T, r *relayed, s *site, host string, steps ...string) map[string]string {
@@ -63,24 +70,12 @@ func seen(s *site, path string) bool {
 func TestRobotsObey(t *testing.T) {
 	all := []string{"goto-private", "goto-public", "click", "redirect", "subresources"}
 	t.Run("obey", func(t *testing.T) {
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		s := robotsSite(t, disallowPrivate)
 		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}))
 		got := robotsSteps(t, r, s, "robots.test", all...)
-		for _, step := range []string{"goto-private", "redirect"} {
-			if !strings.Contains(got[step], "net::ERR_BLOCKED_BY_CLIENT") {
-				t.Errorf("%s: got %q, want net::ERR_BLOCKED_BY_CLIENT", step, got[step])
-			}
-		}
-		if got["click"] == "ok" {
-			t.Errorf("click into /private/: loaded, want refused")
-		}
+		privateRefused(t, s, got)
 		if got["goto-public"] != "ok" {
 			t.Errorf("goto-public: got %q, want ok", got["goto-public"])
-		}
-		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
-			if seen(s, path) {
-				t.Errorf("the site saw %s, which its robots.txt disallows", path)
-			}
 		}
 		// Subresources are never held, so never refused.
 		for _, path := range []string{"/public/x", "/public/redir", "/page", "/private/img", "/private/frame", "/private/fetch"} {
@@ -109,14 +104,14 @@ func TestRobotsObey(t *testing.T) {
 		robotsOnPage(t, r)
 	})
 	t.Run("crawl-delay", func(t *testing.T) {
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		s := robotsSite(t, disallowPrivate)
 		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "crawl-delay"}))
 		allLoaded(t, s, robotsSteps(t, r, s, "robots.test", all...), all)
 	})
 	t.Run("in the stream", func(t *testing.T) {
 		// --intercept navigate: Page.navigate answered by the relay with
 		// Chromium's errorText, never sent.
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		s := robotsSite(t, disallowPrivate)
 		r := startRelay(t, limiter.Config{}, withPolicy(t, policy.Flags{Robots: "obey"}), func(p *relay.Proxy) { p.Intercept = hold.InterceptNavigate })
 		got := robotsSteps(t, r, s, "robots.test", "goto-private", "goto-public")
 		if !strings.Contains(got["goto-private"], "net::ERR_BLOCKED_BY_CLIENT") || got["goto-public"] != "ok" {
@@ -170,19 +165,7 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 		if got["goto-public"] != "ok" || !seen(s, "/public/x") {
 			t.Errorf("goto-public: got %q, want ok", got["goto-public"])
 		}
-		for _, step := range []string{"goto-private", "redirect"} {
-			if !strings.Contains(got[step], "net::ERR_BLOCKED_BY_CLIENT") {
-				t.Errorf("%s: got %q, want net::ERR_BLOCKED_BY_CLIENT", step, got[step])
-			}
-		}
-		if got["click"] == "ok" {
-			t.Errorf("click into /private/: loaded, want refused")
-		}
-		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
-			if seen(s, path) {
-				t.Errorf("the site saw %s, which its robots.txt disallows", path)
-			}
-		}
+		privateRefused(t, s, got)
 		body, _ := httpGet(r.url + "/metrics")
 		t.Logf("%s", grepMetric(body, `outcome="disallowed"`))
 		if m := grepMetric(body, `outcome="disallowed"`); !strings.HasSuffix(m, " 3") {
@@ -195,10 +178,10 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 	})
 	t.Run("lightpanda --obey-robots directly", func(t *testing.T) {
 		lp := startLightpanda(t, "--obey-robots")
-		s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+		s := robotsSite(t, disallowPrivate)
 		out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+lp, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
 		t.Logf("steps: %s", out)
-		for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+		for _, path := range privatePaths {
 			t.Logf("the site saw %s: %v", path, seen(s, path))
 		}
 	})
@@ -211,7 +194,7 @@ func TestRobotsObeyLightpanda(t *testing.T) {
 func robotsOnLightpanda(t *testing.T, mode string, steps []string) (*relayed, *site, map[string]string) {
 	t.Helper()
 	lp := startLightpanda(t)
-	s := robotsSite(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, robotsPrivate) })
+	s := robotsSite(t, disallowPrivate)
 	r := startRelayTo(t, lp, limiter.Config{}, withPolicy(t, policy.Flags{Robots: mode}))
 	out := runNode(t, 2*time.Minute, "pptr-robots.mjs", "LP=1", "RELAY="+r.url, "BASE="+s.url(lpHost, ""), "STEPS="+strings.Join(steps, ","))
 	t.Logf("steps: %s", out)
@@ -253,6 +236,26 @@ func robotsOnPage(t *testing.T, r *relayed) {
 	}
 }
 
+// privateRefused checks that, robots.txt obeyed, goto and the server
+// redirect into /private/ threw net::ERR_BLOCKED_BY_CLIENT, the link click
+// into it was refused, and the site saw none of its paths.
+func privateRefused(t *testing.T, s *site, got map[string]string) {
+	t.Helper()
+	for _, step := range []string{"goto-private", "redirect"} {
+		if !strings.Contains(got[step], "net::ERR_BLOCKED_BY_CLIENT") {
+			t.Errorf("%s: got %q, want net::ERR_BLOCKED_BY_CLIENT", step, got[step])
+		}
+	}
+	if got["click"] == "ok" {
+		t.Errorf("click into /private/: loaded, want refused")
+	}
+	for _, path := range privatePaths {
+		if seen(s, path) {
+			t.Errorf("the site saw %s, which its robots.txt disallows", path)
+		}
+	}
+}
+
 // allLoaded checks that, robots.txt read for its Crawl-delay only, every
 // step loaded and the site saw each /private/ path.
 func allLoaded(t *testing.T, s *site, got map[string]string, steps []string) {
@@ -262,7 +265,7 @@ func allLoaded(t *testing.T, s *site, got map[string]string, steps []string) {
 			t.Errorf("%s: got %q, want ok", step, got[step])
 		}
 	}
-	for _, path := range []string{"/private/x", "/private/y", "/private/z"} {
+	for _, path := range privatePaths {
 		if !seen(s, path) {
 			t.Errorf("the site never saw %s", path)
 		}
