@@ -276,13 +276,7 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 	defer func() { stop() }()
 	const interval = 2 * time.Second
 	r := startRelayTo(t, httpURL, fixed(interval, 1))
-	rc := dialRaw(t, browserWSVia(t, r))
-	session, _ := rc.newPage()
-	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page")})
-	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("dies.test", "/page?n=1")})
-	first := s.documents("dies.test")[0].At
-	rc.send(session, "Page.navigate", map[string]any{"url": s.url("dies.test", "/page?n=2")})
-	waitLogged(t, r, 30*time.Second, `"message":"navigation held"`, `"host":"dies.test"`)
+	rc, first := secondHeld(t, r, s, "", "dies.test")
 
 	stop()
 	select {
@@ -324,6 +318,22 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 	}
 }
 
+// secondHeld opens a page from a new client through r, loads warm.test's
+// /page+warmQuery, then host's /page?n=1, and sends host's /page?n=2,
+// which it returns once r logs it held. It returns the client and when
+// the site read n=1.
+func secondHeld(t *testing.T, r *relayed, s *site, warmQuery, host string) (*rawClient, time.Time) {
+	t.Helper()
+	rc := dialRaw(t, browserWSVia(t, r))
+	session, _ := rc.newPage()
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page"+warmQuery)})
+	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?n=1")})
+	first := s.documents(host)[0].At
+	rc.send(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?n=2")})
+	waitLogged(t, r, 30*time.Second, `"message":"navigation held"`, `"host":"`+host+`"`)
+	return rc, first
+}
+
 // thirdFromANewClient opens a page from a new client through r, loads
 // warm.test's /page?warmQuery, then host's /page?n=3, and returns the
 // documents host got.
@@ -344,13 +354,8 @@ func TestClientVanishesWhileHeldChromium(t *testing.T) {
 	s := newSite(t)
 	const interval = 2 * time.Second
 	r := startRelay(t, fixed(interval, 1))
-	rc := dialRaw(t, browserWSVia(t, r))
-	session, _ := rc.newPage() // its context is disposed when the client goes
-	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("warm.test", "/page?v")})
-	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url("vanish.test", "/page?n=1")})
-	first := s.documents("vanish.test")[0].At
-	rc.send(session, "Page.navigate", map[string]any{"url": s.url("vanish.test", "/page?n=2")})
-	waitLogged(t, r, 30*time.Second, `"message":"navigation held"`, `"host":"vanish.test"`)
+	// The page's context is disposed when the client goes.
+	rc, first := secondHeld(t, r, s, "?v", "vanish.test")
 	rc.c.UnderlyingConn().Close() // gone without a close frame
 	<-rc.done
 	deadline := time.Now().Add(30 * time.Second)
