@@ -255,14 +255,7 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 		}
 		// README: with --upstream nothing brings it back; /healthz says
 		// so and new clients are refused until it answers again.
-		var status int
-		for deadline := time.Now().Add(10 * time.Second); status != http.StatusServiceUnavailable && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if resp, err := http.Get(r.url + "/healthz"); err == nil {
-				status = resp.StatusCode
-				resp.Body.Close()
-			}
-		}
-		if status != http.StatusServiceUnavailable {
+		if status := healthzWithin(r.url, http.StatusServiceUnavailable, 10*time.Second); status != http.StatusServiceUnavailable {
 			t.Errorf("/healthz: %d, want 503 once the browser is gone", status)
 		}
 		if c, resp, err := websocket.DefaultDialer.Dial("ws://"+r.host+"/", nil); err == nil {
@@ -319,17 +312,24 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 			t.Errorf("browsers listening: pids %v, want three processes: the first and one after each Browser.close", got)
 		}
 		// /healthz follows within its 2 s check.
-		status := 0
-		for deadline := time.Now().Add(10 * time.Second); status != http.StatusOK && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if resp, err := http.Get("http://" + l.listen + "/healthz"); err == nil {
-				status = resp.StatusCode
-				resp.Body.Close()
-			}
-		}
-		if status != http.StatusOK {
+		if status := healthzWithin("http://"+l.listen, http.StatusOK, 10*time.Second); status != http.StatusOK {
 			t.Errorf("/healthz after the restarts: %d, want 200", status)
 		}
 	})
+}
+
+// healthzWithin asks the relay at base for /healthz every 100 ms until it
+// answers want or within has passed, and returns the last status it
+// answered (0 if it never did).
+func healthzWithin(base string, want int, within time.Duration) int {
+	status := 0
+	for deadline := time.Now().Add(within); status != want && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		}
+	}
+	return status
 }
 
 // startNodeSaying starts e2e/js/<script> as startNode does and returns
