@@ -102,12 +102,7 @@ func TestPolicyRuleFixedAndAdaptive(t *testing.T) {
 		"a.slow.test": {`"level":"debug"`, `"source":"rule 1"`, `"rule":"*.slow.test=fixed:300ms"`, `"mode":"fixed"`},
 		"fast.test":   {`"level":"warn"`, `"source":"flag"`, `"mode":"adaptive"`, "use --http-nav-delay 0 to disable"},
 	} {
-		var lines []string
-		for _, l := range strings.Split(r.logs.String(), "\n") {
-			if strings.Contains(l, "spacing out navigations to this host") && strings.Contains(l, `"host":"`+host+`"`) {
-				lines = append(lines, l)
-			}
-		}
+		lines := r.logs.Lines("spacing out navigations to this host", `"host":"`+host+`"`)
 		if len(lines) != 1 {
 			t.Errorf("%s: %d warnings, want one", host, len(lines))
 			continue
@@ -252,13 +247,7 @@ func TestPolicyRobotsNeverAnswers(t *testing.T) {
 	if delay < policy.DefaultRobotsWait-100*time.Millisecond || delay > policy.DefaultRobotsWait+time.Second {
 		t.Errorf("delay %v, want the robots.txt bound of %v (and not much more)", delay, policy.DefaultRobotsWait)
 	}
-	logged := 0
-	for _, l := range strings.Split(r.logs.String(), "\n") {
-		if strings.Contains(l, "robots.txt did not answer in time") && strings.Contains(l, "hang.test") {
-			logged++
-		}
-	}
-	if logged != 1 {
+	if logged := len(r.logs.Lines("robots.txt did not answer in time", "hang.test")); logged != 1 {
 		t.Errorf("logged hang.test's silent robots.txt %d times, want once", logged)
 	}
 }
