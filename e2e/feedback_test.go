@@ -67,11 +67,7 @@ func TestFeedback503(t *testing.T) {
 	// three gaps between the second and the fifth to reach the server took.
 	after := func(host string, code int) ([]booking, time.Duration) {
 		t.Helper()
-		// Each tab loads a page of the host first, so the navigations
-		// measured are same-site ones, which the browser starts quickly.
-		for k, tab := range tabs {
-			rc.mustCall(tab, "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/page?warm=1&run=%s&k=%d", run, k))})
-		}
+		warmTabs(rc, s, tabs, host, run)
 		// Page.navigate replies once the answer is in: the relay has seen
 		// it at the Response stage, before the browser went on.
 		rc.mustCall(tabs[0], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/status?code=%d&run=%s", code, run))})
@@ -85,13 +81,7 @@ func TestFeedback503(t *testing.T) {
 			return s.url(host, fmt.Sprintf("/status?code=204&run=%s&i=%d", run, i))
 		})
 		t.Logf("%s after a %d:%s", host, code, describe(hits))
-		var held []booking
-		for _, b := range heldBookings(r, host) {
-			if b.at.After(answered) {
-				held = append(held, b)
-			}
-		}
-		return held, hits[together-1].At.Sub(hits[1].At)
+		return heldAfter(r, host, answered), hits[together-1].At.Sub(hits[1].At)
 	}
 	const n = together - 2
 
@@ -200,6 +190,15 @@ func simulatedSpan(cfg limiter.Config, n int, ask1, arrive1, load time.Duration)
 		now = start.Add(load)
 	}
 	return start.Sub(second)
+}
+
+// warmTabs has each of tabs load a page of host first, so that the
+// navigations measured next are same-site ones, which the browser starts
+// quickly.
+func warmTabs(rc *rawClient, s *site, tabs []string, host, run string) {
+	for k, tab := range tabs {
+		rc.mustCall(tab, "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/page?warm=1&run=%s&k=%d", run, k))})
+	}
 }
 
 // newTabs opens n pages as tabs of one window in a fresh browser context,

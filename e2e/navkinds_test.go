@@ -116,6 +116,18 @@ func heldBookings(r *relayed, host string) []booking {
 	return out
 }
 
+// heldAfter returns the navigations to host that r held, booked after
+// since, in the order they were booked.
+func heldAfter(r *relayed, host string, since time.Time) []booking {
+	var out []booking
+	for _, b := range heldBookings(r, host) {
+		if b.at.After(since) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // bookings returns every navigation to host that r booked, in the order
 // it booked them: those it let go at once ("navigation goes at once",
 // released when booked) and those it held ("navigation held").

@@ -41,11 +41,7 @@ func TestOverloadStatus403(t *testing.T) {
 		tabs := newTabs(t, rc, together)
 		run := runID()
 		host := tc.host
-		// Each tab loads a page of the host first, so the navigations
-		// measured are same-site ones, which the browser starts quickly.
-		for k, tab := range tabs {
-			rc.mustCall(tab, "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/page?warm=1&run=%s&k=%d", run, k))})
-		}
+		warmTabs(rc, s, tabs, host, run)
 		time.Sleep(hostForgotten)
 		for i := range 3 {
 			rc.mustCall(tabs[0], "Page.navigate", map[string]any{"url": s.url(host, fmt.Sprintf("/status?code=403&run=%s&i=%d", run, i))})
@@ -55,12 +51,7 @@ func TestOverloadStatus403(t *testing.T) {
 			return s.url(host, fmt.Sprintf("/status?code=204&run=%s&t=%d", run, i))
 		})
 		gaps := gapsOf(arrivals(hits))
-		var held []booking
-		for _, b := range heldBookings(r, host) {
-			if b.at.After(answered) {
-				held = append(held, b)
-			}
-		}
+		held := heldAfter(r, host, answered)
 		var spacings []time.Duration
 		for _, b := range held {
 			spacings = append(spacings, b.spacing)
