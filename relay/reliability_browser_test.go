@@ -238,12 +238,8 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 			}
 			started := make(chan error, 1)
 			go func() { started <- p.Start(t.Context()) }()
-			deadline := time.Now().Add(waitFor)
-			for len(logs.Lines("waiting for the browser")) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("relay did not say it waits for the browser")
-				}
-				time.Sleep(5 * time.Millisecond)
+			if !logs.Wait("waiting for the browser") {
+				t.Fatal("relay did not say it waits for the browser")
 			}
 			time.Sleep(300 * time.Millisecond) // a few attempts fail
 			if ln, err = net.Listen("tcp", addr); err != nil {

@@ -44,9 +44,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 				t.Errorf("second navigation released %v after the first paused, want at least 300ms", waited)
 			}
 			// Said once the other one answered: the browser is still there.
-			for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.Logs.Lines("lost one of")) == 0 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
+			th.Logs.Wait("lost one of")
 			if n := len(th.Logs.Lines(`"level":"info"`, "lost one of the relay's browser connections")); n != 1 {
 				t.Errorf("got %d notes about one lost connection, want 1", n)
 			}
@@ -67,10 +65,7 @@ func TestFetchHolderReconnects(t *testing.T) {
 			lose(net2)
 			lose(again)
 			fb.Holder(t)
-			deadline := time.Now().Add(fakebrowser.WaitFor)
-			for len(th.Logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			th.Logs.Wait("browser connection is back")
 			if n := len(th.Logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 				t.Errorf("got %d warnings about losing both connections, want 1", n)
 			}
@@ -111,9 +106,7 @@ func TestFetchHolderBrowserGone(t *testing.T) {
 	hc1.Ended(t)
 	hc2.Ended(t)
 	fb.Holder(t)
-	for deadline := time.Now().Add(fakebrowser.WaitFor); len(th.Logs.Lines("browser connection is back")) == 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	th.Logs.Wait("browser connection is back")
 	time.Sleep(50 * time.Millisecond) // what the first drop would say after asking the other connection
 	if n := len(th.Logs.Lines(`"level":"warn"`, "the browser closed the relay's connections")); n != 1 {
 		t.Errorf("got %d warnings that the browser closed the relay's connections, want 1", n)
@@ -230,12 +223,8 @@ func TestFetchHolderCloseReleases(t *testing.T) {
 	fb.Navigate(t, chain)
 	held := make(chan []fakebrowser.Hops, 1)
 	go func() { held <- fb.Navigate(t, chain) }()
-	deadline := time.Now().Add(fakebrowser.WaitFor)
-	for len(th.Logs.Lines(`"message":"navigation held"`)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("navigation not held")
-		}
-		time.Sleep(time.Millisecond)
+	if !th.Logs.Wait(`"message":"navigation held"`) {
+		t.Fatal("navigation not held")
 	}
 	th.Close()
 	<-held

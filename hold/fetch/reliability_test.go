@@ -69,12 +69,8 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 				fc.Next(t)
 				holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":2,"method":"Page.navigate","params":{"url":"http://a.test/2"}}`))
 			}
-			deadline := time.Now().Add(fakebrowser.WaitFor)
-			for len(tp.Logs.Lines(`"message":"navigation held"`)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("navigation not held")
-				}
-				time.Sleep(time.Millisecond)
+			if !tp.Logs.Wait(`"message":"navigation held"`) {
+				t.Fatal("navigation not held")
 			}
 			fb.Restart("0f0f0f0f-0000-4000-8000-00000000dead")
 			if ce := fakebrowser.CloseOf(t, c); ce.Code != fakebrowser.Ended {
@@ -101,7 +97,7 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			} else {
 				holdtest.WriteClient(t, c2, websocket.TextMessage, []byte(`{"id":3,"method":"Page.navigate","params":{"url":"http://a.test/3"}}`))
 			}
-			deadline = time.Now().Add(fakebrowser.WaitFor)
+			deadline := time.Now().Add(fakebrowser.WaitFor)
 			for len(rec.Bookings()) == before {
 				if time.Now().After(deadline) {
 					t.Fatal("navigation to the restarted browser not booked")
@@ -115,11 +111,8 @@ func TestBrowserDiesMidNavigation(t *testing.T) {
 			if mode == "fetch" {
 				// Said once both connections are back, which may be after
 				// the pages connection booked the navigation.
-				back := func() int { return len(tp.Logs.Lines("browser connection is back")) }
-				for deadline := time.Now().Add(fakebrowser.WaitFor); back() == 0 && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
-				if n := back(); n != 1 {
+				tp.Logs.Wait("browser connection is back")
+				if n := len(tp.Logs.Lines("browser connection is back")); n != 1 {
 					t.Errorf("got %d notes that the relay's browser connection is back, want 1", n)
 				}
 			}

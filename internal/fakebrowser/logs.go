@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Logs collects the logs of the relay (or the holding) under test, for a
@@ -44,4 +45,18 @@ func (b *Logs) Lines(parts ...string) []string {
 		}
 	}
 	return out
+}
+
+// Wait waits, up to WaitFor, until a log line contains every one of
+// parts, and reports whether one does; the caller says what a line that
+// never came means, as a failure or as the count it checks next.
+func (b *Logs) Wait(parts ...string) bool {
+	deadline := time.Now().Add(WaitFor)
+	for len(b.Lines(parts...)) == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
