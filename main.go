@@ -28,14 +28,25 @@ func main() {
 	ctx := stopSignals()
 	// For the benchmarks (BENCHMARKS.md): the relay's own CPU profile,
 	// written when it exits.
-	if f := os.Getenv("CDP_THROTTLE_CPUPROFILE"); f != "" {
-		if out, err := os.Create(f); err == nil {
-			pprof.StartCPUProfile(out)
-		}
-	}
+	profileCPU("")
 	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
 	pprof.StopCPUProfile()
 	os.Exit(code)
+}
+
+// profileCPU profiles this process's CPU into the file
+// CDP_THROTTLE_CPUPROFILE names, with suffix added, ending the profile
+// it wrote so far. A guardian moves its own to ".guardian" before it
+// starts the relay, which writes the file named.
+func profileCPU(suffix string) {
+	f := os.Getenv("CDP_THROTTLE_CPUPROFILE")
+	if f == "" {
+		return
+	}
+	pprof.StopCPUProfile()
+	if out, err := os.Create(f + suffix); err == nil {
+		pprof.StartCPUProfile(out)
+	}
 }
 
 // runMain runs the command line and returns the exit status: 0, 2 for a

@@ -118,6 +118,7 @@ func guarded(ctx context.Context, cfg relayConfig) error {
 	if err != nil {
 		return fmt.Errorf("guardian: %w", err)
 	}
+	profileCPU(".guardian") // the relay's profile is the file named, not both at once
 	log := cfg.log.With().Str("process", "guardian").Logger()
 	s := &guardian.Supervisor{Path: exe, Args: os.Args[1:], Env: os.Environ(), Guardian: &guardian.Guardian{Log: &log},
 		Stop: ctx.Done(), Hurry: hurryOf(ctx)}
