@@ -34,10 +34,11 @@ type Watch struct {
 	held    *sync.WaitGroup // c's: what the connection waits for before it ends
 	log     *zerolog.Logger // c's
 
-	// mu guards the fields below, and the state of the way held in the
-	// connection (session, stream: Lock); the first of hold.go's lock
-	// order: it may be held while fetch's, the flights' and the leaves'
-	// are taken, never taken under any of them.
+	// mu guards the fields below and nothing else (the ways held in the
+	// connection, session and stream, guard their state with mutexes of
+	// their own, of the same rank); the first of hold.go's lock order: it
+	// may be held while fetch's, the flights' and the leaves' are taken,
+	// never taken under any of them.
 	mu       lockorder.Mutex[RankConn]
 	way      via                    // guarded by mu; how navigations are held in this connection
 	sessions map[string]SessionInfo // guarded by mu; "" is the connection's own session
