@@ -34,21 +34,6 @@ func main() {
 	os.Exit(code)
 }
 
-// profileCPU profiles this process's CPU into the file
-// CDP_THROTTLE_CPUPROFILE names, with suffix added, ending the profile
-// it wrote so far. A guardian moves its own to ".guardian" before it
-// starts the relay, which writes the file named.
-func profileCPU(suffix string) {
-	f := os.Getenv("CDP_THROTTLE_CPUPROFILE")
-	if f == "" {
-		return
-	}
-	pprof.StopCPUProfile()
-	if out, err := os.Create(f + suffix); err == nil {
-		pprof.StartCPUProfile(out)
-	}
-}
-
 // runMain runs the command line and returns the exit status: 0, 2 for a
 // bad command line (its reason printed on one line), 1 for any other
 // failure.
