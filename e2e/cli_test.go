@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -124,6 +125,35 @@ func (l *logLines) waitFor(t *testing.T, message string, within time.Duration) m
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// matching returns the log lines whose message contains message.
+func (l *logLines) matching(message string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, m := range l.lines {
+		if strings.Contains(fmt.Sprint(m["message"]), message) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// count counts the log lines whose message contains message.
+func (l *logLines) count(message string) int { return len(l.matching(message)) }
+
+// has reports whether a log line's message contains message.
+func (l *logLines) has(message string) bool { return len(l.matching(message)) > 0 }
+
+// linesOf returns the raw JSON of the lines whose message contains message.
+func (l *logLines) linesOf(message string) []string {
+	var out []string
+	for _, m := range l.matching(message) {
+		b, _ := json.Marshal(m)
+		out = append(out, string(b))
+	}
+	return out
 }
 
 // startLogging starts cmd and reads its stderr as log lines.

@@ -31,19 +31,6 @@ func lpRelay(t *testing.T, browsers int, args ...string) *launched {
 	return l
 }
 
-// count counts the log lines whose message contains message.
-func (l *logLines) count(message string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.lines {
-		if strings.Contains(fmt.Sprint(m["message"]), message) {
-			n++
-		}
-	}
-	return n
-}
-
 // crawl has pages clients on each endpoint navigate to host, one after
 // another each, until n navigations were sent; at(k) is called as the
 // server sees the k-th. It returns when every navigation was answered.

@@ -535,20 +535,6 @@ func (rr *rollRelay) report(t *testing.T) {
 	}
 }
 
-// linesOf returns the raw JSON of the lines whose message contains message.
-func (l *logLines) linesOf(message string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, m := range l.lines {
-		if strings.Contains(fmt.Sprint(m["message"]), message) {
-			b, _ := json.Marshal(m)
-			out = append(out, string(b))
-		}
-	}
-	return out
-}
-
 // rollBooking is a relay's log line of a navigation it booked ("navigation
 // held", "navigation goes at once") or answered itself.
 type rollBooking struct {

@@ -170,17 +170,6 @@ func TestRedisDiesMidCrawl(t *testing.T) {
 	}
 }
 
-func (l *logLines) has(message string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, m := range l.lines {
-		if strings.Contains(fmt.Sprint(m["message"]), message) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestTwoRelaysNeverOverlap: pages on two relay processes navigate to one
 // host all at once (fixed 200 ms, burst 1, shared Redis): the slots the two
 // processes book never overlap, so the server sees the navigations a slot
