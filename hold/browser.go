@@ -265,7 +265,7 @@ func (h *BrowserHold) NewPage(url string) (created func(target string)) {
 }
 
 // coveredThen calls done once the relay's interception covers a page a
-// client created (at once when the creation failed), within coverWait.
+// client created (at once when the creation failed), within CoverWait.
 func (h *BrowserHold) coveredThen(target string, done func()) {
 	f := h.fetch
 	if target == "" || f == nil {

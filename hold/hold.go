@@ -17,8 +17,10 @@
 // pages there, however the navigation started, never touching a client's
 // sessions. Lightpanda gives each connection a browser of its own: there
 // the relay pauses documents in each client session (hold/session).
-// Where neither works, the relay holds Page.navigate, Page.reload and
-// Target.createTarget commands in the client's own stream (hold/stream).
+// Where Fetch falls over and no session way was given, or with
+// --intercept navigate, the relay holds Page.navigate,
+// Page.navigateToHistoryEntry, Page.reload and Target.createTarget
+// commands in the client's own stream (hold/stream).
 // watch.go follows each client connection and hands its messages to the
 // way in use.
 package hold

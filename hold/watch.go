@@ -270,7 +270,7 @@ const CoverWait = 5 * time.Second
 
 // awaitCover waits, on the client's reader (so that the client's commands
 // keep their order), until the relay's interception covers a page, within
-// coverWait and the life of the connection.
+// CoverWait and the life of the connection.
 func (w *Watch) awaitCover(cover <-chan struct{}) {
 	select {
 	case <-cover:
@@ -360,7 +360,7 @@ func (w *Watch) interesting(msg []byte) bool {
 // clientAttachedChange reports, from its first bytes, whether msg is a
 // Target.targetCreated or Target.targetInfoChanged of a target one of the
 // relay's clients is attached to: such a target is attached without the
-// relay too, so FromBrowser has nothing to rewrite (unattached), and every
+// relay too, so FromBrowser has nothing to rewrite (FetchWay.Unattached), and every
 // client hears of every change to every page.
 func (w *Watch) clientAttachedChange(msg []byte) bool {
 	id, ok := cdp.ChangedTargetID(msg)

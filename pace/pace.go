@@ -426,17 +426,6 @@ func (n *Nav) settleLocked() {
 	}
 }
 
-// Shift reports how far late departures have moved bucket's schedule
-// since it was last idle, for tests and status.
-func (t *Tracker) Shift(bucket string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b := t.buckets[bucket]; b != nil {
-		return b.shift
-	}
-	return 0
-}
-
 // Len reports how many buckets have navigations not ended.
 func (t *Tracker) Len() int {
 	t.mu.Lock()

@@ -36,8 +36,9 @@ func newShare(pr *pair, id uint64) *share {
 	return s
 }
 
-// errClosedItsBrowser ends a pair whose client closed its browser: both
-// sides are closed normally.
+// errClosedItsBrowser ends a pair whose client closed its browser: the
+// client's connection ends as Chromium's exit ends it, the browser is told
+// 1000 (pair.finish).
 var errClosedItsBrowser = errors.New("relay: the client closed its browser")
 
 // fromClient looks at a command on its way to the browser: it reports

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -314,8 +313,3 @@ func (p *Pump) stream(h Header, pre *begun) error {
 	return nil
 }
 
-// IsWriteError reports whether err is a write's failure.
-func IsWriteError(err error) bool {
-	var we WriteError
-	return errors.As(err, &we)
-}

@@ -438,7 +438,7 @@ func (f *fetchHold) Cover(target string, navigates bool) <-chan struct{} {
 }
 
 // both returns a channel closed once a and b are (nil ones count as
-// closed), or coverWait is over; nil if both are nil.
+// closed), or CoverWait is over; nil if both are nil.
 func both(a, b <-chan struct{}) <-chan struct{} {
 	switch {
 	case a == nil:

@@ -289,7 +289,7 @@ func (np *netPatterns) takenChan() <-chan struct{} {
 
 // covering turns net's Fetch on for a client's page, and returns a
 // channel closed once it is on, or net is down (pages holds alone then),
-// within coverWait. Nil means it is on already.
+// within CoverWait. Nil means it is on already.
 func (np *netPatterns) covering() <-chan struct{} {
 	f := np.f
 	if !f.cfg.HoldBackup {

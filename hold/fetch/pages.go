@@ -40,7 +40,8 @@ type pagesState struct {
 // Network, whose events say when each request really left the browser and
 // how it was answered; every other page it lets run and never touches
 // again. A page that a client claims later (it drives a page it did not
-// create) is armed before the client's command goes on (watch.cover).
+// create) is armed before the client's command goes on (FetchWay.Cover, which
+// the Watch calls from FromClient).
 //
 // A document request it holds is let go at its slot straight to the
 // network: the net connection behind it has patterns for what is held, and
