@@ -312,4 +312,3 @@ func (p *Pump) stream(h Header, pre *begun) error {
 	}
 	return nil
 }
-
