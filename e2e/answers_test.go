@@ -40,6 +40,17 @@ var answerBrowsers = []struct {
 	}},
 }
 
+// wantNavigations returns the navigations of host that s saw, and fails
+// the test unless there are n.
+func wantNavigations(t *testing.T, s *site, host string, n int) []hit {
+	t.Helper()
+	hits := navigations(s, host)
+	if len(hits) != n {
+		t.Fatalf("the site saw %d navigations, want %d:%s", len(hits), n, describe(hits))
+	}
+	return hits
+}
+
 // hostRow is a bucket's line of the relay's /hosts, the fields the tests read.
 type hostRow struct {
 	Host       string
@@ -81,10 +92,7 @@ func TestRetryAfterDate(t *testing.T) {
 			ra := url.QueryEscape(date.UTC().Format(http.TimeFormat))
 			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/status?code=503&ra="+ra+"&run="+run)})
 			rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?run="+run)})
-			hits := navigations(s, host)
-			if len(hits) != 2 {
-				t.Fatalf("the site saw %d navigations, want 2:%s", len(hits), describe(hits))
-			}
+			hits := wantNavigations(t, s, host, 2)
 			next := hits[1].reached()
 			t.Logf("Retry-After: %s; the 503 reached the site %.1f ms before it, the next navigation %.1f ms after it",
 				date.UTC().Format(http.TimeFormat), ms(date.Sub(hits[0].reached())), ms(next.Sub(date)))
@@ -131,10 +139,7 @@ func TestOverloadHeader(t *testing.T) {
 				for i := range 3 {
 					rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?run="+run+"&i="+strconv.Itoa(i))})
 				}
-				hits := navigations(s, host)
-				if len(hits) != 4 {
-					t.Fatalf("the site saw %d navigations, want 4:%s", len(hits), describe(hits))
-				}
+				hits := wantNavigations(t, s, host, 4)
 				gap := hits[3].reached().Sub(hits[2].reached())
 				t.Logf("pressure %d after the challenge, /metrics overload %v; the last two navigations reached the site %.1f ms apart", pressure, overloads, ms(gap))
 				switch {

@@ -71,10 +71,7 @@ func TestRateLimitPolicy(t *testing.T) {
 				for i := range n {
 					rc.mustCall(session, "Page.navigate", map[string]any{"url": limitsURL(s, host, run, i, policy)})
 				}
-				hits := navigations(s, host)
-				if len(hits) != n {
-					t.Fatalf("the site saw %d navigations, want %d:%s", len(hits), n, describe(hits))
-				}
+				hits := wantNavigations(t, s, host, n)
 				// The first answer brings the policy: every gap after it
 				// is the site's, the first one too.
 				var gaps []string
@@ -135,10 +132,7 @@ func TestRateLimitSpent(t *testing.T) {
 					run := runID()
 					rc.mustCall(session, "Page.navigate", map[string]any{"url": limitsURL(s, host, run, 0, tt.hdrs...)})
 					rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?run="+run)})
-					hits := navigations(s, host)
-					if len(hits) != 2 {
-						t.Fatalf("the site saw %d navigations, want 2:%s", len(hits), describe(hits))
-					}
+					hits := wantNavigations(t, s, host, 2)
 					gap := hits[1].reached().Sub(hits[0].reached())
 					t.Logf("%s: the next navigation reached the site %.1f ms after the spent answer's request", strings.Join(tt.hdrs, ", "), ms(gap))
 					switch {
