@@ -97,12 +97,7 @@ func TestAccessEveryEndpoint(t *testing.T) {
 		"/json/activate/X", "/json/close/X", "/json/protocol", "/no/such/path", "/devtools/browser/x",
 		"/", "/status", "/status?since=1", "/hosts", "/healthz", "/metrics"} {
 		for _, method := range []string{"GET", "PUT"} {
-			req, _ := http.NewRequest(method, "http://"+tp.addr+target, nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+			resp, _ := tp.ask(t, method, target, nil)
 			if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("%s %s without a token: got %d, want 401 with WWW-Authenticate", method, target, resp.StatusCode)
 			}

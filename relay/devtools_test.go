@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -147,20 +147,7 @@ func TestJSONEndpoints(t *testing.T) {
 			for _, host := range []string{tp.addr, "localhost:" + port, "[::1]:" + port, "relay.example:9322"} {
 				t.Run(host, func(t *testing.T) {
 					before := len(fb.Hits())
-					req, err := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					req.Host = host
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					body, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if err != nil {
-						t.Fatal(err)
-					}
+					resp, body := tp.ask(t, tt.method, tt.target, func(r *http.Request) { r.Host = host })
 					if resp.StatusCode != tt.wantCode {
 						t.Fatalf("got status %d (%s), want %d", resp.StatusCode, body, tt.wantCode)
 					}
@@ -175,11 +162,7 @@ func TestJSONEndpoints(t *testing.T) {
 						t.Fatalf("got %d requests to the browser, want 1", len(hits))
 					}
 					h := hits[0]
-					up := h.Method + " " + h.Path
-					if h.Query != "" {
-						up += "?" + h.Query
-					}
-					if up != tt.wantUp {
+					if up := h.String(); up != tt.wantUp {
 						t.Errorf("browser got %q, want %q", up, tt.wantUp)
 					}
 					if h.Host != fb.Addr {
@@ -209,13 +192,7 @@ func TestJSONRefusesForeignHost(t *testing.T) {
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 	before := len(fb.Hits())
 	for _, target := range []string{"/json/version", "/json/list", "/devtools/browser/x"} {
-		req, _ := http.NewRequest("GET", "http://"+tp.addr+target, nil)
-		req.Host = "rebound.example:9322"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := tp.ask(t, "GET", target, func(r *http.Request) { r.Host = "rebound.example:9322" })
 		if resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s: got status %d, want 403", target, resp.StatusCode)
 		}
@@ -248,16 +225,11 @@ func TestJSONToken(t *testing.T) {
 			fb := fakebrowser.New(t, fakebrowser.Config{})
 			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
 			before := len(fb.Hits())
-			req, _ := http.NewRequest(tt.method, "http://"+tp.addr+tt.target, nil)
-			if tt.auth {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, body := tp.ask(t, tt.method, tt.target, func(r *http.Request) {
+				if tt.auth {
+					r.Header.Set("Authorization", "Bearer "+token)
+				}
+			})
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("got status %d (%s), want 200", resp.StatusCode, body)
 			}
@@ -265,11 +237,7 @@ func TestJSONToken(t *testing.T) {
 			if len(hits) != 1 {
 				t.Fatalf("got %d requests to the browser, want 1", len(hits))
 			}
-			up := hits[0].Method + " " + hits[0].Path
-			if hits[0].Query != "" {
-				up += "?" + hits[0].Query
-			}
-			if up != tt.wantUp {
+			if up := hits[0].String(); up != tt.wantUp {
 				t.Errorf("browser got %q, want %q", up, tt.wantUp)
 			}
 			var v struct{ WebSocketDebuggerURL string }
@@ -344,19 +312,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 			ask := func(t *testing.T, method, target string, hdr http.Header, want int) ([]byte, string) {
 				t.Helper()
 				before := len(fb.Hits())
-				req, err := http.NewRequest(method, "http://"+tp.addr+target, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for k, v := range hdr {
-					req.Header[k] = v
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				resp, body := tp.ask(t, method, target, func(r *http.Request) { maps.Copy(r.Header, hdr) })
 				if resp.StatusCode != want {
 					t.Fatalf("%s %s: got status %d (%s), want %d", method, target, resp.StatusCode, body, want)
 				}
@@ -439,12 +395,7 @@ func TestJSONBrowserGone(t *testing.T) {
 	fb := fakebrowser.New(t, fakebrowser.Config{})
 	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
 	fb.Close()
-	resp, err := http.Get("http://" + tp.addr + "/json/version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := tp.ask(t, "GET", "/json/version", nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "browser unreachable") {
 		t.Errorf("got %d %q, want 502 saying the browser is unreachable", resp.StatusCode, body)
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,6 +99,29 @@ func relayClient(t *testing.T, cfg limiter.Config, opts ...func(*Proxy)) (*testP
 func (tp *testProxy) dial(t *testing.T, path string, hdr http.Header) *websocket.Conn {
 	t.Helper()
 	return holdtest.Dial(t, tp.addr, path, hdr)
+}
+
+// ask sends method target to the relay, the request changed by edit
+// first (nil: none), and returns the answer, its body read and closed.
+func (tp *testProxy) ask(t *testing.T, method, target string, edit func(*http.Request)) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+tp.addr+target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
 }
 
 // dialWant dials the relay's path and fails the test unless the relay

@@ -85,6 +85,15 @@ type Hit struct {
 	Upgrade                   bool
 }
 
+// String returns the request as its first line names it: the method and
+// the path, with its query if it has one.
+func (h Hit) String() string {
+	if h.Query == "" {
+		return h.Method + " " + h.Path
+	}
+	return h.Method + " " + h.Path + "?" + h.Query
+}
+
 // New starts a fake browser as cfg says, answering from the recorded
 // transcripts; it is stopped when t's test ends.
 func New(t *testing.T, cfg Config) *Browser {
