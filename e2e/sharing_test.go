@@ -26,18 +26,25 @@ import (
 
 // Sharing one browser: what one client may do to the others (issue 22).
 
-// browserPID asks the browser at ws (directly) for its process id.
-func browserPID(t *testing.T, ws string) int {
+// askBrowser sends method to the browser at ws directly, on a connection
+// of its own, and decodes its answer into out.
+func askBrowser(t *testing.T, ws, method string, out any) {
 	t.Helper()
 	rc := dialRaw(t, ws)
 	defer rc.close()
+	json.Unmarshal(rc.mustCall("", method, nil), out)
+}
+
+// browserPID asks the browser at ws (directly) for its process id.
+func browserPID(t *testing.T, ws string) int {
+	t.Helper()
 	var r struct {
 		ProcessInfo []struct {
 			Type string `json:"type"`
 			ID   int    `json:"id"`
 		} `json:"processInfo"`
 	}
-	json.Unmarshal(rc.mustCall("", "SystemInfo.getProcessInfo", nil), &r)
+	askBrowser(t, ws, "SystemInfo.getProcessInfo", &r)
 	for _, p := range r.ProcessInfo {
 		if p.Type == "browser" {
 			return p.ID
@@ -58,15 +65,13 @@ type directPage struct {
 // every one of parts.
 func pagesOf(t *testing.T, ws string, parts ...string) []directPage {
 	t.Helper()
-	rc := dialRaw(t, ws)
-	defer rc.close()
 	var r struct {
 		TargetInfos []struct {
 			directPage
 			Type string `json:"type"`
 		} `json:"targetInfos"`
 	}
-	json.Unmarshal(rc.mustCall("", "Target.getTargets", nil), &r)
+	askBrowser(t, ws, "Target.getTargets", &r)
 	var out []directPage
 	for _, ti := range r.TargetInfos {
 		keep := ti.Type == "page"
@@ -83,12 +88,10 @@ func pagesOf(t *testing.T, ws string, parts ...string) []directPage {
 // contextsOf lists the browser contexts of the browser at ws (directly).
 func contextsOf(t *testing.T, ws string) []string {
 	t.Helper()
-	rc := dialRaw(t, ws)
-	defer rc.close()
 	var r struct {
 		IDs []string `json:"browserContextIds"`
 	}
-	json.Unmarshal(rc.mustCall("", "Target.getBrowserContexts", nil), &r)
+	askBrowser(t, ws, "Target.getBrowserContexts", &r)
 	return r.IDs
 }
 
