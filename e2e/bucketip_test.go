@@ -77,13 +77,10 @@ func TestBucketIP(t *testing.T) {
 				cfg.Addrs.Rules = tc.rules
 			}
 			r := startRelay(t, cfg.Default, withConfig(t, cfg))
-			rc := dialRaw(t, browserWSVia(t, r))
-			session, _ := rc.newPage()
 			// A fresh page's first navigation leaves the browser late in a
 			// way the relay does not see (as the other tests, warm it
 			// first), on a name of its own; then its bucket idles.
-			warm(t, rc, session, s, "warm.test")
-			time.Sleep(hostForgotten)
+			rc, session := warmedPage(t, r, s, "warm.test")
 			if tc.answered {
 				for i := range n {
 					// Page.navigate answers once the document commits.
@@ -209,10 +206,7 @@ func TestBucketIPCommand(t *testing.T) {
 	if start["bucket"] != "ip" || start["bucket_ip_source"] != "both" || start["host_resolver_rules"] != true {
 		t.Errorf("starting line: %v; want bucket ip, source both, the browser's rules read", start)
 	}
-	rc := dialRaw(t, browserWSVia(t, &relayed{url: "http://" + l.listen}))
-	session, _ := rc.newPage()
-	warm(t, rc, session, s, "warm.test") // on 127.0.0.2 too: then its schedule idles
-	time.Sleep(hostForgotten)
+	rc, session := warmedPage(t, &relayed{url: "http://" + l.listen}, s, "warm.test") // on 127.0.0.2 too: then its schedule idles
 	hosts := []string{"a.test", "b.test", "c.test"}
 	for i := range 6 {
 		rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(hosts[i%3], fmt.Sprintf("/page/cmd-%d", i))})
@@ -263,10 +257,7 @@ func TestBucketIPUpstreamArgs(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := startRelayTo(t, httpURL, cfg.Default, withConfig(t, cfg))
-			rc := dialRaw(t, browserWSVia(t, r))
-			session, _ := rc.newPage()
-			warm(t, rc, session, s, "warm.test")
-			time.Sleep(hostForgotten)
+			rc, session := warmedPage(t, r, s, "warm.test")
 			hosts := []string{"a.test", "b.test", "c.test"}
 			for i := range 6 {
 				rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(hosts[i%3], fmt.Sprintf("/page/args-%d", i))})

@@ -25,13 +25,22 @@ func httpGet(url string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
+// statusOf GETs url and returns the status it answered; an error fails
+// the test.
+func statusOf(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // backToBack navigates n times to host through the relay, back to back.
 func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Time {
 	t.Helper()
-	rc := dialRaw(t, browserWSVia(t, r))
-	session, _ := rc.newPage()
-	warm(t, rc, session, s, host)
-	time.Sleep(hostForgotten)
+	rc, session := warmedPage(t, r, s, host)
 	at, err := drive(s, host, n, time.Duration(n)*1300*time.Millisecond+10*time.Second, func(url string) {
 		rc.send(session, "Page.navigate", map[string]any{"url": url})
 	})
@@ -49,6 +58,18 @@ func backToBack(t testing.TB, r *relayed, s *site, host string, n int) []time.Ti
 func warm(t testing.TB, rc *rawClient, session string, s *site, host string) {
 	t.Helper()
 	rc.mustCall(session, "Page.navigate", map[string]any{"url": s.url(host, "/page?warm=1")})
+}
+
+// warmedPage opens a page from a new client through r, warms it on host
+// and waits until host is idle again; it returns the client and the
+// page's session.
+func warmedPage(t testing.TB, r *relayed, s *site, host string) (*rawClient, string) {
+	t.Helper()
+	rc := dialRaw(t, browserWSVia(t, r))
+	session, _ := rc.newPage()
+	warm(t, rc, session, s, host)
+	time.Sleep(hostForgotten)
+	return rc, session
 }
 
 // hostForgotten is how long after one navigation its host is idle again.

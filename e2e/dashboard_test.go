@@ -360,13 +360,8 @@ func TestDashboardToken(t *testing.T) {
 	r := startRelay(t, limiter.Config{}, func(p *relay.Proxy) { p.Token = token })
 	w := openWatcher(t)
 	for _, path := range []string{"/", "/status"} {
-		resp, err := http.Get(r.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("GET %s without the token: %d, want 401", path, resp.StatusCode)
+		if status := statusOf(t, r.url+path); status != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, status)
 		}
 	}
 	if status, _ := w.open(t, r.url+"/"); status != http.StatusUnauthorized {
@@ -394,13 +389,8 @@ func TestDashboardToken(t *testing.T) {
 	var links []string
 	w.eval(t, `[...document.querySelectorAll("#links a")].map(a => a.href)`, &links)
 	for _, l := range links {
-		resp, err := http.Get(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("the page's link %s: %d, want 200", l, resp.StatusCode)
+		if status := statusOf(t, l); status != 200 {
+			t.Errorf("the page's link %s: %d, want 200", l, status)
 		}
 	}
 	t.Logf("the page with ?token=: live; its links %v answer 200", links)

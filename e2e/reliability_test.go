@@ -245,14 +245,8 @@ func waitLogged(t *testing.T, r *relayed, within time.Duration, parts ...string)
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		for _, l := range strings.Split(r.logs.String(), "\n") {
-			all := true
-			for _, p := range parts {
-				all = all && strings.Contains(l, p)
-			}
-			if all {
-				return
-			}
+		if len(r.logs.Lines(parts...)) > 0 {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no log line with %q within %v", parts, within)
@@ -485,13 +479,8 @@ func TestCommandLogHygiene(t *testing.T) {
 		"--log-level", "debug", "--log-format", "json")
 	logs.waitFor(t, "relay ready", 30*time.Second)
 	base := "http://" + listen
-	resp, err := http.Get(base + "/json/version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("/json/version without the token: got %d, want 401", resp.StatusCode)
+	if status := statusOf(t, base+"/json/version"); status != http.StatusUnauthorized {
+		t.Errorf("/json/version without the token: got %d, want 401", status)
 	}
 	version, err := httpGet(base + "/json/version?token=" + token)
 	if err != nil {

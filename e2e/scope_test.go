@@ -338,11 +338,8 @@ func TestConnectionCutMidCrawl(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			s := newSite(t)
-			rc := dialRaw(t, browserWSVia(t, r))
-			session, _ := rc.newPage()
 			host := fmt.Sprintf("cut%v.test", both)
-			warm(t, rc, session, s, host)
-			time.Sleep(hostForgotten)
+			rc, session := warmedPage(t, r, s, host)
 			k := 0
 			at, err := drive(s, host, n, 2*time.Minute, func(url string) {
 				k++
