@@ -5,7 +5,6 @@ package relay
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -202,12 +201,7 @@ func TestLogHygiene(t *testing.T) {
 	}
 	t.Run("upstream with credentials", func(t *testing.T) {
 		fakebrowser.CheckLeaks(t)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := fakebrowser.ClosedAddr(t)
 		// A browser that is up, given with credentials it ignores.
 		fb := fakebrowser.New(t, fakebrowser.Config{})
 		tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.Upstream = "http://user:upstreampw-5ecret@" + fb.Addr })

@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/dashboard"
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -513,12 +514,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fakebrowser.ClosedAddr(b)
 	cmd := exec.Command(bin, "--listen", addr, "--upstream", eb.srv.URL, "--http-nav-delay", "0", "--log-level", "error")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -125,16 +124,11 @@ func TestStartSaysWhatItWaitsFor(t *testing.T) {
 	old := waitNotice
 	waitNotice = 200 * time.Millisecond
 	t.Cleanup(func() { waitNotice = old })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fakebrowser.ClosedAddr(t)
 	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs)
 	p := &Proxy{Upstream: "http://" + addr, Log: &log, StartTimeout: time.Second}
-	err = p.Start(t.Context())
+	err := p.Start(t.Context())
 	if err == nil {
 		p.Close()
 		t.Fatal("Start: no error for a browser that never answers")

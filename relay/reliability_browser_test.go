@@ -223,12 +223,7 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			ln.Close() // nothing listens there yet
+			addr := fakebrowser.ClosedAddr(t) // nothing listens there yet
 			logs := &fakebrowser.Logs{}
 			log := zerolog.New(logs).Level(zerolog.DebugLevel)
 			lim := limiter.New(limiter.Config{})
@@ -242,7 +237,8 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 				t.Fatal("relay did not say it waits for the browser")
 			}
 			time.Sleep(300 * time.Millisecond) // a few attempts fail
-			if ln, err = net.Listen("tcp", addr); err != nil {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
 				t.Skipf("port taken meanwhile: %v", err)
 			}
 			cfg := tt.cfg

@@ -94,6 +94,19 @@ func (h Hit) String() string {
 	return h.Method + " " + h.Path + "?" + h.Query
 }
 
+// ClosedAddr returns a loopback address where nothing listens: a port the
+// system just gave out and took back, where a test finds connections
+// refused, or listens later itself.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // New starts a fake browser as cfg says, answering from the recorded
 // transcripts; it is stopped when t's test ends.
 func New(t *testing.T, cfg Config) *Browser {

@@ -121,13 +121,8 @@ func startRecordLightpanda(t *testing.T) (addr, version string) {
 		}
 		bin = strings.TrimSpace(string(out))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = ln.Addr().String()
+	addr = ClosedAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	ln.Close()
 	cmd := exec.Command(bin, "serve", "--host", "127.0.0.1", "--port", port)
 	cmd.Env = append(os.Environ(), "LIGHTPANDA_DISABLE_TELEMETRY=true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
