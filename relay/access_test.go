@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
 	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
@@ -216,9 +215,8 @@ func TestLogHygiene(t *testing.T) {
 			"ws://" + addr + "/devtools/browser/x?token=upstream-5ecret",
 			"http://user:upstreampw-5ecret@" + addr,
 		} {
-			logs := &fakebrowser.Logs{}
-			log := zerolog.New(logs).Level(zerolog.DebugLevel)
-			p := &Proxy{Upstream: up, Limiter: withPolicy(limiter.New(limiter.Config{}), limiter.Config{}), Log: &log, StartTimeout: 300 * time.Millisecond}
+			p, _, logs := proxyAt(up, limiter.Config{})
+			p.StartTimeout = 300 * time.Millisecond
 			err := p.Start(t.Context())
 			if err == nil {
 				p.Close()

@@ -35,18 +35,29 @@ func withPolicy(lim *limiter.Limiter, cfg limiter.Config) hold.Limiter {
 	return policy.New(policy.Config{Default: cfg}, lim)
 }
 
-// newProxy returns a Proxy for fb with a limiter for cfg, not yet started.
-func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *fakebrowser.Logs) {
+// proxyAt returns a Proxy for the browser at upstream, not yet started,
+// booking through a limiter for cfg (returned with it) behind the
+// global flags' policy, logging at debug level to the Logs it returns,
+// and waiting 5 s at most for the browser at start; it counts nothing
+// (no Metrics).
+func proxyAt(upstream string, cfg limiter.Config) (*Proxy, *limiter.Limiter, *fakebrowser.Logs) {
 	logs := &fakebrowser.Logs{}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
 	lim := limiter.New(cfg)
 	return &Proxy{
-		Upstream:     fb.URL(),
+		Upstream:     upstream,
 		Limiter:      withPolicy(lim, cfg),
 		Log:          &log,
 		StartTimeout: 5 * time.Second,
-		Metrics:      NewMetrics(lim),
 	}, lim, logs
+}
+
+// newProxy returns a Proxy for fb, as proxyAt does, that counts what it
+// does (Metrics).
+func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Limiter, *fakebrowser.Logs) {
+	p, lim, logs := proxyAt(fb.URL(), cfg)
+	p.Metrics = NewMetrics(lim)
+	return p, lim, logs
 }
 
 // startProxy starts p and serves it; it is closed when the test ends.

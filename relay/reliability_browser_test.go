@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
@@ -224,10 +223,8 @@ func TestStartWaitsForLateBrowser(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fakebrowser.CheckLeaks(t)
 			addr := fakebrowser.ClosedAddr(t) // nothing listens there yet
-			logs := &fakebrowser.Logs{}
-			log := zerolog.New(logs).Level(zerolog.DebugLevel)
-			lim := limiter.New(limiter.Config{})
-			p := &Proxy{Upstream: tt.upstream(addr), Limiter: withPolicy(lim, limiter.Config{}), Log: &log, StartTimeout: waitFor}
+			p, lim, logs := proxyAt(tt.upstream(addr), limiter.Config{})
+			p.StartTimeout = waitFor
 			if tt.name == "ws" {
 				p.Intercept = hold.InterceptNavigate // no Fetch attempt: one websocket to the browser before the client's
 			}

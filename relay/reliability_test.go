@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
-	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/hold"
 	"github.com/cdp-throttle/cdp-throttle/hold/holdtest"
@@ -78,10 +77,8 @@ func chromiumAnswer(msg []byte) []byte {
 // for the fake browser.
 func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
-	logs := &fakebrowser.Logs{}
-	log := zerolog.New(logs).Level(zerolog.DebugLevel)
-	lim := limiter.New(cfg)
-	p := &Proxy{Upstream: upstream, Limiter: withPolicy(lim, cfg), Log: &log, StartTimeout: 5 * time.Second, HoldBackup: true}
+	p, lim, logs := proxyAt(upstream, cfg)
+	p.HoldBackup = true
 	for _, o := range opts {
 		o(p)
 	}
