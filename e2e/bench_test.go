@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -20,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cdp-throttle/cdp-throttle/limiter"
-	"github.com/cdp-throttle/cdp-throttle/policy"
 	"github.com/cdp-throttle/cdp-throttle/relay"
 )
 
@@ -52,8 +50,8 @@ func quietRelay(p *relay.Proxy) {
 // rounds runs each of the named runs once per round, in an order that
 // turns with the round so that none always goes first, and returns each
 // one's results in round order.
-func rounds(n int, names []string, run func(name string) float64) map[string][]float64 {
-	out := map[string][]float64{}
+func rounds[T any](n int, names []string, run func(name string) T) map[string][]T {
+	out := map[string][]T{}
 	for r := range n {
 		for k := range names {
 			name := names[(r+k)%len(names)]
@@ -344,15 +342,8 @@ func BenchmarkForeignNavigation(b *testing.B) {
 		return median(took)
 	}
 	holding := func(client bool) (stop func()) {
-		cfg := fixed(100*time.Millisecond, 1)
 		nop := zerolog.Nop()
-		p := &relay.Proxy{Upstream: browser.http, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: &nop}
-		p.Metrics = relay.NewMetrics(p.Limiter)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
+		p := startProxy(b, browser.http, fixed(100*time.Millisecond, 1), &nop)
 		srv := httptest.NewServer(p)
 		if client {
 			// The relay's own client opens a page and leaves it open.

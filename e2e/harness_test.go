@@ -372,18 +372,7 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 	// nanosecond (the timestamp has whole seconds).
 	atNanos := zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) { e.Int64("at_ns", time.Now().UnixNano()) })
 	log := zerolog.New(logs).Level(zerolog.DebugLevel).Hook(atNanos).With().Timestamp().Logger()
-	p := &relay.Proxy{Upstream: upstream, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: &log}
-	for _, o := range opts {
-		o(p)
-	}
-	if p.Metrics == nil {
-		p.Metrics = relay.NewMetrics(p.Limiter)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.Start(ctx); err != nil {
-		t.Fatalf("starting the relay: %v", err)
-	}
+	p := startProxy(t, upstream, cfg, &log, opts...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -405,6 +394,25 @@ func startRelayTo(t testing.TB, upstream string, cfg limiter.Config, opts ...fun
 		}
 	})
 	return r
+}
+
+// startProxy starts a relay in front of upstream, with a limiter of its
+// own and log, as opts set it up; the caller serves it and closes it.
+func startProxy(t testing.TB, upstream string, cfg limiter.Config, log *zerolog.Logger, opts ...func(*relay.Proxy)) *relay.Proxy {
+	t.Helper()
+	p := &relay.Proxy{Upstream: upstream, Limiter: policy.New(policy.Config{Default: cfg}, limiter.New(cfg)), Log: log}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.Metrics == nil {
+		p.Metrics = relay.NewMetrics(p.Limiter)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("starting the relay: %v", err)
+	}
+	return p
 }
 
 // unheldLogged adds up the navigations the relay logged as reaching the

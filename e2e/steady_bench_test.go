@@ -78,13 +78,7 @@ func BenchmarkSteadyLoop(b *testing.B) {
 		for _, name := range names {
 			block(name) // warm-up: first contexts, first connections
 		}
-		got := map[string][]steadyBlock{}
-		for r := range blocks {
-			for k := range names {
-				name := names[(r+k)%len(names)]
-				got[name] = append(got[name], block(name))
-			}
-		}
+		got := rounds(blocks, names, block)
 		for _, p := range proxies {
 			p.stop()
 		}
