@@ -106,13 +106,9 @@ func TestAccessEveryEndpoint(t *testing.T) {
 	}
 	// A client given the relay's /json/version URL with the token gets a
 	// websocket URL that works as it is.
-	resp, err := http.Get("http://" + tp.addr + "/json/version?token=" + token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, body := tp.get(t, "/json/version?token="+token)
 	var v struct{ WebSocketDebuggerURL string }
-	json.NewDecoder(resp.Body).Decode(&v)
-	resp.Body.Close()
+	json.Unmarshal([]byte(body), &v)
 	c, _, err := websocket.DefaultDialer.Dial(v.WebSocketDebuggerURL, nil)
 	if err != nil {
 		t.Fatalf("dialing the advertised %q: %v", v.WebSocketDebuggerURL, err)

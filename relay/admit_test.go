@@ -19,7 +19,7 @@ import (
 // clientsOf reads the clients section of the relay's /healthz.
 func clientsOf(t *testing.T, tp *testProxy) (capacity, connected, queued, full, timeout int) {
 	t.Helper()
-	_, body := getBody(t, "http://"+tp.addr+"/healthz")
+	_, body := tp.get(t, "/healthz")
 	var h struct {
 		Clients struct {
 			Capacity       int `json:"capacity"`
@@ -43,11 +43,7 @@ func clientsOf(t *testing.T, tp *testProxy) (capacity, connected, queued, full, 
 // 503. Never an HTTP error after the upgrade.
 func TestAdmission(t *testing.T) {
 	fakebrowser.CheckLeaks(t)
-	fb1 := fakebrowser.New(t, fakebrowser.Config{})
-	fb2 := fakebrowser.New(t, fakebrowser.Config{})
-	fb2.Restart("second-browser-id")
-	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
-		p.Upstreams = []string{fb2.URL()}
+	tp, fb1, fb2 := twoBrowsers(t, func(p *Proxy) {
 		p.Metrics = NewMetrics(nil)
 		p.ClientsPerBrowser, p.Queue, p.QueueTimeout = 1, 1, time.Second
 	})
@@ -67,7 +63,7 @@ func TestAdmission(t *testing.T) {
 		third <- c
 	}()
 	fakebrowser.Eventually(t, "the third client queued", func() bool { _, _, q, _, _ := clientsOf(t, tp); return q == 1 })
-	if status, _ := getBody(t, "http://"+tp.addr+"/json/version"); status != http.StatusOK {
+	if status, _ := tp.get(t, "/json/version"); status != http.StatusOK {
 		t.Errorf("/json/version while a client waits: %d", status)
 	}
 
@@ -106,7 +102,7 @@ func TestAdmission(t *testing.T) {
 	if full != 1 || timeout != 1 {
 		t.Errorf("refusals: %d queue full, %d timed out; want 1 and 1", full, timeout)
 	}
-	_, metrics := getBody(t, "http://"+tp.addr+"/metrics")
+	_, metrics := tp.get(t, "/metrics")
 	for _, want := range []string{
 		`cdp_throttle_clients_refused_total{reason="queue_full"} 1`,
 		`cdp_throttle_clients_refused_total{reason="timeout"} 1`,

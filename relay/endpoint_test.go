@@ -81,7 +81,7 @@ func TestBrowserEndpointMoves(t *testing.T) {
 			tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				p.Upstream, p.Browsers = "", []Endpoint{m}
 			})
-			if _, body := getBody(t, "http://"+tp.addr+"/json/version"); !strings.Contains(body, "/devtools/browser/"+fb1.ID()) {
+			if _, body := tp.get(t, "/json/version"); !strings.Contains(body, "/devtools/browser/"+fb1.ID()) {
 				t.Fatalf("/json/version: got %s, want the first process's id", body)
 			}
 			tp.dial(t, "/", nil)
@@ -108,7 +108,7 @@ func TestBrowserEndpointMoves(t *testing.T) {
 				t.Fatalf("client after the restart: %v", err)
 			}
 			fb2.Accept(t)
-			if _, body := getBody(t, "http://"+tp.addr+"/json/version"); !strings.Contains(body, "/devtools/browser/second-process-id") || !strings.Contains(body, tp.addr) {
+			if _, body := tp.get(t, "/json/version"); !strings.Contains(body, "/devtools/browser/second-process-id") || !strings.Contains(body, tp.addr) {
 				t.Errorf("/json/version after the restart: got %s, want the new process's id at the relay's address", body)
 			}
 		})

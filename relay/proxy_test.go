@@ -135,6 +135,14 @@ func (tp *testProxy) ask(t *testing.T, method, target string, edit func(*http.Re
 	return resp, body
 }
 
+// get asks the relay for path with a GET, as ask does, and returns the
+// answer's status and body.
+func (tp *testProxy) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, body := tp.ask(t, "GET", path, nil)
+	return resp.StatusCode, string(body)
+}
+
 // dialWant dials the relay's path and fails the test unless the relay
 // answers with status want (0: no answer at all); a connection it opens is
 // closed when the test ends.

@@ -24,7 +24,7 @@ func TestPage(t *testing.T) {
 	driveRecorded(t, c, fb.Accept(t), fb)
 	replayChromium(t, fb, hc)
 
-	code, page := getBody(t, "http://"+tp.addr+"/")
+	code, page := tp.get(t, "/")
 	if code != 200 || !strings.HasPrefix(page, "<!doctype html>") {
 		t.Fatalf("GET /: %d %.60q, want the page", code, page)
 	}
@@ -53,7 +53,7 @@ func TestPage(t *testing.T) {
 	var body string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		st.Buckets = nil
-		code, body = getBody(t, "http://"+tp.addr+"/status")
+		code, body = tp.get(t, "/status")
 		if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
 			t.Fatalf("GET /status: %d %v: %s", code, err, body)
 		}
@@ -92,11 +92,11 @@ func TestPage(t *testing.T) {
 		t.Errorf("answers drawn %v, counted %v; want the same, one overload", classes, st.Answers)
 	}
 
-	code, body = getBody(t, "http://"+tp.addr+"/status?since="+strconv.FormatUint(st.Version, 10))
+	code, body = tp.get(t, "/status?since="+strconv.FormatUint(st.Version, 10))
 	if code != 200 || strings.Contains(body, `"seq"`) {
 		t.Errorf("GET /status?since=%d: %d %s, want no navigation (none since)", st.Version, code, body)
 	}
-	if code, _ := getBody(t, "http://"+tp.addr+"/nothing"); code != 404 {
+	if code, _ := tp.get(t, "/nothing"); code != 404 {
 		t.Errorf("GET /nothing: %d, want 404", code)
 	}
 }

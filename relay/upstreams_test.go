@@ -18,24 +18,13 @@ import (
 
 // twoBrowsers serves a relay in front of two fake browsers with distinct
 // browser ids, limiter off (no connections of the relay's own).
-func twoBrowsers(t *testing.T) (*testProxy, *fakebrowser.Browser, *fakebrowser.Browser) {
+func twoBrowsers(t *testing.T, opts ...func(*Proxy)) (*testProxy, *fakebrowser.Browser, *fakebrowser.Browser) {
 	t.Helper()
 	fb1 := fakebrowser.New(t, fakebrowser.Config{})
 	fb2 := fakebrowser.New(t, fakebrowser.Config{})
 	fb2.Restart("second-browser-id")
-	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Upstreams = []string{fb2.URL()} })
+	tp := relayTo(t, fb1, limiter.Config{Mode: limiter.Off}, append([]func(*Proxy){func(p *Proxy) { p.Upstreams = []string{fb2.URL()} }}, opts...)...)
 	return tp, fb1, fb2
-}
-
-func getBody(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // TestSeveralBrowsersFewestFirst: new clients go to the browser with the
@@ -51,7 +40,7 @@ func TestSeveralBrowsersFewestFirst(t *testing.T) {
 		}
 	}
 	// fb1 has two clients, fb2 one: the next client is sent to fb2.
-	_, body := getBody(t, "http://"+tp.addr+"/json/version")
+	_, body := tp.get(t, "/json/version")
 	if !strings.Contains(body, "/devtools/browser/second-browser-id") {
 		t.Fatalf("/json/version with fb2 the least busy: got %s, want fb2's endpoint", body)
 	}
@@ -85,17 +74,17 @@ func TestDeadBrowserSkipped(t *testing.T) {
 	tp, fb1, fb2 := twoBrowsers(t)
 	fb1.Close()
 	fakebrowser.Eventually(t, "the relay to notice", func() bool {
-		_, body := getBody(t, "http://"+tp.addr+"/healthz")
+		_, body := tp.get(t, "/healthz")
 		return strings.Contains(body, `"alive":false`)
 	})
 	for range 3 {
 		tp.dial(t, "/", nil)
 	}
 	fakebrowser.Eventually(t, "three clients on fb2", func() bool {
-		_, body := getBody(t, "http://"+tp.addr+"/healthz")
+		_, body := tp.get(t, "/healthz")
 		return fb2.ConnCount() == 3 && strings.Contains(body, `"clients":3`)
 	})
-	status, body := getBody(t, "http://"+tp.addr+"/healthz")
+	status, body := tp.get(t, "/healthz")
 	var h struct {
 		Status    string
 		Upstreams []struct {
@@ -110,7 +99,7 @@ func TestDeadBrowserSkipped(t *testing.T) {
 	}
 	fb2.Close()
 	fakebrowser.Eventually(t, "the relay to notice", func() bool {
-		status, _ := getBody(t, "http://"+tp.addr+"/healthz")
+		status, _ := tp.get(t, "/healthz")
 		return status == http.StatusServiceUnavailable
 	})
 }
@@ -143,10 +132,10 @@ func TestMetricsAndHosts(t *testing.T) {
 		}
 	}
 	fakebrowser.Eventually(t, "the client's messages", func() bool {
-		_, body := getBody(t, "http://"+tp.addr+"/metrics")
+		_, body := tp.get(t, "/metrics")
 		return strings.Contains(body, fmt.Sprintf(`cdp_throttle_messages_total{direction="to_browser"} %d`, driven+3))
 	})
-	_, body := getBody(t, "http://"+tp.addr+"/metrics")
+	_, body := tp.get(t, "/metrics")
 	for _, want := range []string{
 		`cdp_throttle_connections 1`,
 		`cdp_throttle_hosts_tracked 3`,
@@ -170,7 +159,7 @@ func TestMetricsAndHosts(t *testing.T) {
 		t.Errorf("/metrics names a host; it must carry no per-host labels")
 	}
 
-	_, hosts := getBody(t, "http://"+tp.addr+"/hosts?n=2")
+	_, hosts := tp.get(t, "/hosts?n=2")
 	var list []struct {
 		Host       string  `json:"host"`
 		Pressure   int     `json:"pressure"`
