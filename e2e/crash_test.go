@@ -43,15 +43,7 @@ func runCrash(t *testing.T, c stopCase) {
 		worker = int(r.logs.waitFor(t, "guardian: the relay runs as a child of this process, which answers what it holds if it dies without a stop", 5*time.Second)["pid"].(float64))
 	}
 	crawl := startStopCrawl(t, r.url, s.url(host, ""), run, c.clients, c.pages)
-	var firstDoc hit
-	select {
-	case firstDoc = <-first:
-	case <-crawl.exited:
-		t.Fatalf("stop-crawl.mjs ended before any document reached the site: %v\nstderr:\n%s", crawl.err, crawl.stderr.String())
-	case <-time.After(45 * time.Second):
-		t.Fatalf("no document reached the site within 45 s\nstderr:\n%s", crawl.stderr.String())
-	}
-	time.Sleep(time.Until(firstDoc.At.Add(stopSignalAt)))
+	crawl.untilSignal(t, first)
 	killAt := time.Now()
 	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

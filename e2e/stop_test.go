@@ -146,15 +146,7 @@ func runStop(t *testing.T, c stopCase) {
 	n := c.clients * c.pages
 	crawl := startStopCrawl(t, r.url, s.url(c.host, ""), run, c.clients, c.pages)
 
-	var firstDoc hit
-	select {
-	case firstDoc = <-first:
-	case <-crawl.exited:
-		t.Fatalf("stop-crawl.mjs ended before any document reached the site: %v\nstdout:\n%s\nstderr:\n%s", crawl.err, crawl.stdout.String(), crawl.stderr.String())
-	case <-time.After(45 * time.Second):
-		t.Fatalf("no document reached the site within 45 s\nstderr:\n%s", crawl.stderr.String())
-	}
-	time.Sleep(time.Until(firstDoc.At.Add(stopSignalAt)))
+	crawl.untilSignal(t, first)
 	sigAt := time.Now()
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -385,6 +377,22 @@ type stopCrawl struct {
 	*nodeProc
 	mu    sync.Mutex
 	lines map[string]json.RawMessage // its stdout's JSON lines by their one key; guarded by mu
+}
+
+// untilSignal waits for the first document of the crawl's run to reach
+// the site (first, from watchRun), then stopSignalAt more: when a test
+// stops or kills the relay.
+func (c *stopCrawl) untilSignal(t *testing.T, first <-chan hit) {
+	t.Helper()
+	var firstDoc hit
+	select {
+	case firstDoc = <-first:
+	case <-c.exited:
+		t.Fatalf("stop-crawl.mjs ended before any document reached the site: %v\nstdout:\n%s\nstderr:\n%s", c.err, c.stdout.String(), c.stderr.String())
+	case <-time.After(45 * time.Second):
+		t.Fatalf("no document reached the site within 45 s\nstderr:\n%s", c.stderr.String())
+	}
+	time.Sleep(time.Until(firstDoc.At.Add(stopSignalAt)))
 }
 
 func startStopCrawl(t *testing.T, relayURL, base, run string, clients, pages int) *stopCrawl {
