@@ -212,20 +212,9 @@ func TestBadInputAsChromium(t *testing.T) {
 			t.Errorf("binary frame through the relay: got %q, want Chromium's answer to the text %q", got, want)
 		}
 	})
-	if lines := logLinesAt(r.logs.String(), "error"); len(lines) > 0 {
+	if lines := r.logs.Lines(`"level":"error"`); len(lines) > 0 {
 		t.Errorf("relay logged errors: %q", lines)
 	}
-}
-
-// logLinesAt returns the JSON log lines of level.
-func logLinesAt(log, level string) []string {
-	var out []string
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, `"level":"`+level+`"`) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // relNavigate navigates session to url and returns the error text of the
@@ -307,7 +296,7 @@ func TestChromiumDiesMidNavigation(t *testing.T) {
 	if gap := docs[1].At.Sub(first); gap < 2*interval-200*time.Millisecond {
 		t.Errorf("n=3 reached the site %v after n=1, want its own slot two intervals (%v) later", gap, 2*interval)
 	}
-	if lines := logLinesAt(r.logs.String(), "error"); len(lines) > 0 {
+	if lines := r.logs.Lines(`"level":"error"`); len(lines) > 0 {
 		t.Errorf("relay logged errors: %q", lines)
 	}
 }
@@ -367,7 +356,7 @@ func TestClientVanishesWhileHeldChromium(t *testing.T) {
 		t.Errorf("n=3 reached the site %v after n=1, want the slot after the vanished one's (%v)", gap, 2*interval)
 	}
 	for _, level := range []string{"error", "warn"} {
-		for _, l := range logLinesAt(r.logs.String(), level) {
+		for _, l := range r.logs.Lines(`"level":"` + level + `"`) {
 			if !strings.Contains(l, "spacing out navigations") {
 				t.Errorf("relay logged %s", l)
 			}
