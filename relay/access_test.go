@@ -51,9 +51,7 @@ func TestAccessWebsocket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
+			tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				p.Token = tt.token
 				p.AllowHosts = []string{"relay.internal"}
 			})
@@ -86,10 +84,8 @@ func TestAccessWebsocket(t *testing.T) {
 // TestAccessEveryEndpoint checks that with a token no endpoint answers
 // without it, and that a client following the advertised URLs gets in.
 func TestAccessEveryEndpoint(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
 	const token = "tok-77c1"
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
+	tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
 	before := len(fb.Hits())
 	for _, target := range []string{"/json/version", "/json/version/", "/json", "/json/list", "/json/new?about:blank",
 		"/json/activate/X", "/json/close/X", "/json/protocol", "/no/such/path", "/devtools/browser/x",

@@ -187,9 +187,7 @@ func TestJSONEndpoints(t *testing.T) {
 // TestJSONRefusesForeignHost checks that a Host the relay does not answer
 // to (DNS rebinding) never reaches the browser.
 func TestJSONRefusesForeignHost(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
+	tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off})
 	before := len(fb.Hits())
 	for _, target := range []string{"/json/version", "/json/list", "/devtools/browser/x"} {
 		resp, _ := tp.ask(t, "GET", target, func(r *http.Request) { r.Host = "rebound.example:9322" })
@@ -221,9 +219,7 @@ func TestJSONToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
+			tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = token })
 			before := len(fb.Hits())
 			resp, body := tp.ask(t, tt.method, tt.target, func(r *http.Request) {
 				if tt.auth {
@@ -305,9 +301,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 	const page = "http://a.test:8080/page?x=1&y=a+b"
 	for _, tok := range escapedTokens {
 		t.Run(tok.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = tok.token })
+			tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.Token = tok.token })
 			// ask sends a request and returns the body and the query the browser got.
 			ask := func(t *testing.T, method, target string, hdr http.Header, want int) ([]byte, string) {
 				t.Helper()
@@ -391,9 +385,7 @@ func TestJSONTokenEscaped(t *testing.T) {
 // TestJSONBrowserGone checks that the relay answers 502 when the browser's
 // HTTP side does not answer.
 func TestJSONBrowserGone(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off})
+	tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off})
 	fb.Close()
 	resp, body := tp.ask(t, "GET", "/json/version", nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "browser unreachable") {

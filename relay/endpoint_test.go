@@ -165,9 +165,7 @@ func TestHealthLogNamesNoElsewhere(t *testing.T) {
 		{"two browsers", 2, `"message":"browser not answering: new clients go elsewhere"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
+			tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) {
 				if tt.browsers == 2 {
 					p.Upstreams = []string{fakebrowser.New(t, fakebrowser.Config{}).URL()}
 				}

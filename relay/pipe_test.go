@@ -124,9 +124,7 @@ func TestMessagesPassUnchanged(t *testing.T) {
 		{name: "reply 64 KiB + 1", typ: websocket.TextMessage, data: payload(64<<10+1, 6), wantType: websocket.TextMessage},
 		{name: "reply 20 MiB", typ: websocket.TextMessage, data: payload(20*MiB, 7), wantType: websocket.TextMessage},
 	}
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{})
+	tp, fb := relayNew(t, limiter.Config{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dialer := *websocket.DefaultDialer
@@ -357,9 +355,7 @@ func TestOversizedMessage(t *testing.T) {
 		{"in frames each under the limit", 512},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
+			tp, fb := relayNew(t, limiter.Config{}, func(p *Proxy) { p.MaxMessageSize = 1 << 10 })
 			d := websocket.Dialer{WriteBufferSize: tc.frame}
 			c, _, err := d.Dial("ws://"+tp.addr+"/", nil)
 			if err != nil {
@@ -402,9 +398,7 @@ func TestOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.AllowOrigins = tt.allow })
+			tp, fb := relayNew(t, limiter.Config{}, func(p *Proxy) { p.AllowOrigins = tt.allow })
 			hdr := http.Header{}
 			if tt.origin != "" {
 				hdr.Set("Origin", tt.origin)
@@ -426,9 +420,7 @@ func TestOrigin(t *testing.T) {
 // TestBrowserRefusal checks that a browser's refusal of the websocket is
 // answered with its own status before the client is upgraded.
 func TestBrowserRefusal(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{})
+	tp, _ := relayNew(t, limiter.Config{})
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+tp.addr+"/devtools/other/1", nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
 		t.Errorf("got %v, want the browser's 404", err)
@@ -440,9 +432,7 @@ func TestBrowserRefusal(t *testing.T) {
 // to the browser and its pong back, and pings its own browser
 // connection, which is the relay's.
 func TestPings(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{}, func(p *Proxy) { p.PingInterval = 20 * time.Millisecond })
+	tp, fb := relayNew(t, limiter.Config{}, func(p *Proxy) { p.PingInterval = 20 * time.Millisecond })
 	hc := fb.Holder(t)
 	c := tp.dial(t, "/", nil)
 	fb.Accept(t)
@@ -497,11 +487,7 @@ func TestPings(t *testing.T) {
 func TestBrowserRestart(t *testing.T) {
 	for _, cfg := range []limiter.Config{{Mode: limiter.Off}, {}} {
 		t.Run(cfg.Mode.String(), func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, cfg)
-			tp.dial(t, "/", nil)
-			fb.Accept(t)
+			tp, fb, _, _ := relayClient(t, cfg)
 			fb.Restart("0f0f0f0f-0000-4000-8000-000000000001")
 			tp.dial(t, "/", nil)
 			if got, want := fb.Accept(t).Path, "/devtools/browser/0f0f0f0f-0000-4000-8000-000000000001"; got != want {
@@ -515,11 +501,7 @@ func TestBrowserRestart(t *testing.T) {
 // a write to it has waited WriteTimeout, the browser's connection ended,
 // and why is logged.
 func TestSlowClient(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond })
-	tp.dial(t, "/", nil) // never reads
-	fc := fb.Accept(t)
+	tp, _, _, fc := relayClient(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 200 * time.Millisecond }) // the client never reads
 	go func() {
 		big := payload(1<<20, 9)
 		for range 64 {

@@ -93,15 +93,21 @@ func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...
 	return startProxy(t, p, lim, logs)
 }
 
-// relayClient starts a relay, as relayTo does, for a new fake browser,
-// and connects a client to its root; it returns the client with the
-// browser's end of the connection the relay opened for it. The test is
-// checked for leaked goroutines.
-func relayClient(t *testing.T, cfg limiter.Config, opts ...func(*Proxy)) (*testProxy, *fakebrowser.Browser, *websocket.Conn, *fakebrowser.Conn) {
+// relayNew starts a relay, as relayTo does, for a new fake browser, and
+// returns it with the browser. The test is checked for leaked goroutines.
+func relayNew(t *testing.T, cfg limiter.Config, opts ...func(*Proxy)) (*testProxy, *fakebrowser.Browser) {
 	t.Helper()
 	fakebrowser.CheckLeaks(t)
 	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, cfg, opts...)
+	return relayTo(t, fb, cfg, opts...), fb
+}
+
+// relayClient starts a relay for a new fake browser, as relayNew does,
+// and connects a client to its root; it returns the client with the
+// browser's end of the connection the relay opened for it.
+func relayClient(t *testing.T, cfg limiter.Config, opts ...func(*Proxy)) (*testProxy, *fakebrowser.Browser, *websocket.Conn, *fakebrowser.Conn) {
+	t.Helper()
+	tp, fb := relayNew(t, cfg, opts...)
 	c := tp.dial(t, "/", nil)
 	return tp, fb, c, fb.Accept(t)
 }

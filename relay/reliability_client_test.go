@@ -101,9 +101,7 @@ func flood(fc *fakebrowser.Conn, n int) (wait func()) {
 // with a logged reason, the browser's connection ended, and that a
 // client beside it is served meanwhile.
 func TestSlowClientBounded(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 300 * time.Millisecond })
+	tp, fb := relayNew(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.WriteTimeout = 300 * time.Millisecond })
 	by := newBystander(t, tp, fb)
 	tp.dial(t, "/", nil) // never reads
 	fc := fb.Accept(t)
@@ -131,11 +129,7 @@ func TestSlowClientBounded(t *testing.T) {
 // TestCloseWithStalledClients checks that closing the relay with clients
 // that do not read is bounded, and that the others' connections end.
 func TestCloseWithStalledClients(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}) // default WriteTimeout: 30 s
-	healthy := tp.dial(t, "/", nil)
-	fb.Accept(t)
+	tp, fb, healthy, _ := relayClient(t, limiter.Config{Mode: limiter.Off}) // default WriteTimeout: 30 s
 	var waits []func()
 	for range 10 {
 		tp.dial(t, "/", nil)

@@ -293,9 +293,7 @@ func TestBadBrowserInputRelayed(t *testing.T) {
 // goroutines.
 func fetchRelay(t *testing.T) (tp *testProxy, fb *fakebrowser.Browser, rec *holdtest.Recorder, hc *fakebrowser.Conn, c *websocket.Conn) {
 	t.Helper()
-	fakebrowser.CheckLeaks(t)
-	fb = fakebrowser.New(t, fakebrowser.Config{})
-	tp = relayTo(t, fb, holdtest.Fixed(300*time.Millisecond), recordBookings(&rec))
+	tp, fb = relayNew(t, holdtest.Fixed(300*time.Millisecond), recordBookings(&rec))
 	hc = fb.Holder(t)
 	fakebrowser.AnnouncePages(t, fb, hc, false)
 	c = tp.dial(t, "/", nil)

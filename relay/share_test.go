@@ -77,9 +77,7 @@ func TestBrowserCloseEndsOnlyItsOwn(t *testing.T) {
 		cfg  limiter.Config
 	}{{"limiter off", limiter.Config{Mode: limiter.Off}}, {"fetch", holdtest.Fixed(time.Millisecond)}} {
 		t.Run(mode.name, func(t *testing.T) {
-			fakebrowser.CheckLeaks(t)
-			fb := fakebrowser.New(t, fakebrowser.Config{})
-			tp := relayTo(t, fb, mode.cfg)
+			tp, fb := relayNew(t, mode.cfg)
 			if mode.cfg.Mode != limiter.Off {
 				fb.Holder(t)
 				fb.Pages(t)
@@ -210,11 +208,7 @@ func TestBrowserClosePasses(t *testing.T) {
 // leaked goroutines.
 func orphaning(t *testing.T, orphan time.Duration) (*testProxy, *fakebrowser.Browser, *websocket.Conn, *fakebrowser.Conn) {
 	t.Helper()
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
-	a := tp.dial(t, "/", nil)
-	fa := fb.Accept(t)
+	tp, fb, a, fa := relayClient(t, limiter.Config{Mode: limiter.Off}, func(p *Proxy) { p.OrphanTimeout = orphan })
 	call(t, a, fa, 1, "Target.createTarget", `{"url":"about:blank"}`, `{"targetId":"P1"}`)
 	return tp, fb, a, fa
 }

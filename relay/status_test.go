@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 	"github.com/cdp-throttle/cdp-throttle/limiter"
 )
 
@@ -16,9 +15,7 @@ import (
 // page polls: the browser and how it holds, the navigations of each host
 // with their answers, the counts of /metrics.
 func TestPage(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{})
+	tp, fb := relayNew(t, limiter.Config{})
 	hc := fb.Holder(t)
 	c := tp.dial(t, "/", nil)
 	driveRecorded(t, c, fb.Accept(t), fb)

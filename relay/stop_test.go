@@ -66,9 +66,7 @@ func TestPanicEndsOneConnection(t *testing.T) {
 // drains (stop.go): an upgrade and /json/* get 503 with a Retry-After,
 // /healthz says stopping.
 func TestStoppingRefusesClients(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	tp := relayTo(t, fb, limiter.Config{Mode: limiter.Fixed, Interval: 500 * time.Millisecond, Burst: 1})
+	tp, _ := relayNew(t, limiter.Config{Mode: limiter.Fixed, Interval: 500 * time.Millisecond, Burst: 1})
 	tp.p.drainEnd.Store(time.Now().Add(5 * time.Second).UnixNano())
 	base := "http://" + tp.addr
 	resp, err := http.Get(base + "/healthz")
