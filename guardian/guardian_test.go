@@ -3,6 +3,7 @@ package guardian
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -98,6 +99,13 @@ func (fb *fakeBrowser) send(t *testing.T, msg string) {
 	}
 }
 
+// pause sends a document request paused in session, as Chromium's
+// Fetch.requestPaused tells it, on the browser's first connection.
+func (fb *fakeBrowser) pause(t *testing.T, session, requestID, frame, url string) {
+	t.Helper()
+	fb.send(t, fmt.Sprintf(`{"method":"Fetch.requestPaused","sessionId":%q,"params":{"requestId":%q,"frameId":%q,"resourceType":"Document","request":{"url":%q,"method":"GET"}}}`, session, requestID, frame, url))
+}
+
 // commands returns what the browser got so far.
 func (fb *fakeBrowser) commands() []string {
 	fb.mu.Lock()
@@ -142,6 +150,16 @@ func dialPages(t *testing.T, gc Client, fb *fakeBrowser) *websocket.Conn {
 	return relay
 }
 
+// lingering serves a guardian that lingers 300 ms after a takeover, and
+// opens the relay's pages connection to a new fake browser through it.
+func lingering(t *testing.T) (fb *fakeBrowser, g *Guardian, gc Client, relay *websocket.Conn) {
+	t.Helper()
+	fb = newFakeBrowser(t)
+	g = &Guardian{Linger: 300 * time.Millisecond}
+	gc = serve(t, g)
+	return fb, g, gc, dialPages(t, gc, fb)
+}
+
 // relayDies ends the relay's side as a dead process's does: no close frame.
 func relayDies(c *websocket.Conn) { c.UnderlyingConn().Close() }
 
@@ -166,19 +184,16 @@ func readUntil(t *testing.T, c *websocket.Conn, s string) {
 // one the relay had let go, and any request that pauses after; it lets a
 // page waiting for its debugger run; then it lets go of the browser.
 func TestTakeOverAnswersWhatWasPaused(t *testing.T) {
-	fb := newFakeBrowser(t)
-	g := &Guardian{Linger: 300 * time.Millisecond}
-	gc := serve(t, g)
-	relay := dialPages(t, gc, fb)
-	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
-	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R2","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/2","method":"GET"}}}`)
+	fb, g, _, relay := lingering(t)
+	fb.pause(t, "S1", "R1", "F", "http://a.test/")
+	fb.pause(t, "S1", "R2", "F", "http://a.test/2")
 	readUntil(t, relay, `"R2"`)
 	relay.WriteMessage(websocket.TextMessage, []byte(`{"id":7,"sessionId":"S1","method":"Fetch.continueRequest","params":{"requestId":"R2"}}`))
 	fb.await(t, "Fetch.continueRequest S1 R2")
 	relayDies(relay)
 
 	fb.await(t, "Fetch.fulfillRequest S1 R1 Too Many Requests")
-	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S2","params":{"requestId":"R3","frameId":"G","resourceType":"Document","request":{"url":"http://a.test/3","method":"GET"}}}`)
+	fb.pause(t, "S2", "R3", "G", "http://a.test/3")
 	fb.await(t, "Fetch.fulfillRequest S2 R3 Too Many Requests")
 	fb.send(t, `{"method":"Target.attachedToTarget","params":{"sessionId":"S4","targetInfo":{"targetId":"T4","type":"page","url":""},"waitingForDebugger":true}}`)
 	fb.await(t, "Runtime.runIfWaitingForDebugger S4")
@@ -201,10 +216,7 @@ func TestTakeOverAnswersWhatWasPaused(t *testing.T) {
 // (TestCrashFailsClosed/chromium-upstream, once in a CI run: the guardian
 // exited 16 ms after the kill, 0 answered, 16 documents at once).
 func TestWaitBeforeTheEndIsSeen(t *testing.T) {
-	fb := newFakeBrowser(t)
-	g := &Guardian{Linger: 300 * time.Millisecond}
-	gc := serve(t, g)
-	relay := dialPages(t, gc, fb)
+	fb, g, gc, relay := lingering(t)
 	r, err := gc.DialReporter(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +224,7 @@ func TestWaitBeforeTheEndIsSeen(t *testing.T) {
 	if err := r.Report(Report{Upstream: fb.wsURL(), Pages: []string{"P1"}}); err != nil {
 		t.Fatal(err)
 	}
-	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
+	fb.pause(t, "S1", "R1", "F", "http://a.test/")
 	readUntil(t, relay, `"R1"`)
 	time.Sleep(100 * time.Millisecond) // the report is in
 	waited := make(chan Stats, 1)
@@ -239,10 +251,8 @@ func TestWaitBeforeTheEndIsSeen(t *testing.T) {
 // TestCloseIsNoTakeOver: a relay that closes its connection with a close
 // frame meant to: nothing is answered for it.
 func TestCloseIsNoTakeOver(t *testing.T) {
-	fb := newFakeBrowser(t)
-	g := &Guardian{Linger: 300 * time.Millisecond}
-	relay := dialPages(t, serve(t, g), fb)
-	fb.send(t, `{"method":"Fetch.requestPaused","sessionId":"S1","params":{"requestId":"R1","frameId":"F","resourceType":"Document","request":{"url":"http://a.test/","method":"GET"}}}`)
+	fb, g, _, relay := lingering(t)
+	fb.pause(t, "S1", "R1", "F", "http://a.test/")
 	readUntil(t, relay, `"R1"`)
 	relay.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	relay.Close()
