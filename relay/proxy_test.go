@@ -60,9 +60,13 @@ func newProxy(fb *fakebrowser.Browser, cfg limiter.Config) (*Proxy, *limiter.Lim
 	return p, lim, logs
 }
 
-// startProxy starts p and serves it; it is closed when the test ends.
-func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *fakebrowser.Logs) *testProxy {
+// startProxy starts p, adjusted by opts first, and serves it; it is
+// closed when the test ends.
+func startProxy(t *testing.T, p *Proxy, lim *limiter.Limiter, logs *fakebrowser.Logs, opts ...func(*Proxy)) *testProxy {
 	t.Helper()
+	for _, o := range opts {
+		o(p)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if err := p.Start(ctx); err != nil {
@@ -87,10 +91,7 @@ func relayTo(t *testing.T, fb *fakebrowser.Browser, cfg limiter.Config, opts ...
 	t.Helper()
 	p, lim, logs := newProxy(fb, cfg)
 	p.HoldBackup = true
-	for _, o := range opts {
-		o(p)
-	}
-	return startProxy(t, p, lim, logs)
+	return startProxy(t, p, lim, logs, opts...)
 }
 
 // relayNew starts a relay, as relayTo does, for a new fake browser, and

@@ -79,10 +79,7 @@ func relayToURL(t *testing.T, upstream string, cfg limiter.Config, opts ...func(
 	t.Helper()
 	p, lim, logs := proxyAt(upstream, cfg)
 	p.HoldBackup = true
-	for _, o := range opts {
-		o(p)
-	}
-	return startProxy(t, p, lim, logs)
+	return startProxy(t, p, lim, logs, opts...)
 }
 
 // roundTrip sends a command from a client, checks the browser gets it as it

@@ -108,12 +108,10 @@ func TestDeadBrowserSkipped(t *testing.T) {
 // relay with metrics, of pages its client drives, then reads /metrics and
 // /hosts.
 func TestMetricsAndHosts(t *testing.T) {
-	fakebrowser.CheckLeaks(t)
-	fb := fakebrowser.New(t, fakebrowser.Config{})
-	p, lim, logs := newProxy(fb, limiter.Config{})
-	p.Metrics = NewMetrics(lim) // as the relay command does: the hosts tracked are the limiter's
-	p.HoldBackup = true         // the recording is of the backup net connection
-	tp := startProxy(t, p, lim, logs)
+	// The relay counts the hosts its limiter tracks (newProxy's Metrics),
+	// as the relay command does, and holds with the backup net
+	// connection on (relayTo's HoldBackup), which the recording is of.
+	tp, fb := relayNew(t, limiter.Config{})
 	hc := fb.Holder(t)
 	c := tp.dial(t, "/", nil)
 	fc := fb.Accept(t)
