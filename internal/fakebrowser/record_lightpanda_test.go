@@ -61,33 +61,25 @@ func TestRecordLightpanda(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	mustCall := func(session, method string, params any) []byte {
-		t.Helper()
-		res, err := cc.call(ctx, session, method, params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
 	var created struct {
 		TargetID string `json:"targetId"`
 	}
-	json.Unmarshal(mustCall("", "Target.createTarget", map[string]any{"url": "about:blank"}), &created)
+	json.Unmarshal(cc.mustCall(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}), &created)
 	var attached struct {
 		SessionID string `json:"sessionId"`
 	}
-	json.Unmarshal(mustCall("", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}), &attached)
+	json.Unmarshal(cc.mustCall(ctx, "", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}), &attached)
 	session := attached.SessionID
 	if session == "" {
 		t.Fatal("Target.attachToTarget gave no session")
 	}
-	mustCall(session, "Page.enable", nil)
-	mustCall(session, "Network.enable", nil)
+	cc.mustCall(ctx, session, "Page.enable", nil)
+	cc.mustCall(ctx, session, "Network.enable", nil)
 	// The session strategy's own pattern (hold/session.go: everyPattern).
-	mustCall(session, "Fetch.enable", map[string]any{"patterns": []map[string]string{{"urlPattern": "*", "requestStage": "Request"}}})
+	cc.mustCall(ctx, session, "Fetch.enable", map[string]any{"patterns": []map[string]string{{"urlPattern": "*", "requestStage": "Request"}}})
 	navigate := func(u string) {
 		t.Helper()
-		mustCall(session, "Page.navigate", map[string]any{"url": u})
+		cc.mustCall(ctx, session, "Page.navigate", map[string]any{"url": u})
 		select {
 		case <-loads:
 		case <-time.After(5 * time.Second):
@@ -98,7 +90,7 @@ func TestRecordLightpanda(t *testing.T) {
 	navigate(url("/r2")) // 302 within the host
 	navigate(url("/busy"))
 	navigate("http://" + recordSiteIP + ":" + refused + "/")
-	mustCall("", "Target.closeTarget", map[string]any{"targetId": created.TargetID})
+	cc.mustCall(ctx, "", "Target.closeTarget", map[string]any{"targetId": created.TargetID})
 	time.Sleep(300 * time.Millisecond)
 	cc.close()
 	log.close()

@@ -106,23 +106,15 @@ func TestRecord(t *testing.T) {
 	rc.onEvent = holder.event
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := rc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rc.call(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern}); err != nil {
-		t.Fatal(err)
-	}
+	rc.mustCall(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true})
+	rc.mustCall(ctx, "", "Fetch.enable", &fetch.EnableParams{Patterns: documentPattern})
 	// The pages connection: exactly what fetchConn sends in that role,
 	// arming every page and releasing every request at once.
 	pc := dialRecorded(t, wsURL, pagesLog)
 	pager := &recordPager{c: pc}
 	pc.onEvent = pager.event
-	if _, err := pc.call(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pc.call(ctx, "", "Target.setAutoAttach", autoAttach); err != nil {
-		t.Fatal(err)
-	}
+	pc.mustCall(ctx, "", "Target.setDiscoverTargets", &target.SetDiscoverTargetsParams{Discover: true})
+	pc.mustCall(ctx, "", "Target.setAutoAttach", autoAttach)
 
 	// A puppeteer-like client on a flat session.
 	cc := dialRecorded(t, wsURL, sessionLog)
@@ -139,14 +131,6 @@ func TestRecord(t *testing.T) {
 			}
 		}
 	}
-	mustCall := func(session, method string, params any) []byte {
-		t.Helper()
-		res, err := cc.call(ctx, session, method, params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
 	waitLoad := func() {
 		t.Helper()
 		select {
@@ -156,12 +140,12 @@ func TestRecord(t *testing.T) {
 		// Let the stragglers in: OOPIF targets, loadingFinished, the relay's releases.
 		time.Sleep(300 * time.Millisecond)
 	}
-	mustCall("", "Target.setDiscoverTargets", map[string]any{"discover": true})
-	mustCall("", "Target.setAutoAttach", map[string]any{"autoAttach": true, "waitForDebuggerOnStart": false, "flatten": true})
+	cc.mustCall(ctx, "", "Target.setDiscoverTargets", map[string]any{"discover": true})
+	cc.mustCall(ctx, "", "Target.setAutoAttach", map[string]any{"autoAttach": true, "waitForDebuggerOnStart": false, "flatten": true})
 	var created struct {
 		TargetID string `json:"targetId"`
 	}
-	json.Unmarshal(mustCall("", "Target.createTarget", map[string]any{"url": "about:blank"}), &created)
+	json.Unmarshal(cc.mustCall(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}), &created)
 	var session string
 	for session == "" {
 		select {
@@ -173,15 +157,15 @@ func TestRecord(t *testing.T) {
 			t.Fatal("no Target.attachedToTarget for the new page")
 		}
 	}
-	mustCall(session, "Page.enable", nil)
-	mustCall(session, "Network.enable", nil)
+	cc.mustCall(ctx, session, "Page.enable", nil)
+	cc.mustCall(ctx, session, "Network.enable", nil)
 	navigate := func(u string) {
 		t.Helper()
-		mustCall(session, "Page.navigate", map[string]any{"url": u, "frameId": created.TargetID})
+		cc.mustCall(ctx, session, "Page.navigate", map[string]any{"url": u, "frameId": created.TargetID})
 		waitLoad()
 	}
 	navigate(url("a.test", "/page?first"))
-	mustCall(session, "Page.reload", map[string]any{})
+	cc.mustCall(ctx, session, "Page.reload", map[string]any{})
 	waitLoad()
 	navigate(url("a.test", "/frames"))
 	navigate(url("a.test", "/r"))  // 302 to b.test
@@ -193,10 +177,10 @@ func TestRecord(t *testing.T) {
 	var popup struct {
 		TargetID string `json:"targetId"`
 	}
-	json.Unmarshal(mustCall("", "Target.createTarget", map[string]any{"url": url("b.test", "/page?created")}), &popup)
+	json.Unmarshal(cc.mustCall(ctx, "", "Target.createTarget", map[string]any{"url": url("b.test", "/page?created")}), &popup)
 	time.Sleep(700 * time.Millisecond) // its session has no Page events to wait for
-	mustCall("", "Target.closeTarget", map[string]any{"targetId": created.TargetID})
-	mustCall("", "Target.closeTarget", map[string]any{"targetId": popup.TargetID})
+	cc.mustCall(ctx, "", "Target.closeTarget", map[string]any{"targetId": created.TargetID})
+	cc.mustCall(ctx, "", "Target.closeTarget", map[string]any{"targetId": popup.TargetID})
 	time.Sleep(300 * time.Millisecond)
 	holder.wait()
 	pager.wait()
@@ -473,6 +457,17 @@ func (rc *recordedConn) call(ctx context.Context, session, method string, params
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
+}
+
+// mustCall calls method as call does, and fails the recording on an
+// error.
+func (rc *recordedConn) mustCall(ctx context.Context, session, method string, params any) []byte {
+	rc.t.Helper()
+	res, err := rc.call(ctx, session, method, params)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return res
 }
 
 func (rc *recordedConn) close() {
