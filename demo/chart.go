@@ -187,6 +187,37 @@ func openChart(w io.Writer, id string, h float64) {
 	fmt.Fprintf(w, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#fff"/>`+"\n", chartW, h)
 }
 
+// chart is one of the page's charts: a panel per phase shown, side by
+// side, each with a line per run.
+type chart struct {
+	id         string
+	h          float64 // height in the chart's viewBox
+	xmax, ymax float64
+	yticks     int // as panel's
+	xlabel     string
+	ylabel     string // beside the first panel only
+	// line gives the points of a run's line through one phase's
+	// navigations, ph, in p.
+	line func(p panel, ph []time.Duration) []string
+}
+
+// draw writes c as an SVG of runs' phases.
+func (c chart) draw(w io.Writer, runs []report.Run, o Options) {
+	openChart(w, c.id, c.h)
+	for i, p := range panels(shown(runs), c.h, c.xmax, c.ymax) {
+		p.yticks = c.yticks
+		ylabel := ""
+		if i == 0 {
+			ylabel = c.ylabel
+		}
+		p.frame(w, panelTitle(i+1, o), c.xlabel, ylabel)
+		for _, r := range runs {
+			polyline(w, r.Mode, i+1, c.line(p, r.Phases[i]))
+		}
+	}
+	fmt.Fprint(w, "</svg>\n")
+}
+
 func arrivalChart(w io.Writer, runs []report.Run, o Options) {
 	var span time.Duration
 	n := 0
@@ -196,24 +227,17 @@ func arrivalChart(w io.Writer, runs []report.Run, o Options) {
 			n = max(n, len(ph))
 		}
 	}
-	const h = 440
-	openChart(w, "arrivals", h)
-	for i, p := range panels(shown(runs), h, niceCeil(span.Seconds()), float64(n)) {
-		ylabel := ""
-		if i == 0 {
-			ylabel = "navigation"
-		}
-		p.frame(w, panelTitle(i+1, o), "seconds since the phase's first navigation", ylabel)
-		for _, r := range runs {
-			ph := r.Phases[i]
+	chart{
+		id: "arrivals", h: 440, xmax: niceCeil(span.Seconds()), ymax: float64(n),
+		xlabel: "seconds since the phase's first navigation", ylabel: "navigation",
+		line: func(p panel, ph []time.Duration) []string {
 			pts := make([]string, len(ph))
 			for k, at := range ph {
 				pts[k] = fmt.Sprintf("%.1f,%.1f", p.x((at - ph[0]).Seconds()), p.y(float64(k+1)))
 			}
-			polyline(w, r.Mode, i+1, pts)
-		}
-	}
-	fmt.Fprint(w, "</svg>\n")
+			return pts
+		},
+	}.draw(w, runs, o)
 }
 
 func gapChart(w io.Writer, runs []report.Run, o Options) {
@@ -236,25 +260,17 @@ func gapChart(w io.Writer, runs []report.Run, o Options) {
 		yticks = int(math.Ceil(ceil / 20))
 		ceil = float64(yticks) * 20
 	}
-	const h = 340
-	openChart(w, "gaps", h)
-	for i, p := range panels(shown(runs), h, float64(n), ceil) {
-		p.yticks = yticks
-		ylabel := ""
-		if i == 0 {
-			ylabel = "gap before it (ms)"
-		}
-		p.frame(w, panelTitle(i+1, o), "navigation", ylabel)
-		for _, r := range runs {
-			ph := r.Phases[i]
+	chart{
+		id: "gaps", h: 340, xmax: float64(n), ymax: ceil, yticks: yticks,
+		xlabel: "navigation", ylabel: "gap before it (ms)",
+		line: func(p panel, ph []time.Duration) []string {
 			pts := make([]string, 0, len(ph))
 			for k := 1; k < len(ph); k++ {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", p.x(float64(k+1)), p.y(min(limiter.Millis(ph[k]-ph[k-1]), p.ymax))))
 			}
-			polyline(w, r.Mode, i+1, pts)
-		}
-	}
-	fmt.Fprint(w, "</svg>\n")
+			return pts
+		},
+	}.draw(w, runs, o)
 	fmt.Fprintf(w, "<p class=\"caption\">The scale stops at %s ms; a longer gap (a page slow to load, a stall of the machine) is drawn at the top.</p>\n", tick(ceil))
 }
 
