@@ -17,20 +17,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // entered records the order in which navigations got their places.
 type entered struct {
+	start time.Time // when the test began
 	mu    sync.Mutex
 	order []string
-	at    map[string]time.Duration // since the test began
+	at    map[string]time.Duration // since start
 	place map[string]*Place
 	errs  map[string]error
 }
 
+// newEntered records from now on: the test begins when it is called.
 func newEntered() *entered {
-	return &entered{at: map[string]time.Duration{}, place: map[string]*Place{}, errs: map[string]error{}}
+	return &entered{start: time.Now(), at: map[string]time.Duration{}, place: map[string]*Place{}, errs: map[string]error{}}
 }
 
 // enter starts navigation name's Enter and waits until it has either its
 // place or its turn to wait (synctest.Wait: every goroutine blocked).
-func (e *entered) enter(ctx context.Context, c *Cap, t0 time.Time, name, bucket string, limit int) {
+func (e *entered) enter(ctx context.Context, c *Cap, name, bucket string, limit int) {
 	go func() {
 		p, err := c.Enter(ctx, bucket, limit)
 		e.mu.Lock()
@@ -40,7 +42,7 @@ func (e *entered) enter(ctx context.Context, c *Cap, t0 time.Time, name, bucket 
 			return
 		}
 		e.order = append(e.order, name)
-		e.at[name] = time.Since(t0)
+		e.at[name] = time.Since(e.start)
 		e.place[name] = p
 	}()
 	synctest.Wait()
@@ -122,11 +124,10 @@ func TestCapOrder(t *testing.T) {
 				c := &Cap{}
 				defer c.Close()
 				e := newEntered()
-				t0 := time.Now()
 				for i, s := range tc.steps {
-					time.Sleep(s.at - time.Since(t0))
+					time.Sleep(s.at - time.Since(e.start))
 					if s.enter != "" {
-						e.enter(t.Context(), c, t0, s.enter, s.enter[:1], s.limit)
+						e.enter(t.Context(), c, s.enter, s.enter[:1], s.limit)
 					}
 					if s.leave != "" {
 						e.leave(s.leave)
@@ -146,9 +147,8 @@ func TestCapWaited(t *testing.T) {
 		c := &Cap{}
 		defer c.Close()
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), c, t0, "a1", "a", 1)
-		e.enter(t.Context(), c, t0, "a2", "a", 1)
+		e.enter(t.Context(), c, "a1", "a", 1)
+		e.enter(t.Context(), c, "a2", "a", 1)
 		time.Sleep(800 * time.Millisecond)
 		e.leave("a1")
 		if w := e.place["a1"].Waited; w != 0 {
@@ -185,18 +185,17 @@ func TestCapWaitedOnlyForAPlace(t *testing.T) {
 		c := &Cap{Table: slowTable{newTable(), make(chan struct{}, 8)}, Poll: 20 * time.Millisecond}
 		defer c.Close()
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), c, t0, "a1", "a", 2)
+		e.enter(t.Context(), c, "a1", "a", 2)
 		<-c.Table.(slowTable).took // a1 is taking its place
-		e.enter(t.Context(), c, t0, "a2", "a", 2)
+		e.enter(t.Context(), c, "a2", "a", 2)
 		time.Sleep(time.Second)
 		for _, id := range []string{"a1", "a2"} {
 			if p := e.placeOf(id); p == nil || p.Waited != 0 {
 				t.Errorf("%s: place %v, want one taken at once (Waited 0): a place was free for each", id, p)
 			}
 		}
-		e.enter(t.Context(), c, t0, "a3", "a", 2) // the cap is full: it waits
-		e.enter(t.Context(), c, t0, "a4", "a", 2) // behind it
+		e.enter(t.Context(), c, "a3", "a", 2) // the cap is full: it waits
+		e.enter(t.Context(), c, "a4", "a", 2) // behind it
 		time.Sleep(time.Second)
 		e.leave("a1")
 		e.leave("a2")
@@ -216,14 +215,13 @@ func TestCapGivesUp(t *testing.T) {
 		c := &Cap{}
 		defer c.Close()
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), c, t0, "a1", "a", 1)
+		e.enter(t.Context(), c, "a1", "a", 1)
 		ctx2, cancel2 := context.WithCancel(t.Context())
-		e.enter(ctx2, c, t0, "a2", "a", 1) // first in line
-		e.enter(t.Context(), c, t0, "a3", "a", 1)
+		e.enter(ctx2, c, "a2", "a", 1) // first in line
+		e.enter(t.Context(), c, "a3", "a", 1)
 		ctx4, cancel4 := context.WithCancel(t.Context())
-		e.enter(ctx4, c, t0, "a4", "a", 1) // in the middle of the line
-		e.enter(t.Context(), c, t0, "a5", "a", 1)
+		e.enter(ctx4, c, "a4", "a", 1) // in the middle of the line
+		e.enter(t.Context(), c, "a5", "a", 1)
 		cancel2()
 		cancel4()
 		synctest.Wait()
@@ -254,9 +252,8 @@ func TestCapBound(t *testing.T) {
 		c := &Cap{Bound: 5 * time.Second}
 		defer c.Close()
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), c, t0, "a1", "a", 1)
-		e.enter(t.Context(), c, t0, "a2", "a", 1)
+		e.enter(t.Context(), c, "a1", "a", 1)
+		e.enter(t.Context(), c, "a2", "a", 1)
 		time.Sleep(5*time.Second - time.Nanosecond)
 		synctest.Wait()
 		if got := e.got(); !slices.Equal(got, []string{"a1"}) {
@@ -287,10 +284,9 @@ func TestCapClose(t *testing.T) {
 		tbl := newTable()
 		c := &Cap{Table: tbl}
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), c, t0, "a1", "a", 1)
-		e.enter(t.Context(), c, t0, "a2", "a", 1)
-		e.enter(t.Context(), c, t0, "a3", "a", 1)
+		e.enter(t.Context(), c, "a1", "a", 1)
+		e.enter(t.Context(), c, "a2", "a", 1)
+		e.enter(t.Context(), c, "a3", "a", 1)
 		c.Close()
 		synctest.Wait()
 		if n := tbl.InFlight("a"); n != 0 {
@@ -355,11 +351,10 @@ func TestCapSharedTable(t *testing.T) {
 		defer p1.Close()
 		defer p2.Close()
 		e := newEntered()
-		t0 := time.Now()
-		e.enter(t.Context(), p1, t0, "x1", "h", 2)
-		e.enter(t.Context(), p2, t0, "y1", "h", 2)
-		e.enter(t.Context(), p2, t0, "y2", "h", 2)
-		e.enter(t.Context(), p2, t0, "y3", "h", 2)
+		e.enter(t.Context(), p1, "x1", "h", 2)
+		e.enter(t.Context(), p2, "y1", "h", 2)
+		e.enter(t.Context(), p2, "y2", "h", 2)
+		e.enter(t.Context(), p2, "y3", "h", 2)
 		if got := tbl.InFlight("h"); got != 2 {
 			t.Fatalf("in flight across both: %d, want 2", got)
 		}
