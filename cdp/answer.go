@@ -106,41 +106,22 @@ func ReadRequestPaused(params []byte) (RequestPaused, bool) {
 // false when they are not what encoding/json would read into a
 // RequestPaused.
 func readRequestPaused(params []byte) (ev RequestPaused, ok bool) {
-	ok = true
-	read := members(params, func(key, v []byte) bool {
-		switch string(key) {
-		case "requestId":
-			ev.RequestID, ok = stringOf(v)
-		case "frameId":
-			ev.FrameID, ok = stringOf(v)
-		case "resourceType":
-			ev.ResourceType, ok = stringOf(v)
-		case "redirectedRequestId":
-			ev.RedirectedRequestID, ok = stringOf(v)
-		case "networkId":
-			ev.NetworkID, ok = stringOf(v)
-		case "request":
-			if string(v) != "null" {
-				ok = members(v, func(key, v []byte) bool {
-					switch string(key) {
-					case "url":
-						ev.Request.URL, ok = stringOf(v)
-					case "method":
-						ev.Request.Method, ok = stringOf(v)
-					}
-					return ok
-				}) && ok
-			}
-		case "responseStatusCode":
-			ev.ResponseStatusCode, ok = intOf(v)
-		case "responseErrorReason":
-			ev.ResponseErrorReason, ok = stringOf(v)
-		case "responseHeaders":
+	ok = readFields(params,
+		field{"requestId", &ev.RequestID},
+		field{"frameId", &ev.FrameID},
+		field{"resourceType", &ev.ResourceType},
+		field{"redirectedRequestId", &ev.RedirectedRequestID},
+		field{"networkId", &ev.NetworkID},
+		field{"request", func(v []byte) bool {
+			return string(v) == "null" || readFields(v, field{"url", &ev.Request.URL}, field{"method", &ev.Request.Method})
+		}},
+		field{"responseStatusCode", &ev.ResponseStatusCode},
+		field{"responseErrorReason", &ev.ResponseErrorReason},
+		field{"responseHeaders", func(v []byte) (ok bool) {
 			ev.ResponseHeaders, ok = readEntries(v)
-		}
-		return ok
-	})
-	return ev, ok && read
+			return ok
+		}})
+	return ev, ok
 }
 
 // readEntries reads an array of header entries ({"name","value"}); null
@@ -152,18 +133,7 @@ func readEntries(val []byte) ([]entry, bool) {
 	var es []entry
 	read := elements(val, func(v []byte) bool {
 		var e entry
-		ok := true
-		if string(v) != "null" {
-			ok = members(v, func(key, v []byte) bool {
-				switch string(key) {
-				case "name":
-					e.Name, ok = stringOf(v)
-				case "value":
-					e.Value, ok = stringOf(v)
-				}
-				return ok
-			}) && ok
-		}
+		ok := string(v) == "null" || readFields(v, field{"name", &e.Name}, field{"value", &e.Value})
 		es = append(es, e)
 		return ok
 	})

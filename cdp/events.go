@@ -74,21 +74,17 @@ func ReadAttached(params []byte) (Attached, bool) {
 // readAttached reads what Target.attachedToTarget params hold; ok is
 // false when they are not what encoding/json would read.
 func readAttached(params []byte) (a Attached, ok bool) {
-	ok = true
-	read := members(params, func(key, v []byte) bool {
-		switch string(key) {
-		case "sessionId":
-			a.SessionID, ok = stringOf(v)
-		case "targetInfo":
-			if string(v) != "null" {
-				a.Target, ok = readTargetInfo(v)
+	ok = readFields(params,
+		field{"sessionId", &a.SessionID},
+		field{"targetInfo", func(v []byte) (ok bool) {
+			if string(v) == "null" {
+				return true
 			}
-		case "waitingForDebugger":
-			a.Waiting, ok = boolOf(v)
-		}
-		return ok
-	})
-	return a, ok && read
+			a.Target, ok = readTargetInfo(v)
+			return ok
+		}},
+		field{"waitingForDebugger", &a.Waiting})
+	return a, ok
 }
 
 // DetachedSession reads the session of Target.detachedFromTarget.
@@ -108,14 +104,8 @@ func ReadRequestID(params []byte) (string, bool) {
 // the object, or the member's value, is not what encoding/json would read
 // into a string.
 func memberString(obj []byte, name string) (v string, ok bool) {
-	ok = true
-	read := members(obj, func(key, val []byte) bool {
-		if string(key) == name {
-			v, ok = stringOf(val)
-		}
-		return ok
-	})
-	return v, ok && read
+	ok = readFields(obj, field{name, &v})
+	return v, ok
 }
 
 // Request is what the relay reads of Network.requestWillBeSent.
@@ -167,30 +157,18 @@ type willBeSentParams struct {
 // what encoding/json would read into one. The navigate strategy reads
 // every request of every page with it.
 func readWillBeSent(params []byte, keep []string) (p willBeSentParams, ok bool) {
-	ok = true
-	read := members(params, func(key, v []byte) bool {
-		switch string(key) {
-		case "requestId":
-			p.RequestID, ok = stringOf(v)
-		case "frameId":
-			p.FrameID, ok = stringOf(v)
-		case "type":
-			p.Type, ok = stringOf(v)
-		case "request":
-			if string(v) != "null" {
-				ok = members(v, func(key, v []byte) bool {
-					if string(key) == "url" {
-						p.Request.URL, ok = stringOf(v)
-					}
-					return ok
-				}) && ok
-			}
-		case "redirectResponse":
+	ok = readFields(params,
+		field{"requestId", &p.RequestID},
+		field{"frameId", &p.FrameID},
+		field{"type", &p.Type},
+		field{"request", func(v []byte) bool {
+			return string(v) == "null" || readFields(v, field{"url", &p.Request.URL})
+		}},
+		field{"redirectResponse", func(v []byte) (ok bool) {
 			p.RedirectResponse, ok = responseOf(v, keep)
-		}
-		return ok
-	})
-	return p, ok && read
+			return ok
+		}})
+	return p, ok
 }
 
 // responseOf reads a member that holds a Network.Response, or null
@@ -207,41 +185,40 @@ func responseOf(val []byte, keep []string) (*response, bool) {
 // readResponse reads a Network.Response object into a response; ok is
 // false when it is not what encoding/json would read into one.
 func readResponse(obj []byte, keep []string) (r response, ok bool) {
-	ok = true
 	r.keep = keep
-	read := members(obj, func(key, v []byte) bool {
-		switch string(key) {
-		case "status":
-			r.Status, ok = floatOf(v)
-		case "headers":
+	ok = readFields(obj,
+		field{"status", &r.Status},
+		field{"headers", func(v []byte) bool {
 			// Only Retry-After, the headers keep names and the server's
 			// limits (ratelimit.Named) are read of them (outcome): the
 			// others are checked, not kept.
 			r.Headers = nil
-			if string(v) != "null" {
-				ok = members(v, func(key, v []byte) bool {
-					if !bytes.EqualFold(key, []byte("Retry-After")) && (len(keep) == 0 || !keeps(keep, string(key))) && !ratelimit.Named(string(key)) {
-						ok = string(v) == "null" || v[0] == '"'
-						return ok
-					}
-					var val string
-					if val, ok = stringOf(v); ok {
-						if r.Headers == nil {
-							r.Headers = map[string]string{}
-						}
-						r.Headers[string(key)] = val
-					}
-					return ok
-				}) && ok
+			if string(v) == "null" {
+				return true
 			}
-		case "remoteIPAddress":
-			r.RemoteIP, ok = stringOf(v)
-		case "timing":
+			ok := true
+			read := members(v, func(key, v []byte) bool {
+				if !bytes.EqualFold(key, []byte("Retry-After")) && (len(keep) == 0 || !keeps(keep, string(key))) && !ratelimit.Named(string(key)) {
+					ok = string(v) == "null" || v[0] == '"'
+					return ok
+				}
+				var val string
+				if val, ok = stringOf(v); ok {
+					if r.Headers == nil {
+						r.Headers = map[string]string{}
+					}
+					r.Headers[string(key)] = val
+				}
+				return ok
+			})
+			return ok && read
+		}},
+		field{"remoteIPAddress", &r.RemoteIP},
+		field{"timing", func(v []byte) (ok bool) {
 			r.Timing, ok = timingOf(v)
-		}
-		return ok
-	})
-	return r, ok && read
+			return ok
+		}})
+	return r, ok
 }
 
 // timingOf reads a member that holds a Network.ResourceTiming, or null
@@ -252,25 +229,19 @@ func timingOf(val []byte) (*timing, bool) {
 		return nil, true
 	}
 	var t timing
-	ok := true
-	read := members(val, func(key, v []byte) bool {
-		switch string(key) {
-		case "requestTime":
-			t.RequestTime, ok = floatOf(v)
-		case "sendStart":
-			t.SendStart, ok = floatOf(v)
-		case "sendEnd":
+	ok := readFields(val,
+		field{"requestTime", &t.RequestTime},
+		field{"sendStart", &t.SendStart},
+		field{"sendEnd", func(v []byte) bool {
 			if string(v) == "null" {
 				t.SendEnd = nil
-				break
+				return true
 			}
-			var end float64
-			end, ok = floatOf(v)
+			end, ok := floatOf(v)
 			t.SendEnd = &end
-		}
-		return ok
-	})
-	return &t, ok && read
+			return ok
+		}})
+	return &t, ok
 }
 
 type response struct {
@@ -376,17 +347,14 @@ type TargetInfo struct {
 // Target.getTargetInfo's result.
 func ReadTargetInfo(params []byte) (TargetInfo, bool) {
 	var ti TargetInfo
-	ok := true
-	read := members(params, func(key, v []byte) bool {
-		if string(key) == "targetInfo" {
-			ti, ok = TargetInfo{}, true
-			if string(v) != "null" {
-				ti, ok = readTargetInfo(v)
-			}
+	ok := readFields(params, field{"targetInfo", func(v []byte) (ok bool) {
+		ti, ok = TargetInfo{}, true
+		if string(v) != "null" {
+			ti, ok = readTargetInfo(v)
 		}
 		return ok
-	})
-	if !read || !ok || ti.TargetID == "" {
+	}})
+	if !ok || ti.TargetID == "" {
 		return TargetInfo{}, false
 	}
 	return ti, true
@@ -674,31 +642,23 @@ type networkParams struct {
 // document's answer with it, some kilobytes each (headers, timing,
 // security details).
 func readNetworkParams(params []byte, keep []string) (p networkParams, ok bool) {
-	ok = true
-	read := members(params, func(key, v []byte) bool {
-		switch string(key) {
-		case "requestId":
-			p.RequestID, ok = stringOf(v)
-		case "loaderId":
-			p.LoaderID, ok = stringOf(v)
-		case "frameId":
-			p.FrameID, ok = stringOf(v)
-		case "timestamp":
-			p.Timestamp, ok = floatOf(v)
-		case "type":
-			p.Type, ok = stringOf(v)
-		case "response":
+	ok = readFields(params,
+		field{"requestId", &p.RequestID},
+		field{"loaderId", &p.LoaderID},
+		field{"frameId", &p.FrameID},
+		field{"timestamp", &p.Timestamp},
+		field{"type", &p.Type},
+		field{"response", func(v []byte) (ok bool) {
 			p.Response, ok = responseOf(v, keep)
-		case "redirectResponse":
+			return ok
+		}},
+		field{"redirectResponse", func(v []byte) (ok bool) {
 			p.RedirectResponse, ok = responseOf(v, keep)
-		case "errorText":
-			p.ErrorText, ok = stringOf(v)
-		case "canceled":
-			p.Canceled, ok = boolOf(v)
-		}
-		return ok
-	})
-	return p, ok && read
+			return ok
+		}},
+		field{"errorText", &p.ErrorText},
+		field{"canceled", &p.Canceled})
+	return p, ok
 }
 
 // event is what ReadNetworkEvent returns of params read for method.

@@ -169,26 +169,58 @@ func boolOf(val []byte) (v, ok bool) {
 	return false, false
 }
 
+// A field is a member of an object that readFields reads, and where it
+// goes: into is a *string, *int, *float64 or *bool, read as encoding/json
+// reads one (stringOf, intOf, floatOf, boolOf), or a func(val []byte) bool
+// that reads the raw value and reports whether it could.
+type field struct {
+	name string
+	into any
+}
+
+// readFields reads the members of the JSON object obj that fields name,
+// in order (a name given again is read again: the last wins), and skips
+// the others. ok is false when obj is not an object it could read whole,
+// or a member read is not what encoding/json would read into its field.
+func readFields(obj []byte, fields ...field) bool {
+	ok := true
+	read := members(obj, func(key, v []byte) bool {
+		for _, f := range fields {
+			if string(key) == f.name {
+				ok = f.read(v)
+				break
+			}
+		}
+		return ok
+	})
+	return ok && read
+}
+
+// read reads val into f.into; an into of another type reads nothing, and
+// ok is false.
+func (f field) read(val []byte) (ok bool) {
+	switch into := f.into.(type) {
+	case *string:
+		*into, ok = stringOf(val)
+	case *int:
+		*into, ok = intOf(val)
+	case *float64:
+		*into, ok = floatOf(val)
+	case *bool:
+		*into, ok = boolOf(val)
+	case func([]byte) bool:
+		ok = into(val)
+	}
+	return ok
+}
+
 // readTargetInfo reads a targetInfo object; ok is false when it is not
 // one that encoding/json would read into TargetInfo.
 func readTargetInfo(val []byte) (ti TargetInfo, ok bool) {
-	ok = true
-	read := members(val, func(key, v []byte) bool {
-		var dst *string
-		switch string(key) {
-		case "targetId":
-			dst = &ti.TargetID
-		case "type":
-			dst = &ti.Type
-		case "openerId":
-			dst = &ti.OpenerID
-		case "browserContextId":
-			dst = &ti.BrowserContextID
-		default:
-			return true
-		}
-		*dst, ok = stringOf(v)
-		return ok
-	})
-	return ti, ok && read
+	ok = readFields(val,
+		field{"targetId", &ti.TargetID},
+		field{"type", &ti.Type},
+		field{"openerId", &ti.OpenerID},
+		field{"browserContextId", &ti.BrowserContextID})
+	return ti, ok
 }
