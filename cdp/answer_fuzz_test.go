@@ -326,34 +326,21 @@ var (
 // following of departures, ReadNetworkEvent).
 func BenchmarkAnswerReaders(b *testing.B) {
 	method := []byte("Network.responseReceived")
-	b.Run("paused/bytes", func(b *testing.B) {
-		for b.Loop() {
-			ReadRequestPaused(benchPaused)
-		}
-	})
-	b.Run("paused/encoding-json", func(b *testing.B) {
-		for b.Loop() {
-			jsonRequestPaused(benchPaused)
-		}
-	})
-	b.Run("answer/bytes", func(b *testing.B) {
-		for b.Loop() {
-			DocumentAnswer(method, benchAnswer, nil)
-		}
-	})
-	b.Run("answer/encoding-json", func(b *testing.B) {
-		for b.Loop() {
-			jsonDocumentAnswer(method, benchAnswer)
-		}
-	})
-	b.Run("network/bytes", func(b *testing.B) {
-		for b.Loop() {
-			ReadNetworkEvent(method, benchAnswer, nil)
-		}
-	})
-	b.Run("network/encoding-json", func(b *testing.B) {
-		for b.Loop() {
-			jsonNetworkEvent(method, benchAnswer)
-		}
-	})
+	for _, bm := range []struct {
+		name string
+		read func()
+	}{
+		{"paused/bytes", func() { ReadRequestPaused(benchPaused) }},
+		{"paused/encoding-json", func() { jsonRequestPaused(benchPaused) }},
+		{"answer/bytes", func() { DocumentAnswer(method, benchAnswer, nil) }},
+		{"answer/encoding-json", func() { jsonDocumentAnswer(method, benchAnswer) }},
+		{"network/bytes", func() { ReadNetworkEvent(method, benchAnswer, nil) }},
+		{"network/encoding-json", func() { jsonNetworkEvent(method, benchAnswer) }},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			for b.Loop() {
+				bm.read()
+			}
+		})
+	}
 }
