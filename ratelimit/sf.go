@@ -71,11 +71,29 @@ type sfParser struct {
 // parseList reads s as a List (RFC 9651 section 4.2.1). An empty or
 // all-space value is an empty List.
 func parseList(s string) ([]item, error) {
+	return parseMembers(s, false)
+}
+
+// parseDictionary reads s as a Dictionary (RFC 9651 section 4.2.2): a
+// member without a value is the Boolean true.
+func parseDictionary(s string) ([]item, error) {
+	return parseMembers(s, true)
+}
+
+// parseMembers reads s as the members of a List, or of a Dictionary when
+// dict is set, separated by commas; an empty or all-space value has none.
+func parseMembers(s string, dict bool) ([]item, error) {
 	p := sfParser{s: s}
 	p.skipSP()
 	var out []item
 	for p.i < len(p.s) {
-		it, err := p.member()
+		var it item
+		var err error
+		if dict {
+			it, err = p.dictMember()
+		} else {
+			it, err = p.member()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -87,39 +105,30 @@ func parseList(s string) ([]item, error) {
 	return out, nil
 }
 
-// parseDictionary reads s as a Dictionary (RFC 9651 section 4.2.2): a
-// member without a value is the Boolean true.
-func parseDictionary(s string) ([]item, error) {
-	p := sfParser{s: s}
-	p.skipSP()
-	var out []item
-	for p.i < len(p.s) {
-		key, ok := p.key()
-		if !ok {
-			return nil, errSyntax
-		}
-		var it item
-		if p.i < len(p.s) && p.s[p.i] == '=' {
-			p.i++
-			var err error
-			if it, err = p.member(); err != nil {
-				return nil, err
-			}
-		} else {
-			it.val = bare{kind: kBoolean, n: 1}
-			params, err := p.params()
-			if err != nil {
-				return nil, err
-			}
-			it.params = params
-		}
-		it.key = key
-		out = append(out, it)
-		if !p.next() {
-			return nil, errSyntax
-		}
+// dictMember reads a Dictionary's member: its key, then its value and
+// parameters, or its parameters alone for the Boolean true.
+func (p *sfParser) dictMember() (item, error) {
+	key, ok := p.key()
+	if !ok {
+		return item{}, errSyntax
 	}
-	return out, nil
+	var it item
+	if p.i < len(p.s) && p.s[p.i] == '=' {
+		p.i++
+		var err error
+		if it, err = p.member(); err != nil {
+			return item{}, err
+		}
+	} else {
+		it.val = bare{kind: kBoolean, n: 1}
+		params, err := p.params()
+		if err != nil {
+			return item{}, err
+		}
+		it.params = params
+	}
+	it.key = key
+	return it, nil
 }
 
 // next steps over the optional space, comma and space between two
