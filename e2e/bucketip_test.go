@@ -215,14 +215,10 @@ func TestBucketIPCommand(t *testing.T) {
 	gaps := gapsAfter(docs, 1)
 	t.Logf("through the command: gaps at the site %v ms", msList(gaps))
 	checkGaps(t, "command", gaps, 200*time.Millisecond, exactSlack)
-	l.logs.mu.Lock()
-	defer l.logs.mu.Unlock()
 	for _, h := range hosts {
 		var buckets []string
-		for _, m := range l.logs.lines {
-			if m["host"] == h && (m["message"] == "navigation held" || m["message"] == "navigation goes at once") {
-				buckets = append(buckets, fmt.Sprint(m["bucket"]))
-			}
+		for _, m := range l.logs.bookings(h) {
+			buckets = append(buckets, fmt.Sprint(m["bucket"]))
 		}
 		if !slices.Equal(buckets, []string{siteIP, siteIP}) {
 			t.Errorf("%s booked in %v, want %s twice", h, buckets, siteIP)

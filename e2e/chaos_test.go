@@ -161,15 +161,7 @@ func settled(t *testing.T, relays []*chaosRelay) []vitals {
 // unheld compares what /metrics counts unheld with what the relay logged.
 func (r *chaosRelay) unheld(t *testing.T) (counted, logged int) {
 	counted = int(metricAt(t, r.base, `cdp_throttle_navigations_total{outcome="unheld"}`))
-	r.l.logs.mu.Lock()
-	defer r.l.logs.mu.Unlock()
-	for _, m := range r.l.logs.lines {
-		if m["message"] == "navigations reached the network unheld" {
-			n, _ := m["navigations"].(float64)
-			logged += int(n)
-		}
-	}
-	return counted, logged
+	return counted, r.l.logs.unheld()
 }
 
 // chaosClient is one crawler: it navigates its pages in turn and, when a

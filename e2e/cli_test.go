@@ -13,13 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cdp-throttle/cdp-throttle/internal/fakebrowser"
 )
 
 // build is one build of the relay binary, made once per run.
@@ -59,14 +60,11 @@ func (b *build) get(t testing.TB) string {
 	return b.binary
 }
 
+// freePort returns a port on 127.0.0.1 where nothing listens, for a
+// process the test starts to listen on.
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(fakebrowser.ClosedAddr(t))
 	return port
 }
 
@@ -103,14 +101,9 @@ func (l *logLines) waitFor(t *testing.T, message string, within time.Duration) m
 	t.Helper()
 	deadline := time.After(within)
 	for {
-		l.mu.Lock()
-		for _, m := range l.lines {
-			if m["message"] == message {
-				l.mu.Unlock()
-				return m
-			}
+		if found := l.withMessage(message); len(found) > 0 {
+			return found[0]
 		}
-		l.mu.Unlock()
 		select {
 		case _, ok := <-l.seen:
 			if !ok {
@@ -127,17 +120,27 @@ func (l *logLines) waitFor(t *testing.T, message string, within time.Duration) m
 	}
 }
 
-// matching returns the log lines whose message contains message.
-func (l *logLines) matching(message string) []map[string]any {
+// find returns the log lines keep is true of, in the order logged.
+func (l *logLines) find(keep func(line map[string]any) bool) []map[string]any {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []map[string]any
 	for _, m := range l.lines {
-		if strings.Contains(fmt.Sprint(m["message"]), message) {
+		if keep(m) {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// withMessage returns the log lines whose message is message.
+func (l *logLines) withMessage(message string) []map[string]any {
+	return l.find(func(m map[string]any) bool { return m["message"] == message })
+}
+
+// matching returns the log lines whose message contains message.
+func (l *logLines) matching(message string) []map[string]any {
+	return l.find(func(m map[string]any) bool { return strings.Contains(fmt.Sprint(m["message"]), message) })
 }
 
 // count counts the log lines whose message contains message.
@@ -154,6 +157,26 @@ func (l *logLines) linesOf(message string) []string {
 		out = append(out, string(b))
 	}
 	return out
+}
+
+// bookings returns the log lines of the navigations to host that the
+// process booked: those it held and those it let go at once.
+func (l *logLines) bookings(host string) []map[string]any {
+	return l.find(func(m map[string]any) bool {
+		msg := m["message"]
+		return m["host"] == host && (msg == "navigation held" || msg == "navigation goes at once")
+	})
+}
+
+// unheld adds up the navigations the process logged as reaching the
+// network unheld.
+func (l *logLines) unheld() int {
+	n := 0
+	for _, m := range l.withMessage("navigations reached the network unheld") {
+		v, _ := m["navigations"].(float64)
+		n += int(v)
+	}
+	return n
 }
 
 // startLogging starts cmd and reads its stderr as log lines.
@@ -274,7 +297,7 @@ func TestCommandLaunchesAndStopsBrowser(t *testing.T) {
 	if err := syscall.Kill(pid, 0); err == nil {
 		t.Errorf("browser pid %d still alive after the relay exited", pid)
 	}
-	if !slices.ContainsFunc(logs.lines, func(m map[string]any) bool { return m["message"] == "browser stopped" }) {
+	if len(logs.withMessage("browser stopped")) == 0 {
 		t.Errorf("no \"browser stopped\" in the log:\n%s", logs.raw.String())
 	}
 	// Stopping its own browser is no loss of a connection.

@@ -95,13 +95,9 @@ func runCrash(t *testing.T, c stopCase) {
 		t.Errorf("stop-crawl.mjs still running 30 s after the kill")
 	}
 	took := map[string]any{}
-	r.logs.mu.Lock()
-	for _, m := range r.logs.lines {
-		if m["message"] == "guardian: the relay's process is gone: what it held was answered with the relay's 429, never let go" {
-			took = m
-		}
+	if found := r.logs.withMessage("guardian: the relay's process is gone: what it held was answered with the relay's 429, never let go"); len(found) > 0 {
+		took = found[len(found)-1]
 	}
-	r.logs.mu.Unlock()
 	t.Logf("%d documents reached the site, %d after the kill; least gap %.1f ms; the guardian answered %v held navigations; the client's pages closed %.1f ms after the kill (%d left); the guardian exited %.1f ms after the kill (%v); gotos: %d got the relay's 429 (relay-gone), %d an error (the client's connection died with the relay)",
 		len(docs), after, ms(least), took["answered"], ms(closedAfter), len(left), ms(r.exitAt.Sub(killAt)), r.exitErr, refused, errored)
 	if least >= 0 && least < stopMinGap {

@@ -41,14 +41,9 @@ func launch(t *testing.T, args ...string) (l *launched, ready bool) {
 	go func() { l.exited <- l.cmd.Wait() }()
 	deadline := time.After(60 * time.Second)
 	for {
-		l.logs.mu.Lock()
-		for _, m := range l.logs.lines {
-			if m["message"] == "relay ready" {
-				l.logs.mu.Unlock()
-				return l, true
-			}
+		if len(l.logs.withMessage("relay ready")) > 0 {
+			return l, true
 		}
-		l.logs.mu.Unlock()
 		select {
 		case err := <-l.exited:
 			l.exited <- err
@@ -176,13 +171,11 @@ func TestLaunchedBrowserIsItsOwn(t *testing.T) {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		var second string
 		for deadline := time.Now().Add(30 * time.Second); second == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			l.logs.mu.Lock()
-			for _, m := range l.logs.lines {
-				if ep, _ := m["endpoint"].(string); m["message"] == "browser listening" && ep != first {
+			for _, m := range l.logs.withMessage("browser listening") {
+				if ep, _ := m["endpoint"].(string); ep != first {
 					second = ep
 				}
 			}
-			l.logs.mu.Unlock()
 		}
 		if second == "" {
 			t.Fatalf("the killed browser did not come back:\n%s", l.logs.raw.String())

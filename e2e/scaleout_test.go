@@ -275,13 +275,8 @@ type skewedSlot struct {
 // skewedSlots returns the slots of host's navigations, in the order the
 // relay logged them.
 func (l *logLines) skewedSlots(host string) []skewedSlot {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []skewedSlot
-	for _, m := range l.lines {
-		if msg := m["message"]; m["host"] != host || msg != "navigation held" && msg != "navigation goes at once" {
-			continue
-		}
+	for _, m := range l.bookings(host) {
 		s, _ := m["slot"].(string)
 		at, err := time.Parse(time.RFC3339, s)
 		if s == "" || err != nil {

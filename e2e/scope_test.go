@@ -511,14 +511,7 @@ func TestBrowserKilledMidCrawl(t *testing.T) {
 	var logged, counted int
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		counted = int(rp.metric(t, `cdp_throttle_navigations_total{outcome="unheld"}`))
-		logged = 0
-		logs.mu.Lock()
-		for _, m := range logs.lines {
-			if m["message"] == "navigations reached the network unheld" {
-				logged += int(m["navigations"].(float64))
-			}
-		}
-		logs.mu.Unlock()
+		logged = logs.unheld()
 		if counted == logged || time.Now().After(deadline) {
 			break
 		}

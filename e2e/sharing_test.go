@@ -285,13 +285,9 @@ func TestBrowserCloseIsTheClientsOwn(t *testing.T) {
 		}
 		// The pids of the browsers the relay started, from its log.
 		pids := func() []float64 {
-			l.logs.mu.Lock()
-			defer l.logs.mu.Unlock()
 			var out []float64
-			for _, m := range l.logs.lines {
-				if m["message"] == "browser listening" {
-					out = append(out, m["pid"].(float64))
-				}
+			for _, m := range l.logs.withMessage("browser listening") {
+				out = append(out, m["pid"].(float64))
 			}
 			return out
 		}
