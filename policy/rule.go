@@ -140,19 +140,19 @@ type parsed struct {
 	robots         RobotsUse
 }
 
-// once reads arg, the argument of option f of a SETTING, with parse; form
-// names the option (jitter:F) for a SETTING that gives it twice, which
-// seen says, and is set.
-func once[T any](f, arg, form string, seen *bool, parse func(string) (T, error)) (T, error) {
+// once reads arg, the argument of option f of a SETTING, with parse into
+// into; form names the option (jitter:F) for a SETTING that gives it
+// twice, which seen says, and is set.
+func once[T any](f, arg, form string, seen *bool, parse func(string) (T, error), into *T) error {
 	v, err := parse(arg)
 	if err != nil {
-		return v, fmt.Errorf("%q: %v", f, err)
+		return fmt.Errorf("%q: %v", f, err)
 	}
 	if *seen {
-		return v, fmt.Errorf("%q: one %s only", f, form)
+		return fmt.Errorf("%q: one %s only", f, form)
 	}
-	*seen = true
-	return v, nil
+	*into, *seen = v, true
+	return nil
 }
 
 // parseRuleStatuses is ParseStatuses for overload:STATUSES in a rule,
@@ -177,6 +177,7 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 	var headers []limiter.Header // the rule's overload-header:s, nil when it names none
 	for _, f := range fields {
 		name, arg, hasArg := strings.Cut(strings.ToLower(f), ":")
+		var err error
 		switch {
 		case name == "burst" && hasArg:
 			n, err := strconv.Atoi(arg)
@@ -187,7 +188,6 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 				return st, fmt.Errorf("%q: one burst:N only", f)
 			}
 			st.set.Burst, burst = max(n, 1), true
-			continue
 		case name == "concurrency" && hasArg:
 			n, err := strconv.Atoi(arg)
 			if err != nil || n < 0 || n > MaxConcurrency {
@@ -197,28 +197,12 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 				return st, fmt.Errorf("%q: one concurrency:N only", f)
 			}
 			st.concurrency, st.ownConcurrency = n, true
-			continue
 		case name == "jitter" && hasArg:
-			x, err := once(f, arg, "jitter:F", &jitter, ParseJitter)
-			if err != nil {
-				return st, err
-			}
-			st.set.Jitter = x
-			continue
+			err = once(f, arg, "jitter:F", &jitter, ParseJitter, &st.set.Jitter)
 		case name == "robots" && hasArg:
-			u, err := once(f, arg, "robots:…", &robots, ParseRobotsUse)
-			if err != nil {
-				return st, err
-			}
-			st.robots = u
-			continue
+			err = once(f, arg, "robots:…", &robots, ParseRobotsUse, &st.robots)
 		case name == "overload" && hasArg:
-			codes, err := once(f, arg, "overload:STATUSES", &overload, parseRuleStatuses)
-			if err != nil {
-				return st, err
-			}
-			st.set.Overload = codes
-			continue
+			err = once(f, arg, "overload:STATUSES", &overload, parseRuleStatuses, &st.set.Overload)
 		case name == "overload-header" && hasArg:
 			if strings.EqualFold(strings.TrimSpace(arg), "none") {
 				if headers != nil {
@@ -235,25 +219,14 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 				return st, fmt.Errorf("%q: none, or headers, not both", f)
 			}
 			headers = append(headers, h)
-			continue
 		case name == "retry-after-max" && hasArg:
-			d, err := once(f, arg, "retry-after-max:DURATION", &retryAfterMax, ParseRetryAfterMax)
-			if err != nil {
-				return st, err
-			}
-			st.set.RetryAfterMax = d
-			continue
+			err = once(f, arg, "retry-after-max:DURATION", &retryAfterMax, ParseRetryAfterMax, &st.set.RetryAfterMax)
 		case name == "ratelimit-headers" && hasArg:
-			ignore, err := once(f, arg, "ratelimit-headers:…", &serverLimits, ParseRateLimitHeaders)
-			if err != nil {
-				return st, err
-			}
-			st.set.IgnoreServer = ignore
-			continue
+			err = once(f, arg, "ratelimit-headers:…", &serverLimits, ParseRateLimitHeaders, &st.set.IgnoreServer)
 		case mode:
 			return st, fmt.Errorf("%q: one mode only (%s)", f, settingWanted)
 		case name == "adaptive" && !hasArg:
-			st.set.Mode, st.set.Interval = limiter.Adaptive, 0
+			st.set.Mode, st.set.Interval, mode = limiter.Adaptive, 0, true
 		case name == "fixed" && hasArg:
 			d, err := ParseDuration(arg)
 			if err != nil {
@@ -262,13 +235,15 @@ func parseSetting(s string, def limiter.Config, concurrency int) (parsed, error)
 			if d <= 0 || d > time.Hour {
 				return st, fmt.Errorf("%q: want a spacing > 0 and at most an hour (off never spaces)", f)
 			}
-			st.set.Mode, st.set.Interval = limiter.Fixed, d
+			st.set.Mode, st.set.Interval, mode = limiter.Fixed, d, true
 		case (name == "off" || name == "exempt") && !hasArg:
-			st.set.Mode, st.set.Interval, st.exempt = limiter.Off, 0, name == "exempt"
+			st.set.Mode, st.set.Interval, st.exempt, mode = limiter.Off, 0, name == "exempt", true
 		default:
 			return st, fmt.Errorf("%q: %s", f, settingWanted)
 		}
-		mode = true
+		if err != nil {
+			return st, err
+		}
 	}
 	if headers != nil {
 		st.set.OverloadHeaders = limiter.NewHeaders(headers...)
