@@ -69,6 +69,7 @@ func keepOnly(r *response, keep []string) {
 	if len(r.Headers) == 0 {
 		r.Headers = nil
 	}
+	r.keep = keep // outcome keeps them, as readResponse has it do
 }
 
 // networkMethods are the events ReadNetworkEvent reads.
@@ -167,6 +168,7 @@ func FuzzAnswerReaders(f *testing.F) {
 		`{"requestId":"L","type":"Document","response":{"timing":{"requestTime":true}}}`,
 		`{"requestId":"L","type":"Document","response":{"timing":[]},"timestamp":"1"}`,
 		`{"requestId":"L","type":"Document","response":{"status":200,"headers":{"cf-mitigated":"challenge","CF-MITIGATED":null,"x-a":"1\nyes"}},"redirectResponse":{"headers":{"X-A":2}}}`,
+		`{"requestId":"0","type":"Document","response":{"headers":{"X-A":"","cf-mitigated":"challenge"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
