@@ -225,6 +225,8 @@ func TestFetchHolderExemptHost(t *testing.T) {
 		for _, msg := range chain {
 			local = append(local, bytes.ReplaceAll(msg, []byte("http://a.test:"), []byte("http://"+host+":")))
 		}
+		p, _ := fakebrowser.ReadPause(local[0])
+		netOff(t, fb, p.Request.URL) // else it may pause at net too, before net's patterns change
 		fb.Navigate(t, local)
 		fb.Navigate(t, local)
 	}

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -50,4 +51,17 @@ func connected(t *testing.T, cfg limiter.Config, opts ...func(*hold.Holder)) (fb
 	fb, th = armNew(t, cfg, opts...)
 	net, pages = fakebrowser.RelayConns(t, fb, false)
 	return fb, th, net, pages
+}
+
+// netOff waits until the net connection's browser-level Fetch would not
+// pause a request for url, as once pages holds: its patterns change on
+// their own time, after pages is armed, and a navigation that starts
+// before would pause there too.
+func netOff(t *testing.T, fb *fakebrowser.Browser, url string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); fb.HeldAtBrowser(url); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the net connection's Fetch still pauses %s 5 s after pages was armed", url)
+		}
+	}
 }

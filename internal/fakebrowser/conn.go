@@ -652,6 +652,15 @@ func (fb *Browser) Holders() []*Conn {
 	return fb.live(func(c *Conn) bool { return c.FetchOn })
 }
 
+// HeldAtBrowser reports whether a request for url that starts now would
+// pause at a live connection's browser-level Fetch, whose patterns match
+// it.
+func (fb *Browser) HeldAtBrowser(url string) bool {
+	return len(fb.live(func(c *Conn) bool {
+		return c.FetchOn && slices.ContainsFunc(c.Patterns, func(p string) bool { return matchPattern(p, url) })
+	})) > 0
+}
+
 // PlayAll replays a recorded chain the way Chromium passes each paused
 // request from one interceptor to the next: a Request-stage hop pauses at
 // every live holder in turn (a Response-stage hop in the reverse order),
