@@ -30,7 +30,7 @@ import (
 // the three in turn, ten loops at a time. It reports the medians of relay
 // ÷ floor and relay ÷ direct.
 func BenchmarkPuppeteerLoop(b *testing.B) {
-	puppeteerLoop(b, browser.http, 5)
+	puppeteerLoop(b, browser.http, 5, false)
 }
 
 // BenchmarkPuppeteerLoopLightpanda is the same loop against `lightpanda
@@ -38,7 +38,7 @@ func BenchmarkPuppeteerLoop(b *testing.B) {
 // through each client session. A run of 100 loops takes under 3 s there,
 // where a neighbour's burst of CPU shows: 15 rounds.
 func BenchmarkPuppeteerLoopLightpanda(b *testing.B) {
-	puppeteerLoop(b, startLightpanda(b), 15)
+	puppeteerLoop(b, startLightpanda(b), 15, true)
 }
 
 // quietRelay logs as the relay command does by default: info and up.
@@ -70,7 +70,9 @@ func ratios(a, b []float64) []float64 {
 	return out
 }
 
-func puppeteerLoop(b *testing.B, direct string, n int) {
+// puppeteerLoop runs the loop of (a) against the browser at direct, in n
+// rounds; lightpanda says it is Lightpanda (floorWS).
+func puppeteerLoop(b *testing.B, direct string, n int, lightpanda bool) {
 	s := newSiteAt(b, "127.0.0.1")
 	r := startRelayTo(b, direct, limiter.Config{}, quietRelay)
 	urls := map[string]string{"direct": direct, "floor": startFloor(b, direct), "relay": r.url}
@@ -81,7 +83,11 @@ func puppeteerLoop(b *testing.B, direct string, n int) {
 	const blocks, loops = 10, 10
 	names := []string{"direct", "floor", "relay"}
 	block := func(name string) float64 {
-		out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+urls[name], "PAGE_URL="+page, "N="+strconv.Itoa(loops))
+		env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops)}
+		if lightpanda && name == "floor" {
+			env = append(env, "WS_URL="+floorWS(urls[name]))
+		}
+		out := runNode(b, 5*time.Minute, "bench-loop.mjs", env...)
 		var res struct{ MS float64 }
 		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
 			b.Fatalf("bench-loop output %q: %v", out, err)

@@ -75,7 +75,7 @@ wait`
 	}
 	env := []string{"CDP_URL=" + url, "SITE_URL=" + page, "CLIENTS=" + strconv.Itoa(serves*perServe), "LOADS=" + loads}
 	if name == "floor" {
-		env = append(env, "WS_URL=ws"+strings.TrimPrefix(url, "http")+"/")
+		env = append(env, "WS_URL="+floorWS(url))
 	}
 	cr := runCrawl(b, name, proxy, env...)
 	cr.proxy = proxy.stop()

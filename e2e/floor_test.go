@@ -46,6 +46,15 @@ func startFloor(tb testing.TB, upstreams ...string) string {
 	return "http://" + ln.Addr().String()
 }
 
+// floorWS is the ws:// URL a client connects to Lightpanda through the
+// floor at floorURL (http://host:port). Lightpanda's /json/version names
+// its own address whatever Host it was asked with, so a client that
+// asks the floor for it (puppeteer.connect's browserURL) goes past the
+// floor to Lightpanda itself; Lightpanda serves CDP at /.
+func floorWS(floorURL string) string {
+	return "ws" + strings.TrimPrefix(floorURL, "http") + "/"
+}
+
 func (f *floor) serve() {
 	defer f.wg.Done()
 	for {

@@ -63,7 +63,11 @@ func BenchmarkSteadyLoop(b *testing.B) {
 		block := func(name string) steadyBlock {
 			p := proxies[name]
 			b0, p0 := browser.usage(), p.usage()
-			out := runNode(b, 5*time.Minute, "bench-loop.mjs", "CDP_URL="+urls[name], "PAGE_URL="+page, "N="+strconv.Itoa(loops))
+			env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops)}
+			if kind == "lightpanda" && name == "floor" {
+				env = append(env, "WS_URL="+floorWS(urls[name]))
+			}
+			out := runNode(b, 5*time.Minute, "bench-loop.mjs", env...)
 			var res struct{ MS float64 }
 			if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
 				b.Fatalf("bench-loop output %q: %v", out, err)
