@@ -60,6 +60,15 @@ func (b *build) get(t testing.TB) string {
 	return b.binary
 }
 
+// remove deletes the binary get built, if it did: each run builds its
+// own (35 MB), and a run's would otherwise stay behind in the temporary
+// directory.
+func (b *build) remove() {
+	if b.binary != "" {
+		os.RemoveAll(filepath.Dir(b.binary))
+	}
+}
+
 // freePort returns a port on 127.0.0.1 where nothing listens, for a
 // process the test starts to listen on.
 func freePort(t testing.TB) string {

@@ -73,6 +73,8 @@ func TestMain(m *testing.M) {
 	}
 	flag.Parse()
 	code, err := runWithChromium(m)
+	plainBuild.remove()
+	faultBuild.remove()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
