@@ -36,11 +36,16 @@ import (
 // STEADY_VS names, such as another commit's build), computed block by
 // block within a round, as a median with its 95% bootstrap interval: the
 // margin a difference must clear to be one.
+//
+// STEADY_SCRIPT=bench-evaluate.mjs measures instead one CDP message's
+// round trip on a page (STEADY_LOOPS of them a block, one after another):
+// BENCHMARKS.md's round trip (b) against a real browser.
 func BenchmarkSteadyLoop(b *testing.B) {
 	names := strings.Split(envOr("STEADY_RUNS", "direct,floor,relay"), ",")
 	blocks := envInt(b, "STEADY_BLOCKS", 24)
 	loops := envInt(b, "STEADY_LOOPS", 5)
 	kind := envOr("STEADY_BROWSER", "chromium")
+	script := envOr("STEADY_SCRIPT", "bench-loop.mjs")
 	bin := crawlBinary(b)
 	s := newSiteAt(b, "127.0.0.1")
 	page := s.url("127.0.0.1", "/page/bench")
@@ -67,10 +72,10 @@ func BenchmarkSteadyLoop(b *testing.B) {
 			if kind == "lightpanda" && name == "floor" {
 				env = append(env, "WS_URL="+floorWS(urls[name]))
 			}
-			out := runNode(b, 5*time.Minute, "bench-loop.mjs", env...)
+			out := runNode(b, 5*time.Minute, script, env...)
 			var res struct{ MS float64 }
 			if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
-				b.Fatalf("bench-loop output %q: %v", out, err)
+				b.Fatalf("%s output %q: %v", script, out, err)
 			}
 			n := float64(loops)
 			return steadyBlock{
@@ -87,7 +92,7 @@ func BenchmarkSteadyLoop(b *testing.B) {
 			p.stop()
 		}
 		browser.stop()
-		reportSteady(b, kind, names, got)
+		reportSteady(b, kind+" "+strings.TrimSuffix(script, ".mjs"), names, got)
 	}
 }
 
@@ -140,19 +145,20 @@ func (m *measured) usage() time.Duration {
 // reportSteady prints each run's figures, median [interquartile range],
 // and its ratios against the floor and the direct connection, median
 // (95% bootstrap interval), block by block within each round.
-func reportSteady(b *testing.B, kind string, names []string, got map[string][]steadyBlock) {
+func reportSteady(b *testing.B, what string, names []string, got map[string][]steadyBlock) {
+	browser, _, _ := strings.Cut(what, " ")
 	figures := []struct {
 		name string
 		of   func(steadyBlock) float64
-	}{{"wall", func(s steadyBlock) float64 { return s.wall }}, {kind + " CPU", func(s steadyBlock) float64 { return s.browser }}, {"proxy CPU", func(s steadyBlock) float64 { return s.proxy }}}
+	}{{"wall", func(s steadyBlock) float64 { return s.wall }}, {browser + " CPU", func(s steadyBlock) float64 { return s.browser }}, {"proxy CPU", func(s steadyBlock) float64 { return s.proxy }}}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%s loop, %d blocks a run, ms per loop: median [IQR]; ratios: median (95%% bootstrap interval), load average %s\n", kind, len(got[names[0]]), loadAverage())
+	fmt.Fprintf(&out, "%s, %d blocks a run, ms each (a loop, or a message): median [IQR]; ratios: median (95%% bootstrap interval), load average %s\n", what, len(got[names[0]]), loadAverage())
 	for _, name := range names {
 		fmt.Fprintf(&out, "  %-10s", name)
 		for _, f := range figures {
 			v := mapBlocks(got[name], f.of)
 			q1, med, q3 := quantile(v, 0.25), quantile(v, 0.5), quantile(v, 0.75)
-			fmt.Fprintf(&out, "  %s %.2f [%.2f–%.2f]", f.name, med, q1, q3)
+			fmt.Fprintf(&out, "  %s %.3f [%.3f–%.3f]", f.name, med, q1, q3)
 			b.ReportMetric(med, name+"-"+strings.ReplaceAll(f.name, " ", "-")+"-ms")
 		}
 		out.WriteString("\n")
