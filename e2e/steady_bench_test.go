@@ -39,7 +39,8 @@ import (
 //
 // STEADY_SCRIPT=bench-evaluate.mjs measures instead one CDP message's
 // round trip on a page (STEADY_LOOPS of them a block, one after another):
-// BENCHMARKS.md's round trip (b) against a real browser.
+// BENCHMARKS.md's round trip (b) against a real browser; with
+// STEADY_SIZE, a reply of that many bytes (d).
 func BenchmarkSteadyLoop(b *testing.B) {
 	names := strings.Split(envOr("STEADY_RUNS", "direct,floor,relay"), ",")
 	blocks := envInt(b, "STEADY_BLOCKS", 24)
@@ -68,7 +69,7 @@ func BenchmarkSteadyLoop(b *testing.B) {
 		block := func(name string) steadyBlock {
 			p := proxies[name]
 			b0, p0 := browser.usage(), p.usage()
-			env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops)}
+			env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops), "SIZE=" + os.Getenv("STEADY_SIZE")}
 			if kind == "lightpanda" && name == "floor" {
 				env = append(env, "WS_URL="+floorWS(urls[name]))
 			}
