@@ -71,7 +71,7 @@ func ratios(a, b []float64) []float64 {
 }
 
 // puppeteerLoop runs the loop of (a) against the browser at direct, in n
-// rounds; lightpanda says it is Lightpanda (floorWS).
+// rounds; lightpanda says it is Lightpanda (connectEnv).
 func puppeteerLoop(b *testing.B, direct string, n int, lightpanda bool) {
 	s := newSiteAt(b, "127.0.0.1")
 	r := startRelayTo(b, direct, limiter.Config{}, quietRelay)
@@ -83,10 +83,7 @@ func puppeteerLoop(b *testing.B, direct string, n int, lightpanda bool) {
 	const blocks, loops = 10, 10
 	names := []string{"direct", "floor", "relay"}
 	block := func(name string) float64 {
-		env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops)}
-		if lightpanda && name == "floor" {
-			env = append(env, "WS_URL="+floorWS(urls[name]))
-		}
+		env := append(connectEnv(urls[name], name, lightpanda), "PAGE_URL="+page, "N="+strconv.Itoa(loops))
 		out := runNode(b, 5*time.Minute, "bench-loop.mjs", env...)
 		var res struct{ MS float64 }
 		if err := json.Unmarshal(lastLineOf(out), &res); err != nil {

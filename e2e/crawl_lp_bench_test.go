@@ -73,10 +73,7 @@ wait`
 		browsers.stop()
 		b.Fatalf("%s: %v", name, err)
 	}
-	env := []string{"CDP_URL=" + url, "SITE_URL=" + page, "CLIENTS=" + strconv.Itoa(serves*perServe), "LOADS=" + loads}
-	if name == "floor" {
-		env = append(env, "WS_URL="+floorWS(url))
-	}
+	env := append(connectEnv(url, name, true), "SITE_URL="+page, "CLIENTS="+strconv.Itoa(serves*perServe), "LOADS="+loads)
 	cr := runCrawl(b, name, proxy, env...)
 	cr.proxy = proxy.stop()
 	cr.browser = browsers.stop()

@@ -46,13 +46,19 @@ func startFloor(tb testing.TB, upstreams ...string) string {
 	return "http://" + ln.Addr().String()
 }
 
-// floorWS is the ws:// URL a client connects to Lightpanda through the
-// floor at floorURL (http://host:port). Lightpanda's /json/version names
-// its own address whatever Host it was asked with, so a client that
-// asks the floor for it (puppeteer.connect's browserURL) goes past the
-// floor to Lightpanda itself; Lightpanda serves CDP at /.
-func floorWS(floorURL string) string {
-	return "ws" + strings.TrimPrefix(floorURL, "http") + "/"
+// connectEnv is what a client script is given to connect through run name
+// at url (http://host:port): CDP_URL, and for the floor in front of
+// Lightpanda WS_URL too, the floor's ws:// URL. Lightpanda's
+// /json/version names its own address whatever Host it was asked with,
+// so a client that asks the floor for it (puppeteer.connect's
+// browserURL) goes past the floor to Lightpanda itself; Lightpanda
+// serves CDP at /.
+func connectEnv(url, name string, lightpanda bool) []string {
+	env := []string{"CDP_URL=" + url}
+	if lightpanda && name == "floor" {
+		env = append(env, "WS_URL=ws"+strings.TrimPrefix(url, "http")+"/")
+	}
+	return env
 }
 
 func (f *floor) serve() {

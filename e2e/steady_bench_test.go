@@ -69,10 +69,7 @@ func BenchmarkSteadyLoop(b *testing.B) {
 		block := func(name string) steadyBlock {
 			p := proxies[name]
 			b0, p0 := browser.usage(), p.usage()
-			env := []string{"CDP_URL=" + urls[name], "PAGE_URL=" + page, "N=" + strconv.Itoa(loops), "SIZE=" + os.Getenv("STEADY_SIZE")}
-			if kind == "lightpanda" && name == "floor" {
-				env = append(env, "WS_URL="+floorWS(urls[name]))
-			}
+			env := append(connectEnv(urls[name], name, kind == "lightpanda"), "PAGE_URL="+page, "N="+strconv.Itoa(loops), "SIZE="+os.Getenv("STEADY_SIZE"))
 			out := runNode(b, 5*time.Minute, script, env...)
 			var res struct{ MS float64 }
 			if err := json.Unmarshal(lastLineOf(out), &res); err != nil {
@@ -93,7 +90,7 @@ func BenchmarkSteadyLoop(b *testing.B) {
 			p.stop()
 		}
 		browser.stop()
-		reportSteady(b, kind+" "+strings.TrimSuffix(script, ".mjs"), names, got)
+		reportSteady(b, kind, strings.TrimSuffix(script, ".mjs"), names, got)
 	}
 }
 
@@ -146,14 +143,13 @@ func (m *measured) usage() time.Duration {
 // reportSteady prints each run's figures, median [interquartile range],
 // and its ratios against the floor and the direct connection, median
 // (95% bootstrap interval), block by block within each round.
-func reportSteady(b *testing.B, what string, names []string, got map[string][]steadyBlock) {
-	browser, _, _ := strings.Cut(what, " ")
+func reportSteady(b *testing.B, kind, script string, names []string, got map[string][]steadyBlock) {
 	figures := []struct {
 		name string
 		of   func(steadyBlock) float64
-	}{{"wall", func(s steadyBlock) float64 { return s.wall }}, {browser + " CPU", func(s steadyBlock) float64 { return s.browser }}, {"proxy CPU", func(s steadyBlock) float64 { return s.proxy }}}
+	}{{"wall", func(s steadyBlock) float64 { return s.wall }}, {kind + " CPU", func(s steadyBlock) float64 { return s.browser }}, {"proxy CPU", func(s steadyBlock) float64 { return s.proxy }}}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%s, %d blocks a run, ms each (a loop, or a message): median [IQR]; ratios: median (95%% bootstrap interval), load average %s\n", what, len(got[names[0]]), loadAverage())
+	fmt.Fprintf(&out, "%s %s, %d blocks a run, ms each (a loop, or a message): median [IQR]; ratios: median (95%% bootstrap interval), load average %s\n", kind, script, len(got[names[0]]), loadAverage())
 	for _, name := range names {
 		fmt.Fprintf(&out, "  %-10s", name)
 		for _, f := range figures {
