@@ -72,6 +72,7 @@ type fetchHold struct {
 	held      map[navKey]*heldNav  // guarded by mu; documents of clients being held
 	passed    map[navKey]passedNav // guarded by mu; documents one connection let go, expected at the other
 	paused    map[string]time.Time // guarded by mu; page target → when its document request last paused
+	gonePages []gonePage           // guarded by mu; pages destroyed in the last pausedLinger, oldest first
 	urls      map[string]int       // guarded by mu; net's patterns: held URLs → how many held
 	creating  int                  // guarded by mu; clients' page creations with a URL under way
 	holes     int                  // guarded by mu; client pages pages could not arm
@@ -96,6 +97,12 @@ type heldNav struct {
 	start    time.Time       // set before booked is closed
 	fl       *hold.Flight    // set once: the navigation, whichever connection holds it
 	refused  *refusal.Reason // guarded by fetchHold.mu; refused, not let go: whoever holds it answers it so
+}
+
+// gonePage is a page destroyed at a time, whose last pause is still kept.
+type gonePage struct {
+	frame string
+	at    time.Time
 }
 
 // passedNav is a document request a connection let go.

@@ -183,10 +183,27 @@ func (f *fetchHold) pausedSince(frame string, t time.Time) bool {
 	return ok && !at.Before(t)
 }
 
-// forgetPage drops what is known of a page that is gone.
+// pausedLinger is how long a destroyed page's last pause is kept: the
+// answer to its Page.navigate comes on the client's connection, and may
+// reach the relay after its own connections heard that the page was
+// destroyed (a page closed while its navigation was under way, as a stop
+// closes its clients' pages). CheckNavigate reads the pause then.
+const pausedLinger = 10 * time.Second
+
+// forgetPage drops what is known of a page that is gone, its last pause
+// pausedLinger later.
 func (f *fetchHold) forgetPage(frame string) {
+	now := time.Now()
 	f.mu.Lock()
-	delete(f.paused, frame)
+	n := 0
+	for _, g := range f.gonePages {
+		if now.Sub(g.at) < pausedLinger && len(f.gonePages)-n < hold.MaxClaims {
+			break
+		}
+		delete(f.paused, g.frame)
+		n++
+	}
+	f.gonePages = append(f.gonePages[n:], gonePage{frame: frame, at: now})
 	f.mu.Unlock()
 	f.core.Claims().Forget(frame)
 	f.np.update() // the clients' last page may have gone: net's Fetch goes off after NetLinger

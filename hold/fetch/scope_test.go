@@ -505,3 +505,34 @@ func TestNoBackup(t *testing.T) {
 	}
 	fakebrowser.Eventually(t, "the navigation counted unheld", func() bool { return th.Counts.Unheld.Load() == 1 })
 }
+
+// TestPageClosedBeforeItsNavigateAnswer: a client's page closed while its
+// held navigation is under way (a stop closing the clients' pages, a
+// client closing one) is destroyed on the relay's connections before the
+// answer to its Page.navigate reaches the client's: the navigation was
+// held, so nothing is counted unheld and the relay goes on holding with
+// Fetch.
+func TestPageClosedBeforeItsNavigateAnswer(t *testing.T) {
+	fb, th, net, pages := startScope(t, holdtest.Fixed(time.Millisecond))
+	c, fc := th.Client(t)
+	fc.Send(holdtest.AttachedTo("S-MINE", "MINE", "page"))
+	holdtest.ReadClient(t, c)
+	net.Send(fakebrowser.PageCreated("MINE", ""))
+	holdtest.WriteClient(t, c, websocket.TextMessage, []byte(`{"id":1,"sessionId":"S-MINE","method":"Page.navigate","params":{"url":"http://a.test/"}}`))
+	nav := fc.Next(t)
+	fb.Armed(t, pages, "MINE")
+	if got := <-fb.NavigateTo(t, "MINE", "http://a.test/"); got[0].Pauses == 0 {
+		t.Fatal("the client's navigation paused nowhere")
+	}
+	net.Send([]byte(`{"method":"Target.targetDestroyed","params":{"targetId":"MINE"}}`))
+	fb.Await(t, "the relay forgetting the destroyed page", func() bool { return !th.Browser.(hold.FetchCore).Claimed("MINE") })
+	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"frameId":"MINE","loaderId":"L1"},"sessionId":"S-MINE"}`, *nav.Wire.ID))
+	holdtest.ReadClient(t, c)
+	time.Sleep(100 * time.Millisecond) // the check runs on the browser's reader, after the answer goes on
+	if got := th.Browser.Holding(); got != "fetch" {
+		t.Errorf("navigations held by %q, want fetch", got)
+	}
+	if n := th.Counts.Unheld.Load(); n != 0 {
+		t.Errorf("unheld navigations: %d, want 0", n)
+	}
+}
