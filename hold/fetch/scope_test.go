@@ -527,8 +527,7 @@ func TestPageClosedBeforeItsNavigateAnswer(t *testing.T) {
 	net.Send([]byte(`{"method":"Target.targetDestroyed","params":{"targetId":"MINE"}}`))
 	fb.Await(t, "the relay forgetting the destroyed page", func() bool { return !th.Browser.(hold.FetchCore).Claimed("MINE") })
 	fc.Send(fmt.Appendf(nil, `{"id":%d,"result":{"frameId":"MINE","loaderId":"L1"},"sessionId":"S-MINE"}`, *nav.Wire.ID))
-	holdtest.ReadClient(t, c)
-	time.Sleep(100 * time.Millisecond) // the check runs on the browser's reader, after the answer goes on
+	holdtest.ReadClient(t, c) // the check runs before the answer goes on
 	if got := th.Browser.Holding(); got != "fetch" {
 		t.Errorf("navigations held by %q, want fetch", got)
 	}
